@@ -1,0 +1,17 @@
+"""Prediction models: learning curves (when will a job reach its target?) and speed (how fast on an allocation?).
+
+The lowest layer: imports nothing from the rest of FlowPlan and no I/O framework.
+"""
+
+from models.curves import CannotPredict, CurveFit, Direction, fit_learning_curve
+from models.speed import SpeedModel, SpeedObservation, fit_speed_model
+
+__all__ = [
+    "CannotPredict",
+    "CurveFit",
+    "Direction",
+    "SpeedModel",
+    "SpeedObservation",
+    "fit_learning_curve",
+    "fit_speed_model",
+]

@@ -1,0 +1,139 @@
+"""Independent plan checker: re-derives every hard rule from the Snapshot and the Plan alone.
+
+It shares no code with the model builder or the backends, so a bug there cannot hide itself here.
+Rules:
+
+- every active job (pending/running) has exactly one assignment; no other job has one;
+- a placed job is on a known node; a job that *arrives* on a node (start, migrate) finds it
+  schedulable, with the job's GPU type and labels;
+- CPU and GPU are within the job's bounds (a kept allocation of a job that cannot resize live is
+  exempt: it is what the job already has);
+- gangs are all or nothing: an assignment places all ``replicas`` of a job on one node, or none;
+- per node, CPU, GPU and memory used by all jobs placed there fit its capacity — a node that jobs
+  which cannot move already overfill may stay over, as long as the plan adds nothing to it;
+- a job that cannot migrate keeps its node and is not paused; a job that cannot resize live changes
+  its allocation only by restarting (``migrate``);
+- actions match the transition (``start`` only for pending jobs, ``keep``/``resize`` only in place ...);
+- migrations do not exceed the snapshot's budget; every number is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from planner.plan import Plan
+from planner.snapshot import Job, Snapshot
+
+_PLACED_ACTIONS = {"start", "keep", "resize", "migrate", "deliver"}
+
+
+def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
+    """Return every violation found (empty: the plan is valid)."""
+    bad: list[str] = []
+    nodes = {n.name: n for n in snapshot.nodes}
+    jobs = {j.id: j for j in snapshot.jobs}
+    active = {j.id for j in snapshot.jobs if j.status != "finished"}
+    seen: dict[str, int] = defaultdict(int)
+    use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    grew: set[str] = set()
+    migrations = 0
+
+    for a in plan.assignments:
+        seen[a.job] += 1
+        job: Job | None = jobs.get(a.job)
+        if job is None:
+            bad.append(f"{a.job}: assignment for an unknown job")
+            continue
+        if job.status == "finished":
+            bad.append(f"{a.job}: assignment for a finished job")
+            continue
+        if a.replicas != job.replicas:
+            bad.append(f"{a.job}: {a.replicas} of {job.replicas} replicas placed (gangs are all or nothing)")
+        for name in ("cpu_millis", "gpus", "lost_seconds"):
+            v = getattr(a, name)
+            if isinstance(v, float) and not math.isfinite(v):
+                bad.append(f"{a.job}: {name} is not finite")
+        running = job.status == "running"
+        cur_alloc = job.allocation if running else None
+        moved = running and a.node is not None and a.node != job.node
+        if a.node is None:
+            if a.action not in ("wait", "pause"):
+                bad.append(f"{a.job}: no node but action '{a.action}'")
+            if running and not job.migratable:
+                bad.append(f"{a.job}: cannot checkpoint (migratable=false) but is paused")
+            if a.action == "pause" and not running:
+                bad.append(f"{a.job}: paused but not running")
+            if a.action == "wait" and running:
+                bad.append(f"{a.job}: running job given 'wait'")
+            continue
+        if a.action not in _PLACED_ACTIONS:
+            bad.append(f"{a.job}: placed on {a.node} but action '{a.action}'")
+        node = nodes.get(a.node)
+        if node is None:
+            bad.append(f"{a.job}: unknown node '{a.node}'")
+            continue
+        same = cur_alloc is not None and (a.cpu_millis, a.gpus) == (cur_alloc.cpu_millis, cur_alloc.gpus)
+        kept_as_is = running and not moved and same
+        if not kept_as_is or job.resizable:
+            if not job.min_cpu_millis <= a.cpu_millis <= job.max_cpu_millis:
+                bad.append(f"{a.job}: cpu_millis {a.cpu_millis} outside [{job.min_cpu_millis}, {job.max_cpu_millis}]")
+            if not job.min_gpus <= a.gpus <= job.max_gpus:
+                bad.append(f"{a.job}: gpus {a.gpus} outside [{job.min_gpus}, {job.max_gpus}]")
+        # Transitions.
+        if not running and a.action != "start":
+            bad.append(f"{a.job}: pending job placed with action '{a.action}' (expected 'start')")
+        if running:
+            if moved and not job.migratable:
+                bad.append(f"{a.job}: cannot migrate but moved {job.node} -> {a.node}")
+            if moved and a.action != "migrate":
+                bad.append(f"{a.job}: moved {job.node} -> {a.node} with action '{a.action}'")
+            if not moved and not same and not job.resizable and a.action != "migrate":
+                bad.append(f"{a.job}: cannot resize live but changed allocation with action '{a.action}'")
+            if not moved and a.action in ("keep", "deliver") and not same:
+                bad.append(f"{a.job}: action '{a.action}' but allocation changed")
+            if not moved and a.action == "resize" and same:
+                bad.append(f"{a.job}: action 'resize' but allocation unchanged")
+            if a.action == "migrate":
+                migrations += 1
+        arrives = (not running) or moved
+        if arrives:
+            if not node.schedulable:
+                bad.append(f"{a.job}: placed on unschedulable node {node.name}")
+            if job.gpu_type is not None and node.gpu_type != job.gpu_type:
+                bad.append(f"{a.job}: needs GPU type {job.gpu_type}, node {node.name} has {node.gpu_type}")
+            for k, v in job.node_selector.items():
+                if node.labels.get(k) != v:
+                    bad.append(f"{a.job}: node {node.name} lacks label {k}={v}")
+        u = use[node.name]
+        u[0] += a.cpu_millis * job.replicas
+        u[1] += a.gpus * job.replicas
+        u[2] += job.memory_mib * job.replicas
+        if arrives or cur_alloc is None or a.cpu_millis > cur_alloc.cpu_millis or a.gpus > cur_alloc.gpus:
+            grew.add(node.name)
+
+    for jid in sorted(active):
+        if seen.get(jid, 0) != 1:
+            bad.append(f"{jid}: {seen.get(jid, 0)} assignments (expected exactly 1)")
+
+    # Capacity, with the exemption for nodes that jobs which cannot move already overfill.
+    before: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for j in snapshot.jobs:
+        if j.status == "running" and j.allocation is not None and j.node is not None:
+            b = before[j.node]
+            b[0] += j.allocation.cpu_millis * j.replicas
+            b[1] += j.allocation.gpus * j.replicas
+            b[2] += j.memory_mib * j.replicas
+    for name, (cpu, gpu, mem) in sorted(use.items()):
+        n = nodes[name]
+        over = [(r, v, c) for r, v, c in (("cpu_millis", cpu, n.cpu_millis), ("gpus", gpu, n.gpus), ("memory_mib", mem, n.memory_mib)) if v > c]
+        if not over:
+            continue
+        if name not in grew and all(v <= before[name][i] for i, v in enumerate((cpu, gpu, mem))):
+            continue  # already over before this plan, and the plan added nothing
+        for r, v, c in over:
+            bad.append(f"node {name}: {r} {v} exceeds capacity {c}")
+
+    if migrations > snapshot.settings.migration_budget:
+        bad.append(f"{migrations} migrations exceed the budget of {snapshot.settings.migration_budget}")
+    return bad

@@ -1,0 +1,65 @@
+"""Planner configuration: which solver, how long, how big the model may grow, and the objective weights.
+
+Kept apart from the model builder so weights can be tuned without touching constraints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SolverName = Literal["cpsat", "pulp", "greedy"]
+
+
+@dataclass(frozen=True)
+class ObjectiveWeights:
+    """Weights of the objective terms, in priority order (see docs/planner.md for the integer form).
+
+    Every time term is measured in *quanta*: the planning horizon (latest predicted finish over all
+    candidate options) split into ``time_resolution`` steps. With ``qoe_dominance >= 2`` one missed
+    tier-2 deadline of a priority-1 job costs more than any possible change of the makespan and
+    completion terms together, so QoE comes first; a tier-1 miss costs ``tier1_over_tier2`` times a
+    tier-2 miss.
+    """
+
+    tier1_over_tier2: float = 4.0
+    qoe_dominance: float = 2.0
+    #: The makespan term is weighted by the sum of the job weights times this factor, so shortening
+    #: the makespan by one quantum is worth as much as shortening every job's completion by one.
+    makespan_factor: float = 1.0
+    #: Extra cost of changing a job's allocation, in quanta per action, on top of the seconds it loses:
+    #: keeps the plan from flapping between near-equal options.
+    resize_quanta: int = 1
+    migration_quanta: int = 2
+    time_resolution: int = 1000
+    #: Priorities (0.01-100) become integer weights ``max(1, round(priority * priority_scale))``.
+    priority_scale: float = 10.0
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """How to plan.
+
+    ``time_limit`` is in seconds. CP-SAT runs on *deterministic* time (its own work counter, close to
+    seconds on this class of machine) so the same snapshot always gives the same plan; a wall-clock
+    guard of ``wall_clock_factor * time_limit + 1`` seconds stops a run that drifts far from it.
+    """
+
+    solver: SolverName = "cpsat"
+    time_limit: float = 1.0
+    #: Nodes considered per movable job besides its current node and the greedy's choice.
+    candidate_nodes: int = 3
+    #: CPU levels per job (including its min, max and current share).
+    cpu_levels: int = 4
+    #: GPU counts per job (including its min, max and current count).
+    gpu_levels: int = 3
+    #: CPU shares are rounded to this many millicores.
+    cpu_step_millis: int = 100
+    #: Problems with more active jobs than this are split into node-disjoint sub-problems.
+    max_jobs_per_subproblem: int = 1500
+    weights: ObjectiveWeights = field(default_factory=ObjectiveWeights)
+    wall_clock_factor: float = 3.0
+    #: CP-SAT search workers run interleaved in one thread (deterministic).
+    cpsat_workers: int = 8
+    #: Assumed remaining epochs for a job whose curve cannot be fitted yet and has no max_epochs.
+    unknown_remaining_epochs: float = 30.0

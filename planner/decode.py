@@ -1,0 +1,247 @@
+"""Turn a chosen option per job into the Plan contract: actions, predictions, reasons, explanations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from planner.menu import MOVE, START, STAY, JobMenu
+from planner.objective import Pricing
+from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Predictions, Unserved
+from planner.problem import WAIT_WAY, Problem
+from planner.snapshot import Job, Node
+
+
+def duration(seconds: float | None) -> str:
+    """Human duration: ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "never"
+    s = abs(seconds)
+    if s < 90:
+        txt = f"{s:.0f} s"
+    elif s < 90 * 60:
+        txt = f"{s / 60:.0f} min"
+    elif s < 48 * 3600:
+        txt = f"{s / 3600:.1f} h"
+    else:
+        txt = f"{s / 86400:.1f} d"
+    return f"-{txt}" if seconds < 0 else txt
+
+
+def cores(millis: int) -> str:
+    return f"{millis / 1000:g} CPU"
+
+
+def _fin(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _action(m: JobMenu, way: int, level: int) -> Action:
+    job = m.outlook.job
+    if way == WAIT_WAY:
+        return "pause" if job.status == "running" else "wait"
+    if way == START:
+        return "start"
+    if way == MOVE:
+        return "migrate"
+    return "keep" if level == m.current_level else "resize"
+
+
+def _predictions(m: JobMenu, way: int, level: int, now: float) -> Predictions:
+    o = m.outlook
+    t1d, t2d = o.tier1_deadline, o.tier2_deadline
+    basis = f"{o.curve_note}; speed {o.speed.source} ({o.speed.n_observations} obs)"
+    if o.tiers_assumed:
+        basis += "; tiers assumed at the finish until a curve can be fitted"
+    if way == WAIT_WAY:
+        return Predictions(
+            seconds_per_epoch=None,
+            epoch=o.epoch,
+            epochs_to_tier1=o.remaining_tier1,
+            epochs_to_tier2=o.remaining_tier2,
+            epochs_to_finish=o.remaining_finish,
+            tier1_deadline=t1d,
+            tier2_deadline=t2d,
+            tier1_satisfied=False if t1d is not None else None,
+            tier2_satisfied=False if t2d is not None else None,
+            tier1_reached=o.tier1_reached,
+            basis=basis + "; not running this interval",
+        )
+    t1 = float(m.t1_s[way, level])
+    t2 = float(m.t2_s[way, level])
+    return Predictions(
+        seconds_per_epoch=float(m.seconds_per_epoch[level]),
+        epoch=o.epoch,
+        epochs_to_tier1=o.remaining_tier1,
+        epochs_to_tier2=o.remaining_tier2,
+        epochs_to_finish=o.remaining_finish,
+        eta_tier1=(now + t1) if math.isfinite(t1) else None,
+        eta_tier2=(now + t2) if math.isfinite(t2) else None,
+        eta_finish=now + float(m.finish_s[way, level]),
+        tier1_deadline=t1d,
+        tier2_deadline=t2d,
+        tier1_satisfied=None if m.t1_met[way, level] < 0 else bool(m.t1_met[way, level]),
+        tier2_satisfied=None if m.t2_met[way, level] < 0 else bool(m.t2_met[way, level]),
+        tier1_reached=o.tier1_reached,
+        basis=basis,
+    )
+
+
+def _explain(m: JobMenu, action: Action, node: str | None, level: int, pred: Predictions, now: float, why: str | None) -> str:
+    job = m.outlook.job
+    parts: list[str] = []
+    if node is not None:
+        alloc = cores(int(m.cpu[level])) + (f" + {int(m.gpu[level])} GPU" if m.gpu[level] else "")
+        rep = f" x{job.replicas}" if job.replicas > 1 else ""
+        verb = {
+            "start": "starts on",
+            "keep": "keeps",
+            "resize": "resized to",
+            "migrate": "moves to" if node != job.node else "restarts on",
+            "deliver": "keeps",
+        }.get(action, action)
+        if action in ("keep", "deliver", "resize"):
+            parts.append(f"{verb} {alloc}{rep} on {node}")
+        else:
+            parts.append(f"{verb} {node} with {alloc}{rep}")
+        if pred.eta_finish is not None:
+            parts.append(f"finishes in {duration(pred.eta_finish - now)}")
+    else:
+        parts.append(("paused" if action == "pause" else "waits") + (f": {why}" if why else ""))
+    for tier, eta, deadline, ok in (
+        ("tier 1", pred.eta_tier1, pred.tier1_deadline, pred.tier1_satisfied),
+        ("tier 2", pred.eta_tier2, pred.tier2_deadline, pred.tier2_satisfied),
+    ):
+        if deadline is None:
+            continue
+        if ok:
+            parts.append(f"meets its {tier} deadline ({duration(deadline - (eta or now))} to spare)")
+        elif deadline < now:
+            parts.append(f"{tier} deadline already passed")
+        elif eta is None and node is not None:
+            parts.append(f"misses its {tier} deadline: the curve levels off short of the target")
+        elif eta is not None:
+            parts.append(f"misses its {tier} deadline by {duration(eta - deadline)} even so")
+        else:
+            parts.append(f"misses its {tier} deadline while waiting")
+    if m.outlook.tier1_reached and not job.delivered:
+        parts.append("tier 1 reached: deliver the model now")
+    return "; ".join(parts)
+
+
+def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_any: bool) -> str:
+    job: Job = m.outlook.job
+    need = f"{cores(int(m.dem_cpu[0]))}" + (f", {int(m.dem_gpu[0])} GPU" if m.dem_gpu[0] else "") + (
+        f", {m.dem_mem} MiB" if m.dem_mem else ""
+    )
+    if not eligible_any:
+        reasons = []
+        if job.gpu_type:
+            reasons.append(f"GPU type {job.gpu_type}")
+        if job.node_selector:
+            reasons.append("labels " + ",".join(f"{k}={v}" for k, v in sorted(job.node_selector.items())))
+        what = " with " + " and ".join(reasons) if reasons else ""
+        biggest = max(((n.cpu_millis, n.gpus) for n in nodes if n.schedulable), default=None)
+        tail = f"; the largest schedulable node has {cores(biggest[0])}, {biggest[1]} GPU" if biggest else "; no node is schedulable"
+        return f"no schedulable node{what} can hold its minimum ({need}){tail}"
+    if job.status == "running":
+        return f"paused to give its resources to jobs with more at stake (its minimum: {need})"
+    return f"no room for its minimum ({need}) on any node it may use; the capacity went to jobs with closer deadlines or higher priority"
+
+
+def decode(
+    problem: Problem,
+    choice: np.ndarray,
+    pricing: Pricing,
+    now: float,
+    nodes: list[Node],
+    eligible_any: list[bool],
+) -> tuple[list[Assignment], list[Unserved], ObjectiveTerms]:
+    assignments: list[Assignment] = []
+    unserved: list[Unserved] = []
+    qoe = churn = completion = 0
+    t1_met = t1_miss = t2_met = t2_miss = migrations = resizes = 0
+    lost_total = 0.0
+    finish_seconds: list[float] = []
+    fq_max = 0
+    for j, m in enumerate(problem.menus):
+        o = int(choice[j])
+        way = int(problem.opt_way[o])
+        level = int(problem.opt_level[o])
+        ni = int(problem.opt_node[o])
+        node = problem.node_names[ni] if ni >= 0 else None
+        job = m.outlook.job
+        action = _action(m, way, level)
+        pred = _predictions(m, way, level, now)
+        deliver = bool(m.outlook.tier1_reached and not job.delivered and node is not None)
+        if deliver and action == "keep":
+            action = "deliver"
+        why = None
+        if node is None:
+            why = unserved_reason(m, problem, nodes, eligible_any[j])
+            unserved.append(Unserved(job=job.id, reason=why))
+        assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
+        if way == WAIT_WAY:
+            qoe += m.wait_qoe
+            churn += m.wait_churn
+            completion += m.weight * m.wait_q
+            fq_max = max(fq_max, m.wait_q)
+            finish_seconds.append(m.wait_finish_s)
+            lost = job.checkpoint_seconds if job.status == "running" else 0.0
+        else:
+            qoe += int(m.qoe_cost[way, level])
+            churn += int(m.churn_cost[way, level])
+            completion += m.weight * int(m.finish_q[way, level])
+            fq_max = max(fq_max, int(m.finish_q[way, level]))
+            finish_seconds.append(float(m.finish_s[way, level]))
+            lost = float(m.lost[way])
+        lost_total += lost
+        migrations += int(way == MOVE)
+        resizes += int(action == "resize")
+        if pred.tier1_satisfied is True:
+            t1_met += 1
+        elif pred.tier1_satisfied is False:
+            t1_miss += 1
+        if pred.tier2_satisfied is True:
+            t2_met += 1
+        elif pred.tier2_satisfied is False:
+            t2_miss += 1
+        prev = (
+            Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
+            if job.status == "running" and job.allocation is not None
+            else None
+        )
+        assignments.append(
+            Assignment(
+                job=job.id,
+                node=node,
+                cpu_millis=int(m.cpu[level]) if node is not None else 0,
+                gpus=int(m.gpu[level]) if node is not None else 0,
+                replicas=job.replicas,
+                action=action,
+                deliver=deliver,
+                previous=prev,
+                lost_seconds=lost,
+                predictions=pred,
+                explanation=_explain(m, action, node, level, pred, now, why),
+            )
+        )
+    makespan_cost = problem.makespan_weight * fq_max
+    terms = ObjectiveTerms(
+        total=float(qoe + completion + churn + makespan_cost),
+        qoe_cost=float(qoe),
+        makespan_cost=float(makespan_cost),
+        completion_cost=float(completion),
+        churn_cost=float(churn),
+        tier1_met=t1_met,
+        tier1_missed=t1_miss,
+        tier2_met=t2_met,
+        tier2_missed=t2_miss,
+        makespan_seconds=_fin(max(finish_seconds)) if finish_seconds else None,
+        total_completion_seconds=float(sum(finish_seconds)),
+        migrations=migrations,
+        resizes=resizes,
+        lost_seconds=lost_total,
+    )
+    return assignments, unserved, terms

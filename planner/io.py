@@ -1,0 +1,88 @@
+"""Reading snapshots: JSON text in, a validated :class:`Snapshot` out, or one clear :class:`SnapshotError`.
+
+The error names the field by its path (``jobs[3].min_cpu_millis``), says what is wrong and shows
+the offending value, so a user sees one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.errors import SnapshotError
+from planner.snapshot import Snapshot
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str, allow_nan=True) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _reject_constant(name: str) -> float:
+    # json accepts NaN/Infinity (not valid JSON); keep them so the schema rejects them with a path.
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+
+def parse_snapshot(text: str | bytes) -> Snapshot:
+    """Parse and validate snapshot JSON."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise SnapshotError("", f"not valid JSON{where}: {msg}") from exc
+    except RecursionError as exc:
+        raise SnapshotError("", "not valid JSON: nested too deeply") from exc
+    return validate_snapshot(data)
+
+
+def validate_snapshot(data: Any) -> Snapshot:
+    if not isinstance(data, dict):
+        raise SnapshotError("", f"a snapshot is a JSON object, got {type(data).__name__}")
+    version = data.get("apiVersion", "flowplan/v1")
+    if version != "flowplan/v1":
+        raise SnapshotError("apiVersion", f"unsupported version {_short(version)} (this FlowPlan reads flowplan/v1)", version)
+    try:
+        return Snapshot.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = _path(tuple(err["loc"]))
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        # Cross-field errors raised at the top level carry their own path in the message.
+        if not loc and ": " in msg and (msg.startswith("jobs[") or msg.startswith("nodes[")):
+            loc, msg = msg.split(": ", 1)
+            raise SnapshotError(loc, msg) from None
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (got {_short(value)})"
+        extra = f"; {len(exc.errors())-1} more error(s)" if len(exc.errors()) > 1 else ""
+        raise SnapshotError(loc, f"{msg}{shown}{extra}", value) from None
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Read and validate a snapshot file; errors name the file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError as exc:
+        raise SnapshotError("", "no such file") from exc
+    except IsADirectoryError as exc:
+        raise SnapshotError("", "is a directory, not a snapshot file") from exc
+    except PermissionError as exc:
+        raise SnapshotError("", "permission denied") from exc
+    return parse_snapshot(raw)

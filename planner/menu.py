@@ -1,0 +1,152 @@
+"""Per-job menus: the allocation levels a job may get and what each would cost, before any node is chosen.
+
+A *level* is one (CPU share, GPU count) pair per replica. Its cost depends on the node only through
+*how* the job gets there, so every level is priced for three ways in:
+
+- ``stay``:  a running job keeps its node (keep, or resize live — no time lost);
+- ``start``: a pending job starts (``restart_seconds`` of start-up);
+- ``move``:  a running job checkpoints and restarts (``checkpoint_seconds + restart_seconds``).
+
+Costs are integers (the IP objective needs them): see :mod:`planner.objective` for the units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.config import PlannerConfig
+from planner.outlook import JobOutlook
+
+STAY, START, MOVE = 0, 1, 2
+WAYS = ("stay", "start", "move")
+
+
+def _spread(lo: int, hi: int, n: int, step: int) -> list[int]:
+    """``n`` values from ``lo`` to ``hi`` spaced geometrically, rounded to ``step``, ends kept exact."""
+    if lo >= hi or n <= 1:
+        return [lo] if n <= 1 or lo >= hi else [lo, hi]
+    out = {lo, hi}
+    ratio = (hi / lo) ** (1.0 / (n - 1))
+    for i in range(1, n - 1):
+        v = int(round(lo * ratio**i / step) * step)
+        if lo < v < hi:
+            out.add(v)
+    return sorted(out)
+
+
+def cpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig) -> list[int]:
+    levels = set(_spread(lo, hi, config.cpu_levels, config.cpu_step_millis))
+    if current is not None and lo <= current <= hi:
+        levels.add(current)
+    return sorted(levels)
+
+
+def gpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig) -> list[int]:
+    if hi == 0:
+        return [0]
+    cand = {lo, hi}
+    p = 1
+    while p < hi:
+        if p > lo:
+            cand.add(p)
+        p *= 2
+    levels = sorted(cand)
+    if len(levels) > config.gpu_levels:
+        # Keep the ends and the powers of two nearest the geometric middle.
+        mid = math.sqrt(max(lo, 1) * hi)
+        inner = sorted(levels[1:-1], key=lambda g: (abs(math.log(max(g, 1) / mid)), g))[: config.gpu_levels - 2]
+        levels = sorted({levels[0], levels[-1], *inner})
+    if current is not None and lo <= current <= hi and current not in levels:
+        levels = sorted({*levels, current})
+    return levels
+
+
+@dataclass
+class JobMenu:
+    """Levels of one job and their predictions/costs for each way in (arrays indexed [way, level])."""
+
+    index: int
+    outlook: JobOutlook
+    weight: int
+    cpu: np.ndarray  # (L,) millicores per replica
+    gpu: np.ndarray  # (L,) GPUs per replica
+    n_cpu: int  # levels form a grid: level = gpu_index * n_cpu + cpu_index
+    dem_cpu: np.ndarray  # (L,) total over replicas
+    dem_gpu: np.ndarray
+    dem_mem: int
+    seconds_per_epoch: np.ndarray  # (L,)
+    lost: np.ndarray  # (3,) seconds lost per way in
+    finish_s: np.ndarray  # (3, L) seconds from now to finish
+    t1_s: np.ndarray  # (3, L) seconds from now to tier 1 (nan: no tier / unreachable)
+    t2_s: np.ndarray
+    t1_met: np.ndarray  # (3, L) int: 1 met, 0 missed, -1 no deadline
+    t2_met: np.ndarray
+    current_level: int | None  # running jobs: the level equal to the current allocation, if on the menu
+    wait_finish_s: float  # estimated finish if left unplaced this interval
+    # Filled in by :func:`price_menus` once the horizon is known.
+    finish_q: np.ndarray | None = None  # (3, L)
+    cost: np.ndarray | None = None  # (3, L)
+    qoe_cost: np.ndarray | None = None
+    churn_cost: np.ndarray | None = None
+    wait_q: int = 0
+    wait_cost: int = 0
+    wait_qoe: int = 0
+    wait_churn: int = 0
+
+
+def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, config: PlannerConfig) -> JobMenu:
+    job = outlook.job
+    cur = job.allocation if job.status == "running" else None
+    cpus = cpu_levels(job.min_cpu_millis, job.max_cpu_millis, cur.cpu_millis if cur else None, config)
+    gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config)
+    cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
+    gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
+    current_level = None
+    if cur is not None:
+        hit = np.flatnonzero((cpu == cur.cpu_millis) & (gpu == cur.gpus))
+        current_level = int(hit[0]) if hit.size else None
+    spe = outlook.speed.seconds_per_epoch_many(cpu, gpu)
+    lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds])
+
+    finish_s = lost[:, None] + outlook.remaining_finish * spe[None, :]
+
+    def tier(rem: float | None, deadline: float | None) -> tuple[np.ndarray, np.ndarray]:
+        if rem is None:
+            t = np.full((3, cpu.size), np.nan)
+        else:
+            t = lost[:, None] + rem * spe[None, :]
+        if deadline is None:
+            met = np.full((3, cpu.size), -1, dtype=np.int64)
+        else:
+            met = np.where(np.isfinite(t) & (now + np.nan_to_num(t, nan=np.inf) <= deadline), 1, 0).astype(np.int64)
+        return t, met
+
+    t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline)
+    t2_s, t2_met = tier(outlook.remaining_tier2, outlook.tier2_deadline)
+    # Waiting one interval and then getting the slowest level: pessimistic on purpose, so that the
+    # planner prefers running a job slowly to leaving capacity idle (work conservation).
+    wait_finish = interval + float(finish_s[MOVE].max())
+    weight = max(1, int(round(job.priority * config.weights.priority_scale)))
+    return JobMenu(
+        index=index,
+        outlook=outlook,
+        weight=weight,
+        cpu=cpu,
+        gpu=gpu,
+        n_cpu=len(cpus),
+        dem_cpu=cpu * job.replicas,
+        dem_gpu=gpu * job.replicas,
+        dem_mem=job.memory_mib * job.replicas,
+        seconds_per_epoch=spe,
+        lost=lost,
+        finish_s=finish_s,
+        t1_s=t1_s,
+        t2_s=t2_s,
+        t1_met=t1_met,
+        t2_met=t2_met,
+        current_level=current_level,
+        wait_finish_s=wait_finish,
+    )

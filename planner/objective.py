@@ -1,0 +1,79 @@
+"""Objective terms in integer form, priced onto the job menus.
+
+The IP minimises::
+
+    Σ_j qoe_j  +  A · M  +  Σ_j w_j · f_j  +  Σ_j churn_j
+
+- ``f_j`` — job j's predicted finish, in *quanta* (``quantum_seconds = horizon / time_resolution``,
+  the horizon being the latest finish over every option considered); ``M ≥ f_j`` for every job is the
+  makespan.
+- ``w_j = max(1, round(priority_j · priority_scale))`` — integer job weight.
+- ``A = round(makespan_factor · Σ_j w_j)`` — makespan weight: one quantum of makespan is worth one
+  quantum of every job's completion.
+- ``qoe_j`` — for a missed tier-2 deadline ``ceil(qoe_dominance · (A + Σw) · R · w_j / w_1)`` where
+  ``R = time_resolution`` and ``w_1`` is the weight of a priority-1 job; a tier-1 miss costs
+  ``tier1_over_tier2`` times that. Since ``A·M + Σ w·f ≤ (A + Σw)·R``, a priority-1 job's missed
+  deadline outweighs every time term together: QoE first, then makespan, then completion and churn.
+- ``churn_j`` — ``w_j`` times ``resize_quanta`` / ``migration_quanta`` for a resize / restart;
+  the seconds a restart loses are already inside ``f_j``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.config import PlannerConfig
+from planner.menu import MOVE, STAY, JobMenu
+
+#: Longest horizon the integer model represents (10 years); predictions beyond are clipped.
+MAX_HORIZON_SECONDS = 10 * 365 * 86400.0
+
+
+@dataclass(frozen=True)
+class Pricing:
+    quantum_seconds: float
+    makespan_weight: int
+    total_weight: int
+    qoe_unit: float  # cost of one tier-2 miss for weight w_1
+
+
+def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
+    """Fill every menu's integer costs in place and return the pricing constants."""
+    w = config.weights
+    R = w.time_resolution
+    horizon = 1.0
+    for m in menus:
+        horizon = max(horizon, float(np.max(m.finish_s)), m.wait_finish_s)
+    horizon = min(horizon, MAX_HORIZON_SECONDS)
+    q = horizon / R
+    total_w = int(sum(m.weight for m in menus))
+    A = max(1, int(round(w.makespan_factor * total_w)))
+    w1 = max(1, int(round(w.priority_scale)))
+    qoe_unit = w.qoe_dominance * (A + total_w) * R / w1
+    for m in menus:
+        fq = np.minimum(np.ceil(m.finish_s / q), R).astype(np.int64)
+        t2_cost = int(math.ceil(qoe_unit * m.weight))
+        t1_cost = int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2))
+        qoe = (m.t1_met == 0) * t1_cost + (m.t2_met == 0) * t2_cost
+        churn = np.zeros_like(fq)
+        churn[MOVE, :] = m.weight * w.migration_quanta
+        if m.current_level is not None:
+            churn[STAY, :] = m.weight * w.resize_quanta
+            churn[STAY, m.current_level] = 0
+        m.finish_q = fq
+        m.qoe_cost = qoe.astype(np.int64)
+        m.churn_cost = churn
+        m.cost = m.qoe_cost + m.weight * fq + churn
+        m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
+        # Waiting misses every deadline still open (conservative: it might still make a late one).
+        m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
+            t2_cost if m.outlook.tier2_deadline is not None else 0
+        )
+        pausing = m.outlook.job.status == "running"
+        m.wait_churn = m.weight * w.migration_quanta if pausing else 0
+        m.wait_cost = m.wait_qoe + m.weight * m.wait_q + m.wait_churn
+    return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)

@@ -1,0 +1,158 @@
+"""Per-job outlook: what the models predict for a job independently of where it runs.
+
+The learning curve says how many *epochs* remain to tier 1, tier 2 and the finish; the speed model
+turns epochs into seconds for any allocation. The planner combines the two per candidate option.
+
+A job's finish is the first of: ``max_epochs``; reaching tier 2 (when it has one the curve can
+reach); otherwise the curve's convergence (improvement per epoch below the snapshot's
+``convergence_tolerance``). It is never before tier 1 when tier 1 is reachable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import CannotPredict, CurveFit, SpeedModel, SpeedObservation, fit_learning_curve, fit_speed_model
+from planner.config import PlannerConfig
+from planner.snapshot import Job, Settings
+
+#: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
+MAX_REMAINING_EPOCHS = 100_000.0
+#: History points used to derive an observed speed at the current allocation (newest ones).
+SPEED_WINDOW = 6
+
+
+@dataclass(frozen=True)
+class JobOutlook:
+    """Allocation-independent predictions for one job."""
+
+    job: Job
+    epoch: float
+    curve: CurveFit | None
+    curve_note: str
+    speed: SpeedModel
+    tier1_reached: bool
+    tier2_reached: bool
+    #: Remaining epochs, ``None`` when the tier is unreachable or the job has no such tier.
+    remaining_tier1: float | None
+    remaining_tier2: float | None
+    remaining_finish: float
+    #: True when remaining_tier* are stand-ins (no curve yet): the finish estimate is used instead.
+    tiers_assumed: bool
+    #: Deadlines ``None`` when the tier has none or it is already reached (nothing left to plan for).
+    tier1_deadline: float | None
+    tier2_deadline: float | None
+
+
+def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str]:
+    """Epochs and values of the metric the job's target is measured on (loss without a target)."""
+    use_loss = job.target is None or job.target.metric == "loss"
+    pts = [(p.epoch, p.loss if use_loss else p.metric) for p in job.history]
+    pts = [(e, v) for e, v in pts if v is not None]
+    if not pts:
+        return np.zeros(0), np.zeros(0), "loss" if use_loss else job.target.metric  # type: ignore[union-attr]
+    arr = np.array(pts, dtype=float)
+    return arr[:, 0], arr[:, 1], "loss" if use_loss else job.target.metric  # type: ignore[union-attr]
+
+
+def _observed_speeds(job: Job) -> list[SpeedObservation]:
+    obs = [SpeedObservation(s.cpu_millis, s.gpus, s.seconds_per_epoch) for s in job.speed]
+    if obs or job.status != "running" or job.allocation is None or len(job.history) < 2:
+        return obs
+    # No explicit speed table: the recent history at the current allocation is one observation.
+    pts = sorted((p.time, p.epoch) for p in job.history)[-SPEED_WINDOW:]
+    dt = pts[-1][0] - pts[0][0]
+    de = pts[-1][1] - pts[0][1]
+    if dt > 0 and de > 0:
+        obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, dt / de))
+    return obs
+
+
+def _reached(values: np.ndarray, target: float, direction: str) -> bool:
+    if values.size == 0:
+        return False
+    best = values.max() if direction == "higher" else values.min()
+    return bool(best >= target) if direction == "higher" else bool(best <= target)
+
+
+def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOutlook:
+    epochs, values, metric = _series(job)
+    epoch = float(max((p.epoch for p in job.history), default=0.0))
+    target = job.target
+    direction = target.direction if target is not None else "lower"
+
+    fit = fit_learning_curve(epochs, values, direction)
+    curve = fit if isinstance(fit, CurveFit) else None
+    if curve is not None:
+        curve_note = f"{curve.family} fit of {metric} on {curve.n_points} points"
+    else:
+        assert isinstance(fit, CannotPredict)
+        curve_note = f"no curve yet ({fit.reason})"
+
+    uses_gpu = job.max_gpus > 0
+    speed = fit_speed_model(_observed_speeds(job), uses_gpu=uses_gpu)
+
+    t1_reached = target is not None and _reached(values, target.tier1.value, direction)
+    t2_reached = target is not None and target.tier2 is not None and _reached(values, target.tier2.value, direction)
+    max_left = (target.max_epochs - epoch) if (target is not None and target.max_epochs is not None) else None
+    if max_left is not None:
+        max_left = max(max_left, 0.0)
+
+    def left_to(value: float) -> float | None:
+        if curve is None:
+            return None
+        k = curve.epoch_reaching(value)
+        if k is None:
+            return None
+        return min(max(k - epoch, 0.0), MAX_REMAINING_EPOCHS)
+
+    r1 = 0.0 if t1_reached else (left_to(target.tier1.value) if target is not None else None)
+    r2: float | None = None
+    if target is not None and target.tier2 is not None:
+        r2 = 0.0 if t2_reached else left_to(target.tier2.value)
+
+    # Finish: tier 2 if reachable, else convergence, else the configured guess; capped by max_epochs.
+    if r2 is not None:
+        finish = r2
+    elif curve is not None:
+        finish = max(curve.convergence_epoch(settings.convergence_tolerance) - epoch, 0.0)
+    else:
+        finish = max_left if max_left is not None else config.unknown_remaining_epochs
+    if r1 is not None:
+        finish = max(finish, r1)
+    if max_left is not None:
+        finish = min(finish, max_left)
+        r1 = None if (r1 is not None and r1 > max_left) else r1
+        r2 = None if (r2 is not None and r2 > max_left) else r2
+    finish = min(finish, MAX_REMAINING_EPOCHS)
+
+    assumed = curve is None and target is not None
+    if assumed:
+        # Without a curve the best guess for an unreached tier is "by the time the job finishes".
+        r1 = r1 if t1_reached else finish
+        if target is not None and target.tier2 is not None and not t2_reached:
+            r2 = finish
+
+    d1 = target.tier1.deadline if (target is not None and not t1_reached) else None
+    d2 = (
+        target.tier2.deadline
+        if (target is not None and target.tier2 is not None and not t2_reached)
+        else None
+    )
+    return JobOutlook(
+        job=job,
+        epoch=epoch,
+        curve=curve,
+        curve_note=curve_note,
+        speed=speed,
+        tier1_reached=t1_reached,
+        tier2_reached=t2_reached,
+        remaining_tier1=r1,
+        remaining_tier2=r2,
+        remaining_finish=float(finish),
+        tiers_assumed=assumed,
+        tier1_deadline=d1,
+        tier2_deadline=d2,
+    )

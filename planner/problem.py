@@ -1,0 +1,90 @@
+"""The integer program in backend-neutral form: flat option arrays, node capacities, a hint.
+
+Every active job has a contiguous block of *options* (``job_start[j] : job_start[j+1]``); exactly one
+is chosen. An option is a node and a level reached by one way in (stay / start / move), or "no node"
+(wait / pause). The model::
+
+    minimise   Σ_o cost_o · x_o + A · M
+    subject to Σ_{o ∈ job j} x_o = 1                                  (one placement per active job)
+               Σ_{o on node n} demand_o^r · x_o ≤ capacity_n^r          (r ∈ cpu, gpu, memory)
+               Σ_o moves_o · x_o ≤ migration_budget
+               M ≥ Σ_{o ∈ job j} finish_o · x_o                         (makespan)
+               x_o ∈ {0, 1}
+
+Backends (:mod:`planner.backends`) turn this into CP-SAT or PuLP models; nothing here knows about
+either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.menu import JobMenu
+
+WAIT_WAY = -1  # ``opt_way`` of a no-node option
+
+
+@dataclass
+class Problem:
+    node_names: list[str]
+    cap_cpu: np.ndarray
+    cap_gpu: np.ndarray
+    cap_mem: np.ndarray
+    menus: list[JobMenu]
+    job_start: np.ndarray  # (J+1,)
+    opt_job: np.ndarray
+    opt_node: np.ndarray  # -1: no node
+    opt_level: np.ndarray  # -1: no node
+    opt_way: np.ndarray  # STAY / START / MOVE, or WAIT_WAY
+    dem_cpu: np.ndarray
+    dem_gpu: np.ndarray
+    dem_mem: np.ndarray
+    moves: np.ndarray  # 0/1: counts against the migration budget
+    finish_q: np.ndarray
+    cost: np.ndarray
+    makespan_weight: int
+    migration_budget: int
+    quantum_seconds: float
+    hint: np.ndarray  # (J,) option index per job, always feasible
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.menus)
+
+    @property
+    def n_options(self) -> int:
+        return int(self.opt_job.size)
+
+    def options_of(self, j: int) -> range:
+        return range(int(self.job_start[j]), int(self.job_start[j + 1]))
+
+    def objective(self, choice: np.ndarray) -> int:
+        """Objective value of a full choice (option index per job)."""
+        if choice.size == 0:
+            return 0
+        return int(self.cost[choice].sum()) + self.makespan_weight * int(self.finish_q[choice].max())
+
+    def violations(self, choice: np.ndarray) -> list[str]:
+        """Constraint violations of a choice, in model terms (the plan checker re-checks from scratch)."""
+        out: list[str] = []
+        for j in range(self.n_jobs):
+            o = int(choice[j])
+            if not (self.job_start[j] <= o < self.job_start[j + 1]):
+                out.append(f"job {self.menus[j].outlook.job.id}: option {o} not its own")
+        placed = choice[self.opt_node[choice] >= 0]
+        n = len(self.node_names)
+        for name, dem, cap in (
+            ("cpu", self.dem_cpu, self.cap_cpu),
+            ("gpu", self.dem_gpu, self.cap_gpu),
+            ("memory", self.dem_mem, self.cap_mem),
+        ):
+            use = np.bincount(self.opt_node[placed], weights=dem[placed], minlength=n)
+            for i in np.flatnonzero(use > cap + 1e-9):
+                out.append(f"node {self.node_names[i]}: {name} {int(use[i])} > {int(cap[i])}")
+        mv = int(self.moves[choice].sum())
+        if mv > self.migration_budget:
+            out.append(f"{mv} migrations > budget {self.migration_budget}")
+        return out

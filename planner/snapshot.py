@@ -1,0 +1,191 @@
+"""The Snapshot contract (``apiVersion: flowplan/v1``): what the cluster looks like now.
+
+Units: times are seconds on one clock shared by ``time``, metric ``time`` and deadlines (Unix time is
+the usual choice, but any clock works); CPU is in millicores (1000 = one core); memory in MiB.
+
+A *job* is one training run: one container, or a gang of ``replicas`` identical containers that are
+placed together on one node, all or nothing; its CPU, GPU and memory figures are per replica. Resizing
+a job that is not ``resizable`` live, or moving it to another node, is a restart: it checkpoints
+(``checkpoint_seconds``), is re-created, and restores (``restart_seconds``); both count as migrations.
+
+Validation is strict: unknown fields, NaN, infinities, negative capacities, duplicate names and jobs
+on unknown nodes are rejected with the path of the offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+API_VERSION = "flowplan/v1"
+
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$")]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Time = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Millis = Annotated[int, Field(ge=0, le=10**9)]
+Count = Annotated[int, Field(ge=0, le=10**6)]
+
+
+class Contract(BaseModel):
+    """Base of every contract model: unknown fields and non-finite floats are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class Node(Contract):
+    """A machine jobs can run on (a Docker host, a Kubernetes node)."""
+
+    name: Name
+    cpu_millis: Millis = Field(description="Allocatable CPU in millicores (1000 = one core).")
+    gpus: Count = Field(0, description="Allocatable whole GPUs.")
+    memory_mib: Count = Field(0, description="Allocatable memory in MiB; 0 with jobs asking for none.")
+    gpu_type: str | None = Field(None, description="GPU model, e.g. 'V100M16'; jobs may require one.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    schedulable: bool = Field(True, description="False: cordoned; jobs already there may stay, none is added.")
+
+
+class Allocation(Contract):
+    """Resources a running job holds now, per replica."""
+
+    cpu_millis: Millis
+    gpus: Count = 0
+
+
+class MetricPoint(Contract):
+    """One progress report: at ``time``, after ``epoch`` epochs, the job's loss and/or quality metric."""
+
+    time: Time
+    epoch: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    loss: Finite | None = None
+    metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
+
+    @model_validator(mode="after")
+    def _has_a_value(self) -> MetricPoint:
+        if self.loss is None and self.metric is None:
+            raise ValueError("a metric point needs 'loss' or 'metric'")
+        return self
+
+
+class SpeedPoint(Contract):
+    """An observed training speed at a past allocation (per replica)."""
+
+    cpu_millis: Annotated[int, Field(ge=1, le=10**9)]
+    gpus: Count = 0
+    seconds_per_epoch: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class Tier(Contract):
+    """One QoE tier: reach ``value`` of the target metric, by ``deadline`` if one is given."""
+
+    value: Finite
+    deadline: Time | None = None
+
+
+class QoETarget(Contract):
+    """The user's promise: tier 1 (deliver a usable model by its deadline), tier 2 (keep training to it).
+
+    ``metric`` names what the tiers are measured on: ``"loss"`` reads ``MetricPoint.loss``; any other
+    name reads ``MetricPoint.metric``. ``max_epochs`` caps the run (the job finishes there at the latest).
+    """
+
+    metric: str = "loss"
+    direction: Literal["higher", "lower"] = "lower"
+    tier1: Tier
+    tier2: Tier | None = None
+    max_epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _tiers_ordered(self) -> QoETarget:
+        if self.tier2 is not None:
+            better = self.tier2.value >= self.tier1.value if self.direction == "higher" else self.tier2.value <= self.tier1.value
+            if not better:
+                raise ValueError(
+                    f"tier2.value {self.tier2.value} must be at least as good as tier1.value {self.tier1.value} "
+                    f"(direction '{self.direction}')"
+                )
+        return self
+
+
+class Job(Contract):
+    """One training run (a container, or a gang of ``replicas`` containers on one node)."""
+
+    id: Name
+    status: Literal["pending", "running", "finished"]
+    node: Name | None = Field(None, description="Where it runs now (running jobs).")
+    allocation: Allocation | None = Field(None, description="What it holds now, per replica (running jobs).")
+    replicas: Annotated[int, Field(ge=1, le=1024)] = 1
+    min_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
+    max_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
+    min_gpus: Count = 0
+    max_gpus: Count = 0
+    memory_mib: Count = 0
+    gpu_type: str | None = Field(None, description="Only nodes with this GPU model qualify.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Labels a node must carry.")
+    resizable: bool = Field(True, description="CPU/GPU can change in place without a restart.")
+    migratable: bool = Field(True, description="Can checkpoint, stop, and restart elsewhere (or be paused).")
+    checkpoint_seconds: Seconds = 30.0
+    restart_seconds: Seconds = 30.0
+    priority: Annotated[float, Field(ge=0.01, le=100, allow_inf_nan=False)] = 1.0
+    submitted: Time | None = None
+    history: list[MetricPoint] = Field(default_factory=list)
+    speed: list[SpeedPoint] = Field(default_factory=list)
+    target: QoETarget | None = None
+    delivered: bool = Field(False, description="The tier-1 model was already handed over.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Job:
+        if self.min_cpu_millis > self.max_cpu_millis:
+            raise ValueError(f"min_cpu_millis {self.min_cpu_millis} exceeds max_cpu_millis {self.max_cpu_millis}")
+        if self.min_gpus > self.max_gpus:
+            raise ValueError(f"min_gpus {self.min_gpus} exceeds max_gpus {self.max_gpus}")
+        if self.status == "running":
+            if self.node is None:
+                raise ValueError("a running job needs 'node'")
+            if self.allocation is None:
+                raise ValueError("a running job needs 'allocation'")
+        return self
+
+
+class Settings(Contract):
+    """Per-snapshot planning settings (the operator's knobs for this cluster)."""
+
+    interval_seconds: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
+    migration_budget: Annotated[int, Field(ge=0, le=10**6)] = 4
+    convergence_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        1e-3, description="A job without a tier-2 value or max_epochs finishes when it improves less than this per epoch."
+    )
+
+
+class Snapshot(Contract):
+    """What the cluster looks like at ``time``."""
+
+    apiVersion: Literal["flowplan/v1"] = API_VERSION
+    kind: Literal["Snapshot"] = "Snapshot"
+    time: Time
+    nodes: list[Node] = Field(default_factory=list, max_length=100_000)
+    jobs: list[Job] = Field(default_factory=list, max_length=1_000_000)
+    settings: Settings = Field(default_factory=Settings)
+
+    @model_validator(mode="after")
+    def _references(self) -> Snapshot:
+        names: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.name in names:
+                raise ValueError(f"nodes[{i}].name: duplicate node name '{node.name}' (also nodes[{names[node.name]}])")
+            names[node.name] = i
+        ids: dict[str, int] = {}
+        for i, job in enumerate(self.jobs):
+            if job.id in ids:
+                raise ValueError(f"jobs[{i}].id: duplicate job id '{job.id}' (also jobs[{ids[job.id]}])")
+            ids[job.id] = i
+            if job.node is not None and job.node not in names:
+                raise ValueError(f"jobs[{i}].node: unknown node name '{job.node}'")
+        return self
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
