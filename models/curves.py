@@ -246,13 +246,36 @@ def fit_learning_curve(
     n = int(k.size)
     if n < MIN_POINTS:
         return CannotPredict(f"only {n} usable point(s); need {MIN_POINTS}", n)
-    if float(np.ptp(v)) <= 1e-12 * max(1.0, float(np.abs(v).max())):
+    with np.errstate(all="ignore"):
+        unchanged = float(np.ptp(v)) <= 1e-12 * max(1.0, float(np.abs(v).max()))
+    if unchanged:
         return CannotPredict("the metric has not changed", n)
     sign = 1.0 if direction == "lower" else -1.0
-    z = sign * v
+    # Fit in standardised units (z = shift + scale * u) so huge or tiny metrics stay well conditioned;
+    # parameters are mapped back to value units at the end.
+    with np.errstate(all="ignore"):
+        shift = float(np.mean(sign * v))
+        scale = float(np.ptp(v))
+    if not (math.isfinite(shift) and math.isfinite(scale)):
+        return CannotPredict("values too large to fit", n)
+    z = (sign * v - shift) / scale
     w = _recency_weights(k)
 
     # Choose the family on the held-out tail when there are enough points.
+    with np.errstate(all="ignore"):
+        return _fit(k, z, w, n, direction, v, shift, scale)
+
+
+def _fit(
+    k: NDArray[np.float64],
+    z: NDArray[np.float64],
+    w: NDArray[np.float64],
+    n: int,
+    direction: Direction,
+    v: NDArray[np.float64],
+    shift: float,
+    scale: float,
+) -> CurveFit | CannotPredict:
     holdout: dict[str, float] = {}
     if n >= MIN_POINTS_FOR_HOLDOUT:
         h = max(1, int(round(n * HOLDOUT_SHARE)))
@@ -275,9 +298,10 @@ def fit_learning_curve(
     else:
         ranked = sorted((sse, name) for name, (_, sse) in fits.items())
     family = ranked[0][1]
-    params, sse = fits[family]
+    params, sse = _to_value_units(family, fits[family][0], shift, scale), fits[family][1]
     dof = max(n - 3, 1)
-    residual_std = math.sqrt(sse / float(w.sum()) * n / dof)
+    residual_std = scale * math.sqrt(sse / float(w.sum()) * n / dof)
+    holdout = {name: scale * e for name, e in holdout.items()}
     return CurveFit(
         family=family,  # type: ignore[arg-type]
         direction=direction,
@@ -288,5 +312,13 @@ def fit_learning_curve(
         first_epoch=float(k[0]),
         last_epoch=float(k[-1]),
         last_value=float(v[-1]),
-        candidates=holdout if holdout else {name: s for name, (_, s) in fits.items()},
+        candidates=holdout if holdout else {name: scale * math.sqrt(s / float(w.sum())) for name, (_, s) in fits.items()},
     )
+
+
+def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:
+    """Map parameters fitted on ``u = (z - shift) / scale`` back to ``z``."""
+    if family == "hyperbola":
+        # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
+        return {"a": p["a"] / scale, "b": p["b"] / scale, "c": shift + scale * p["c"]}
+    return {"c": shift + scale * p["c"], "d": scale * p["d"], "r": p["r"]}

@@ -1,13 +1,19 @@
 """PuLP backend: the same model for CBC (bundled with PuLP) or HiGHS (when ``highspy`` is installed).
 
-HiGHS is preferred when present: it reports its dual bound, so the plan carries a real gap. CBC
-through PuLP's command-line interface reports none; its gap is 0 when it proves optimality and
+HiGHS is preferred when PuLP can load it: it reports its dual bound, so the plan carries a real gap.
+CBC through PuLP's command-line interface reports none; its gap is 0 when it proves optimality and
 unknown otherwise. Both run single-threaded with a fixed seed, so results repeat.
+
+Note: the ``highspy`` wheel and OR-Tools 9.15 (which bundles its own HiGHS) clash at the symbol
+level — whichever is loaded first breaks the other. FlowPlan therefore does not depend on
+``highspy``; :mod:`planner.backends` imports OR-Tools first, so an installed ``highspy`` simply
+shows up as unavailable here and the backend uses CBC.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pulp
@@ -34,10 +40,10 @@ class PulpBackend:
         t0 = time.perf_counter()
         lp = pulp.LpProblem("flowplan", pulp.LpMinimize)
         n = problem.n_options
-        x = [pulp.LpVariable(f"x{i}", cat=pulp.LpBinary) for i in range(n)]
+        x = [lp.add_variable(f"x{i}", lowBound=0, upBound=1, cat=pulp.LpBinary) for i in range(n)]
         fq = problem.finish_q
         starts = problem.job_start
-        makespan = pulp.LpVariable("makespan", lowBound=0, upBound=int(fq.max()) if n else 0)
+        makespan = lp.add_variable("makespan", lowBound=0, upBound=int(fq.max()) if n else 0)
         lp += pulp.lpSum(int(c) * v for c, v in zip(problem.cost, x)) + problem.makespan_weight * makespan
         for j in range(problem.n_jobs):
             s, e = int(starts[j]), int(starts[j + 1])
@@ -58,7 +64,10 @@ class PulpBackend:
         if self.engine == "highs":
             solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=1, random_seed=0)
         else:
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, warmStart=True, threads=1, options=["randomSeed 0"])
+            with warnings.catch_warnings():
+                # PuLP 3.x flags its bundled CBC for removal in 4.0; pyproject pins pulp < 4.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, warmStart=True, threads=1, options=["randomSeed 0"])
         lp.solve(solver)
         status_txt = pulp.LpStatus.get(lp.status, "Unknown")
         values = np.array([v.value() if v.value() is not None else 0.0 for v in x])

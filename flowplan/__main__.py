@@ -1,0 +1,5 @@
+import sys
+
+from flowplan.cli import main
+
+sys.exit(main())

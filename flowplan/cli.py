@@ -1,0 +1,164 @@
+"""The ``flowplan`` command line.
+
+Exit codes: 0 success; 2 bad input (a bad snapshot, file or option — one line on stderr naming the
+file, field and value); 1 an internal failure (a plan that failed the checker, which is a bug).
+Set ``FLOWPLAN_DEBUG=1`` to see tracebacks of internal failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from flowplan import __version__
+from flowplan.render import render_table
+from planner import PlanCheckError, PlannerConfig, SnapshotError, check_plan, load_snapshot, plan
+from planner.plan import Plan
+from planner.snapshot import Snapshot
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A user mistake: printed as one line, exit code 2."""
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < v <= 3600):
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 3600 seconds, got {text}")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flowplan",
+        description="Plan CPU/GPU shares and placements for deep-learning training jobs.",
+    )
+    p.add_argument("--version", action="version", version=f"flowplan {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    pl = sub.add_parser(
+        "plan",
+        help="plan one control interval for a cluster snapshot (dry run: nothing is applied)",
+        description="Read a snapshot (JSON, apiVersion flowplan/v1), solve the plan, print it. Nothing is applied.",
+    )
+    pl.add_argument("snapshot", help="snapshot JSON file ('-' for standard input)")
+    pl.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="integer-program backend (default: cpsat)")
+    pl.add_argument("--time-limit", type=_positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)")
+    pl.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+    pl.add_argument("--out", metavar="FILE", help="write the output to FILE instead of standard output")
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of a contract", description="Print the JSON Schema of a contract.")
+    sc.add_argument("which", choices=["snapshot", "plan"])
+
+    ck = sub.add_parser(
+        "check",
+        help="check a plan file against its snapshot with the independent checker",
+        description="Re-check a plan (JSON) against the snapshot it answers; exit 0 if valid, 1 if not.",
+    )
+    ck.add_argument("snapshot")
+    ck.add_argument("plan")
+    return p
+
+
+def _read_snapshot(path: str) -> Snapshot:
+    from planner.io import parse_snapshot
+
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            return parse_snapshot(sys.stdin.buffer.read())
+        return load_snapshot(path)
+    except SnapshotError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _write(text: str, out: str | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    target = Path(out)
+    if target.is_dir():
+        raise UsageError(f"--out {out}: is a directory")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: directory {parent} does not exist")
+    # Write next to the target and rename: a reader never sees half a plan.
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    snapshot = _read_snapshot(args.snapshot)
+    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
+    result = plan(snapshot, config)
+    if args.format == "json":
+        text = result.plan.model_dump_json(indent=2) + "\n"
+    else:
+        text = render_table(result.plan, "<stdin>" if args.snapshot == "-" else args.snapshot)
+    _write(text, args.out)
+    if args.out:
+        print(f"wrote {args.format} plan to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    model = Snapshot if args.which == "snapshot" else Plan
+    sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    snapshot = _read_snapshot(args.snapshot)
+    try:
+        plan_obj = Plan.model_validate_json(Path(args.plan).read_bytes())
+    except OSError as exc:
+        raise UsageError(f"{args.plan}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise UsageError(f"{args.plan}: not a valid plan: {first[1] if len(first) > 1 else first[0]}") from None
+    violations = check_plan(snapshot, plan_obj)
+    for v in violations:
+        print(f"violation: {v}")
+    print(f"{len(violations)} violation(s)" if violations else "plan is valid")
+    return EXIT_INTERNAL if violations else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "plan":
+            return _cmd_plan(args)
+        if args.command == "schema":
+            return _cmd_schema(args)
+        return _cmd_check(args)
+    except UsageError as exc:
+        print(f"flowplan: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PlanCheckError as exc:
+        if os.environ.get("FLOWPLAN_DEBUG"):
+            raise
+        print(f"flowplan: internal error: the plan failed the checker: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except KeyboardInterrupt:
+        print("flowplan: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

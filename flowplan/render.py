@@ -1,0 +1,94 @@
+"""Human-readable rendering of a plan: who moves where, who gets what, who meets the deadline, and why."""
+
+from __future__ import annotations
+
+from planner.decode import duration
+from planner.plan import Assignment, Plan
+
+_MARK = {True: "yes", False: "NO", None: "-"}
+
+
+def _eta(a: Assignment, at: float | None, now: float) -> str:
+    return "-" if at is None else f"in {duration(at - now)}"
+
+
+def _deadline(d: float | None, now: float) -> str:
+    if d is None:
+        return "-"
+    return f"in {duration(d - now)}" if d >= now else f"{duration(now - d)} ago"
+
+
+def _alloc(cpu: int, gpus: int) -> str:
+    return f"{cpu / 1000:g}" + (f"+{gpus}g" if gpus else "")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header).rstrip(), fmt.format(*["-" * w for w in widths]).rstrip()]
+    out += [fmt.format(*r).rstrip() for r in rows]
+    return out
+
+
+def render_table(plan: Plan, source: str = "") -> str:
+    now = plan.time
+    s = plan.solver
+    o = plan.objective
+    lines: list[str] = []
+    title = f"FlowPlan plan{' for ' + source if source else ''}: {plan.summary.active_jobs} active job(s)"
+    title += f", {plan.summary.placed} placed, {plan.summary.unserved} unserved"
+    lines.append(title)
+    gap = "-" if s.gap is None else f"{100 * s.gap:.2f}%"
+    parts = f", {s.subproblems} parts" if s.subproblems > 1 else ""
+    lines.append(f"solver: {s.name} {s.status} in {s.seconds:.2f} s (limit {s.time_limit:g} s{parts}), gap {gap}")
+    if s.status == "fallback" and s.message:
+        lines.append(f"  note: {s.message}")
+    lines.append("")
+
+    rows: list[list[str]] = []
+    for a in plan.assignments:
+        p = a.predictions
+        prev = a.previous
+        if a.action == "migrate" and prev is not None:
+            where = f"{prev.node} -> {a.node}"
+        else:
+            where = a.node or "-"
+        was = _alloc(prev.cpu_millis, prev.gpus) if prev is not None else "-"
+        now_alloc = _alloc(a.cpu_millis, a.gpus) if a.node else "-"
+        cpu = now_alloc if was in ("-", now_alloc) else f"{was} -> {now_alloc}"
+        action = a.action + ("+deliver" if a.deliver and a.action != "deliver" else "")
+        rows.append(
+            [
+                a.job,
+                action,
+                where,
+                cpu,
+                _eta(a, p.eta_tier1, now) if not p.tier1_reached else "reached",
+                _deadline(p.tier1_deadline, now),
+                _MARK[p.tier1_satisfied],
+                _eta(a, p.eta_finish, now),
+            ]
+        )
+    lines += _table(rows, ["JOB", "ACTION", "NODE", "CPU(+GPU)", "TIER 1", "DEADLINE", "MET", "FINISH"])
+
+    if plan.unserved:
+        lines += ["", "Not served this interval:"]
+        lines += [f"  {u.job}: {u.reason}" for u in plan.unserved]
+    if plan.warnings:
+        lines += ["", "Warnings:"]
+        lines += [f"  {w}" for w in plan.warnings]
+
+    lines += ["", "Objective:"]
+    t1 = o.tier1_met + o.tier1_missed
+    t2 = o.tier2_met + o.tier2_missed
+    lines.append(
+        f"  tier-1 deadlines met {o.tier1_met}/{t1}, tier-2 met {o.tier2_met}/{t2}; "
+        f"makespan {duration(o.makespan_seconds)}; {o.migrations} migration(s), {o.resizes} resize(s), "
+        f"{duration(o.lost_seconds)} lost to restarts"
+    )
+    lines.append(
+        f"  cost {o.total:.0f} = QoE {o.qoe_cost:.0f} + makespan {o.makespan_cost:.0f} + completion {o.completion_cost:.0f} + churn {o.churn_cost:.0f}"
+    )
+    lines += ["", "Why:"]
+    lines += [f"  {a.job}: {a.explanation}" for a in plan.assignments]
+    return "\n".join(lines) + "\n"

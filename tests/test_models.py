@@ -1,0 +1,147 @@
+"""Learning-curve and speed models.
+
+Cases:
+- synthetic curves with noise: each family recovers its own parameters (plateau, target epoch);
+- predictions are monotone in the direction of improvement, for both directions;
+- ugly histories never raise and never give NaN: 0-2 points, constant, NaN-laden, rising loss
+  (overfitting), duplicated epochs, negative epochs;
+- real measured curves (cifar10, imagenet, deepspeech2) fitted on half their epochs predict the epoch
+  of reaching a near-final target within a tolerance, and the final value closely;
+- speed: an Amdahl curve is recovered from three observations; one observation scales the prior; none
+  gives the prior; GPU jobs speed up with GPUs; predictions are positive and finite everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import real_curve
+from models import CannotPredict, CurveFit, SpeedObservation, fit_learning_curve, fit_speed_model
+
+
+def _noisy(values: np.ndarray, sd: float, seed: int = 0) -> np.ndarray:
+    return values + np.random.default_rng(seed).normal(0, sd, values.size)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_hyperbola_recovered(seed: int) -> None:
+    k = np.arange(1, 41, dtype=float)
+    a, b, c = 0.3, 0.5, 0.2
+    loss = c + 1 / (a * k + b)
+    fit = fit_learning_curve(k, _noisy(loss, 0.005, seed), "lower")
+    assert isinstance(fit, CurveFit)
+    assert fit.plateau == pytest.approx(c, abs=0.03)
+    true_epoch = (1 / (0.25 - c) - b) / a  # loss 0.25
+    got = fit.epoch_reaching(0.25)
+    assert got is not None and got == pytest.approx(true_epoch, rel=0.15)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_exponential_recovered_for_accuracy(seed: int) -> None:
+    k = np.arange(1, 31, dtype=float)
+    acc = 0.9 - 0.6 * np.exp(-0.15 * k)
+    fit = fit_learning_curve(k, _noisy(acc, 0.004, seed), "higher")
+    assert isinstance(fit, CurveFit)
+    assert fit.plateau == pytest.approx(0.9, abs=0.02)
+    true_epoch = -math.log((0.9 - 0.85) / 0.6) / 0.15
+    got = fit.epoch_reaching(0.85)
+    assert got is not None and got == pytest.approx(true_epoch, rel=0.15)
+    assert fit.epoch_reaching(0.95) is None  # beyond the plateau: unreachable
+
+
+@pytest.mark.parametrize("direction", ["higher", "lower"])
+def test_predictions_monotone(direction: str) -> None:
+    curve = real_curve("cifar10", 128)[:40]
+    values = curve if direction == "higher" else 1 - curve
+    fit = fit_learning_curve(np.arange(1, 41), values, direction)  # type: ignore[arg-type]
+    assert isinstance(fit, CurveFit)
+    pred = fit.predict(np.arange(1, 500))
+    steps = np.diff(pred)
+    assert (steps >= -1e-12).all() if direction == "higher" else (steps <= 1e-12).all()
+    lo, hi = fit.epoch_interval(float(np.median(values)))
+    assert lo is not None and hi is not None and lo <= hi
+
+
+UGLY = {
+    "empty": ([], []),
+    "one point": ([1], [0.5]),
+    "two points": ([1, 2], [0.5, 0.4]),
+    "constant": ([1, 2, 3, 4, 5], [0.7] * 5),
+    "nan laden": ([1, 2, 3, 4, 5, 6], [np.nan, 1.0, np.nan, 0.8, np.inf, 0.7]),
+    "all nan": ([1, 2, 3], [np.nan] * 3),
+    "rising loss": ([1, 2, 3, 4, 5, 6, 7, 8], [1.0, 0.8, 0.7, 0.72, 0.8, 0.9, 1.0, 1.2]),
+    "duplicated epochs": ([1, 1, 2, 2, 3, 3, 4], [1.0, 0.9, 0.8, 0.8, 0.7, 0.71, 0.65]),
+    "negative epochs": ([-3, -2, 1, 2, 3, 4], [5, 4, 1.0, 0.8, 0.7, 0.65]),
+    "huge values": ([1, 2, 3, 4], [1e300, 1e299, 1e298, 1e297]),
+    "tiny noise": ([1, 2, 3, 4, 5], [1.0, 1.0 + 1e-15, 1.0, 1.0 - 1e-15, 1.0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UGLY))
+@pytest.mark.parametrize("direction", ["higher", "lower"])
+def test_ugly_histories_never_raise(case: str, direction: str) -> None:
+    k, v = UGLY[case]
+    fit = fit_learning_curve(k, v, direction)  # type: ignore[arg-type]
+    if isinstance(fit, CannotPredict):
+        assert fit.reason
+        return
+    for x in (fit.plateau, fit.residual_std, fit.convergence_epoch(1e-3)):
+        assert math.isfinite(x)
+    assert np.isfinite(fit.predict([1, 10, 100])).all()
+    e = fit.epoch_reaching(float(np.nanmedian(np.asarray(v, dtype=float)[np.isfinite(v)])))
+    assert e is None or math.isfinite(e)
+
+
+@pytest.mark.parametrize(
+    "model,bsz,direction,tolerance",
+    [("cifar10", 128, "higher", 0.35), ("imagenet", 1600, "higher", 0.35), ("deepspeech2", 40, "lower", 0.35)],
+)
+def test_real_curves_half_observed(model: str, bsz: int, direction: str, tolerance: float) -> None:
+    """Fitted on the first half, the predicted epoch of reaching 90 % of the way to the final value
+    is within ``tolerance`` (relative) of the measured one. Step LR decay makes this hard for one
+    curve family (the models issue tightens it); the bound here guards against regressions."""
+    curve = real_curve(model, bsz)
+    n = len(curve)
+    half = n // 2
+    target = curve[0] + 0.9 * (curve[-1] - curve[0])
+    better = curve >= target if direction == "higher" else curve <= target
+    true_epoch = int(np.argmax(better)) + 1
+    fit = fit_learning_curve(np.arange(1, half + 1), curve[:half], direction)  # type: ignore[arg-type]
+    assert isinstance(fit, CurveFit)
+    got = fit.epoch_reaching(target)
+    assert got is not None
+    assert abs(got - true_epoch) / true_epoch <= tolerance, (got, true_epoch)
+
+
+def test_speed_recovers_amdahl() -> None:
+    t1, f = 120.0, 0.15
+    obs = [SpeedObservation(c, 0, t1 * (f + (1 - f) / (c / 1000))) for c in (1000, 2000, 4000)]
+    m = fit_speed_model(obs, uses_gpu=False)
+    assert m.source == "fitted"
+    assert m.seconds_per_epoch(8000, 0) == pytest.approx(t1 * (f + (1 - f) / 8), rel=0.05)
+    assert m.relative_rmse is not None and m.relative_rmse < 0.02
+
+
+def test_speed_priors() -> None:
+    none = fit_speed_model([], uses_gpu=False)
+    assert none.source == "prior" and none.seconds_per_epoch(1000, 0) == pytest.approx(60.0)
+    one = fit_speed_model([SpeedObservation(2000, 0, 50.0)], uses_gpu=False)
+    assert one.source == "scaled-prior"
+    assert one.seconds_per_epoch(2000, 0) == pytest.approx(50.0, rel=0.01)
+    assert one.seconds_per_epoch(4000, 0) < 50.0 < one.seconds_per_epoch(1000, 0)
+
+
+def test_speed_gpu_job() -> None:
+    m = fit_speed_model([SpeedObservation(4000, 1, 100.0), SpeedObservation(4000, 4, 30.0)], uses_gpu=True)
+    assert m.seconds_per_epoch(4000, 2) < m.seconds_per_epoch(4000, 1)
+    assert m.seconds_per_epoch(4000, 0) > m.seconds_per_epoch(4000, 1)  # no GPU: much slower
+    grid = m.seconds_per_epoch_many(np.array([100, 1000, 64000]), np.array([0, 1, 8]))
+    assert np.isfinite(grid).all() and (grid > 0).all()
+
+
+def test_speed_ignores_bad_observations() -> None:
+    m = fit_speed_model([SpeedObservation(1000, 0, float("nan")), SpeedObservation(1000, 0, -5.0)], uses_gpu=False)
+    assert m.source == "prior"
