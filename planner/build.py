@@ -88,7 +88,8 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     # Nodes already over capacity with jobs that cannot leave: plan around it, and say so.
     forced = np.zeros((3, N), dtype=np.int64)
-    for j in np.flatnonzero(pinned):
+    for jj in np.flatnonzero(pinned):
+        j = int(jj)
         m = menus[j]
         lv = int(np.argmax(stay_ok[j]))  # type: ignore[arg-type]
         forced[:, current[j]] += (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
@@ -103,6 +104,13 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes)
 
     problem = _options(menus, cand, current, pinned, stay_ok, cap, g, pricing, node_index, budget)
+    forced = int(problem.moves[problem.hint].sum())
+    if forced > budget:
+        warnings.append(
+            f"{forced} running jobs cannot stay where they are (overfull nodes or shares outside their bounds); "
+            f"the migration budget of {budget} is raised to {forced} for them"
+        )
+        problem.migration_budget = forced
     problem.warnings.extend(warnings)
     return problem, pricing
 
@@ -222,6 +230,8 @@ def _options(
         return np.concatenate(cols[k]).astype(np.int64) if cols[k] else np.zeros(0, dtype=np.int64)
 
     way = cat("way")
+    running = np.array([m.outlook.job.status == "running" for m in menus], dtype=bool)
+    running_of_option = running[cat("job")] if way.size else np.zeros(0, dtype=bool)
     return Problem(
         node_names=list(node_index),
         cap_cpu=cap[0].copy(),
@@ -236,7 +246,7 @@ def _options(
         dem_cpu=cat("cpu"),
         dem_gpu=cat("gpu"),
         dem_mem=cat("mem"),
-        moves=(way == MOVE).astype(np.int64),
+        moves=((way == MOVE) | ((way == WAIT_WAY) & running_of_option)).astype(np.int64),
         finish_q=cat("fq"),
         cost=cat("cost"),
         makespan_weight=pricing.makespan_weight,

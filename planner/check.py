@@ -14,7 +14,8 @@ Rules:
 - a job that cannot migrate keeps its node and is not paused; a job that cannot resize live changes
   its allocation only by restarting (``migrate``);
 - actions match the transition (``start`` only for pending jobs, ``keep``/``resize`` only in place ...);
-- migrations do not exceed the snapshot's budget; every number is finite.
+- checkpoint-restarts (migrations, restarts in place, pauses) do not exceed the snapshot's
+  ``migration_budget``; every number is finite.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
                 bad.append(f"{a.job}: cannot checkpoint (migratable=false) but is paused")
             if a.action == "pause" and not running:
                 bad.append(f"{a.job}: paused but not running")
+            if a.action == "pause":
+                migrations += 1
             if a.action == "wait" and running:
                 bad.append(f"{a.job}: running job given 'wait'")
             continue
@@ -134,6 +137,16 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         for r, v, c in over:
             bad.append(f"node {name}: {r} {v} exceeds capacity {c}")
 
-    if migrations > snapshot.settings.migration_budget:
-        bad.append(f"{migrations} migrations exceed the budget of {snapshot.settings.migration_budget}")
+    # Running jobs that cannot stay as they are (overfull node, or a share outside their bounds that
+    # cannot change live) must restart or pause whatever the budget says.
+    forced = 0
+    for j in snapshot.jobs:
+        if j.status != "running" or j.allocation is None or j.node is None:
+            continue
+        n, b = nodes[j.node], before[j.node]
+        overfull = b[0] > n.cpu_millis or b[1] > n.gpus or b[2] > n.memory_mib
+        outside = not (j.min_cpu_millis <= j.allocation.cpu_millis <= j.max_cpu_millis and j.min_gpus <= j.allocation.gpus <= j.max_gpus)
+        forced += int(j.migratable and (overfull or outside))
+    if migrations > max(snapshot.settings.migration_budget, forced):
+        bad.append(f"{migrations} migrations and pauses exceed the budget of {snapshot.settings.migration_budget}")
     return bad

@@ -13,7 +13,9 @@ SolverName = Literal["cpsat", "pulp", "greedy"]
 
 @dataclass(frozen=True)
 class ObjectiveWeights:
-    """Weights of the objective terms, in priority order (see docs/planner.md for the integer form).
+    """Weights of the objective terms, in priority order (see docs/planner.md for the integer form):
+    serve every active job, then QoE deadlines (tier 1 before tier 2), then makespan, then total
+    completion time and churn.
 
     Every time term is measured in *quanta*: the planning horizon (latest predicted finish over all
     candidate options) split into ``time_resolution`` steps. With ``qoe_dominance >= 2`` one missed
@@ -23,6 +25,9 @@ class ObjectiveWeights:
     """
 
     tier1_over_tier2: float = 4.0
+    #: Leaving an active job without a node costs this many times its tier-1 miss cost (whether it
+    #: has a deadline or not): one placement per active job comes first whenever capacity allows.
+    unserved_over_tier1: float = 2.0
     qoe_dominance: float = 2.0
     #: The makespan term is weighted by the sum of the job weights times this factor, so shortening
     #: the makespan by one quantum is worth as much as shortening every job's completion by one.
@@ -40,9 +45,11 @@ class ObjectiveWeights:
 class PlannerConfig:
     """How to plan.
 
-    ``time_limit`` is in seconds. CP-SAT runs on *deterministic* time (its own work counter, close to
-    seconds on this class of machine) so the same snapshot always gives the same plan; a wall-clock
-    guard of ``wall_clock_factor * time_limit + 1`` seconds stops a run that drifts far from it.
+    ``time_limit`` is in seconds of search. CP-SAT runs on *deterministic* time (its own work counter,
+    converted from seconds as measured on the reference machine) so the same snapshot always gives
+    the same plan; a wall-clock guard of ``wall_clock_factor * time_limit + 1`` seconds of search
+    stops a run that drifts far from it (and the plan says so). A decomposed problem shares the
+    limit among its parts in proportion to their size.
     """
 
     solver: SolverName = "cpsat"
@@ -59,7 +66,7 @@ class PlannerConfig:
     max_jobs_per_subproblem: int = 1500
     weights: ObjectiveWeights = field(default_factory=ObjectiveWeights)
     wall_clock_factor: float = 3.0
-    #: CP-SAT search workers run interleaved in one thread (deterministic).
-    cpsat_workers: int = 8
+    #: CP-SAT search workers (more than one run interleaved in one thread, still deterministic).
+    cpsat_workers: int = 1
     #: Assumed remaining epochs for a job whose curve cannot be fitted yet and has no max_epochs.
     unknown_remaining_epochs: float = 30.0

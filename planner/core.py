@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.backends import CpSatBackend, PulpBackend, SolveResult
+from planner.backends import Backend, CpSatBackend, PulpBackend, SolveResult
 from planner.build import build_problem
 from planner.check import check_plan
 from planner.config import PlannerConfig
@@ -25,6 +25,7 @@ from planner.errors import PlanCheckError
 from planner.outlook import JobOutlook, build_outlook
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
+from planner.relax import residual, solve_relaxation
 from planner.snapshot import Snapshot
 
 
@@ -60,27 +61,87 @@ def _outlooks(snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | 
     return out
 
 
+#: Problems up to this many options are solved whole by the integer backend; larger ones go
+#: through relax-and-fix (:mod:`planner.relax`) first.
+FULL_SOLVE_MAX_OPTIONS = 5000
+
+
+def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: float) -> SolveResult:
+    """Solve one (part of a) problem; the result's choice is never worse than ``problem.hint``."""
+    t0 = time.perf_counter()
+    hint_obj = problem.objective(problem.hint)
+    if problem.n_options <= FULL_SOLVE_MAX_OPTIONS:
+        got = backend.solve(problem, time_limit=time_limit, wall_limit=wall)
+        if got.choice is not None and not problem.violations(got.choice) and problem.objective(got.choice) <= hint_obj:
+            return got
+        return replace(got, choice=None)
+    relaxation = solve_relaxation(problem)
+    if relaxation is None:
+        got = backend.solve(problem, time_limit=time_limit, wall_limit=wall)
+        ok = got.choice is not None and not problem.violations(got.choice) and problem.objective(got.choice) <= hint_obj
+        return got if ok else replace(got, choice=None)
+    rest = residual(problem, relaxation)
+    choice: np.ndarray | None = None
+    detail = f"LP relaxation {relaxation.seconds:.2f} s"
+    status = "feasible"
+    if rest is not None:
+        choice = rest.fixed.copy()
+        if rest.jobs.size:
+            left = max(time_limit - relaxation.seconds, 0.05)
+            got = backend.solve(rest.problem, time_limit=left, wall_limit=max(wall - relaxation.seconds, 0.2))
+            if got.choice is not None and not rest.problem.violations(got.choice):
+                choice[rest.jobs] = rest.keep[got.choice]
+                status = "optimal" if got.status == "optimal" else "feasible"
+            else:
+                choice = None
+            detail += f"; {rest.jobs.size} undecided job(s) solved by {backend.name}: {got.message}"
+        else:
+            detail += "; every job decided by the LP"
+            status = "optimal"
+    if choice is not None and (problem.violations(choice) or problem.objective(choice) > hint_obj):
+        choice = None
+    obj = float(problem.objective(choice)) if choice is not None else None
+    # "optimal" only when the LP bound proves it, not because the residual was solved exactly.
+    if obj is not None and obj - relaxation.bound > 1e-9 * max(abs(obj), 1.0):
+        status = "feasible"
+    return SolveResult(
+        backend=backend.name,
+        status=status,  # type: ignore[arg-type]
+        choice=choice,
+        objective=obj,
+        bound=relaxation.bound,
+        seconds=time.perf_counter() - t0,
+        message="relax-and-fix: " + detail,
+        variables=problem.n_options + 1,
+    )
+
+
 def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
     wall = config.wall_clock_factor * config.time_limit + 1.0
-    backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
+    backend: Backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
     k = parts_needed(problem, config.max_jobs_per_subproblem)
     if k == 1:
-        return backend.solve(problem, time_limit=config.time_limit, wall_limit=wall), 1
+        return _solve_one(problem, backend, config.time_limit, wall), 1
     t0 = time.perf_counter()
     choice = problem.hint.copy()
     statuses: list[str] = []
     gaps: list[float] = []
+    notes: set[str] = set()
     for sub, keep in split(problem, k):
         share = sub.n_jobs / max(problem.n_jobs, 1)
-        got = backend.solve(sub, time_limit=config.time_limit * share, wall_limit=wall * share)
+        got = _solve_one(sub, backend, config.time_limit * share, wall * share)
         statuses.append(got.status)
-        if got.choice is not None and not sub.violations(got.choice):
-            if got.objective is not None and got.objective <= sub.objective(sub.hint):
-                jobs_idx = problem.opt_job[keep[got.choice]]
-                choice[jobs_idx] = keep[got.choice]
-            if got.bound is not None and got.objective:
-                gaps.append(max(got.objective - got.bound, 0.0) / abs(got.objective))
+        if "wall-clock" in got.message:
+            notes.add("a part was stopped by the wall-clock guard, so this answer may differ between runs")
+        best = sub.objective(sub.hint)
+        if got.choice is not None:
+            choice[problem.opt_job[keep[got.choice]]] = keep[got.choice]
+            best = sub.objective(got.choice)
+        if got.bound is not None and best:
+            gaps.append(max(best - got.bound, 0.0) / abs(best))
     status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
+    gap = max(gaps) if len(gaps) == k else None
+    message = f"{k} node-disjoint parts; gap is the largest part's" + ("" if gap is not None else " (not every part reported a bound)")
     return (
         SolveResult(
             backend=backend.name,
@@ -89,8 +150,9 @@ def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
             objective=float(problem.objective(choice)),
             bound=None,
             seconds=time.perf_counter() - t0,
-            message=f"{k} node-disjoint parts; gap is the largest part's" + ("" if gaps else " (no part reported a bound)"),
+            message="; ".join([message, *sorted(notes)]),
             variables=problem.n_options + k,
+            gap=gap,
         ),
         k,
     )
@@ -113,6 +175,8 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: P
     t = time.perf_counter()
     hint_obj = problem.objective(problem.hint)
     parts = 1
+    name: str
+    choice: np.ndarray
     gap: float | None = None
     bound: float | None = None
     message = ""
@@ -124,18 +188,25 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: P
     else:
         result, parts = _solve(problem, config)
         name, message = result.backend, result.message
-        usable = result.choice is not None and not problem.violations(result.choice)
-        if usable and result.objective is not None and problem.objective(result.choice) <= hint_obj:  # type: ignore[arg-type]
-            choice, status = result.choice, result.status
+        got = result.choice
+        if got is not None and not problem.violations(got) and problem.objective(got) <= hint_obj:
+            choice, status = got, result.status
             bound = result.bound
-            obj = problem.objective(choice)  # type: ignore[arg-type]
-            if bound is not None and obj:
+            obj = problem.objective(choice)
+            if result.gap is not None:
+                gap = result.gap
+            elif bound is not None and obj:
                 gap = max(obj - bound, 0.0) / abs(obj)
             elif status == "optimal":
                 gap = 0.0
         else:
             choice, status = problem.hint, "fallback"
-            message = f"{result.backend} returned {result.status} ({result.message}); using the greedy plan"
+            message = f"{result.backend} found nothing better than the greedy warm start ({result.message}); using it"
+            bound = result.bound
+            if result.gap is not None:
+                gap = result.gap
+            elif bound is not None and hint_obj:
+                gap = max(hint_obj - bound, 0.0) / abs(hint_obj)
     timings["solve"] = time.perf_counter() - t
     assert choice is not None
 
@@ -182,7 +253,7 @@ def _decode(
         objective=terms,
         solver=SolverReport(
             name=name,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             seconds=time.perf_counter() - t0,
             gap=gap,
             bound=bound,

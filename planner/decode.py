@@ -160,7 +160,7 @@ def decode(
 ) -> tuple[list[Assignment], list[Unserved], ObjectiveTerms]:
     assignments: list[Assignment] = []
     unserved: list[Unserved] = []
-    qoe = churn = completion = 0
+    qoe = churn = completion = unserved_cost = 0
     t1_met = t1_miss = t2_met = t2_miss = migrations = resizes = 0
     lost_total = 0.0
     finish_seconds: list[float] = []
@@ -183,6 +183,7 @@ def decode(
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:
+            unserved_cost += m.wait_unserved
             qoe += m.wait_qoe
             churn += m.wait_churn
             completion += m.weight * m.wait_q
@@ -229,7 +230,8 @@ def decode(
         )
     makespan_cost = problem.makespan_weight * fq_max
     terms = ObjectiveTerms(
-        total=float(qoe + completion + churn + makespan_cost),
+        total=float(unserved_cost + qoe + completion + churn + makespan_cost),
+        unserved_cost=float(unserved_cost),
         qoe_cost=float(qoe),
         makespan_cost=float(makespan_cost),
         completion_cost=float(completion),

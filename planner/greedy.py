@@ -3,11 +3,17 @@
 1. *Pinned* jobs (running, cannot migrate) stay on their node at their lowest allowed level.
 2. Other running jobs stay on their node at their lowest level when it fits.
 3. Everyone else (pending jobs, and running jobs that no longer fit) is placed at its lowest level,
-   most urgent first (tier-1 deadline slack, then priority): GPU jobs best-fit on free GPUs (less
-   fragmentation), CPU jobs worst-fit on free CPU (room to grow). A running job placed elsewhere is a
-   migration and spends the budget; with none left it is paused.
-4. *Growth*: repeatedly give the next CPU or GPU level on its node to the job whose cost falls the
-   most per unit of the node's resource it takes (Optimus-style marginal gain), while it fits.
+   in order of *value density*: what placing it saves (its wait cost minus its cheapest placed cost)
+   per unit of the cluster it takes — so when not everything fits, the most valuable jobs per unit
+   of capacity go first. GPU jobs best-fit on free GPUs (less fragmentation), CPU jobs worst-fit on
+   free CPU (room to grow). A running job placed elsewhere (it could not stay) is a forced migration.
+4. *Preemption* (within the migration budget): a job still waiting may take the place of running
+   jobs that can checkpoint, on one node, when pausing them costs less than leaving it waiting —
+   cheapest victims first, as few as free enough room.
+5. *Growth*: repeatedly give a job on its node the upgrade whose cost falls the most per unit of the
+   node's resource it takes (Optimus-style marginal gain), while it fits. Upgrades are the next CPU
+   level, the next GPU level, and the *jump* to the cheapest level that meets one more deadline tier —
+   one step at a time often cannot see a deadline that only a bigger step reaches.
 
 It works on the job menus and full node arrays (vectorised over nodes), so it runs over every
 eligible node, not just the IP's candidate list — its choice is always among the IP's candidates.
@@ -33,13 +39,17 @@ class GreedyChoice:
     way: np.ndarray
 
 
-def _urgency(m: JobMenu) -> tuple[float, float, str]:
-    d = m.outlook.tier1_deadline
-    slack = math.inf
-    if d is not None and m.t1_met.size:
-        slack = float(np.nanmin(np.where(np.isfinite(m.t1_s[START]), m.t1_s[START], np.inf)))
-        slack = (d - slack) if math.isfinite(slack) else math.inf
-    return (slack, -m.outlook.job.priority, m.outlook.job.id)
+def _density(m: JobMenu, way: int, mean_cap: np.ndarray) -> float:
+    """What placing the job saves per unit of the cluster's average node it occupies."""
+    assert m.cost is not None
+    saving = float(m.wait_cost - m.cost[way].min())
+    size = max(
+        m.dem_cpu[0] / max(mean_cap[0], 1.0),
+        m.dem_gpu[0] / max(mean_cap[1], 1.0) if m.dem_gpu[0] else 0.0,
+        m.dem_mem / max(mean_cap[2], 1.0) if m.dem_mem else 0.0,
+        1e-9,
+    )
+    return saving / size
 
 
 def greedy(
@@ -51,7 +61,7 @@ def greedy(
     cap_cpu: np.ndarray,
     cap_gpu: np.ndarray,
     cap_mem: np.ndarray,
-    migration_budget: int,
+    migration_budget: int = 0,
 ) -> GreedyChoice:
     """Return a feasible choice.
 
@@ -97,13 +107,15 @@ def greedy(
             waiting.append(j)
 
     # 3: place the rest, most urgent first.
-    budget = migration_budget
-    waiting.sort(key=lambda j: _urgency(menus[j]))
+    # A running job here could not stay (its node is overfull, or it must restart to get a share
+    # within its bounds): moving or pausing it is forced, so no budget is checked.
+    mean_cap = np.array([cap_cpu.mean(), cap_gpu.mean(), cap_mem.mean()]) if cap_cpu.size else np.ones(3)
+    waiting.sort(
+        key=lambda j: (-_density(menus[j], MOVE if current_node[j] >= 0 else START, mean_cap), menus[j].outlook.job.id)
+    )
     for j in waiting:
         m = menus[j]
         is_move = current_node[j] >= 0
-        if is_move and budget <= 0:
-            continue
         nodes = eligible[j]
         if nodes.size == 0:
             continue
@@ -127,10 +139,13 @@ def greedy(
         n = int(cand[key[0]])
         node[j], level[j], way[j] = n, lv, (MOVE if is_move else START)
         take(j, n, lv)
-        if is_move:
-            budget -= 1
 
-    # 4: growth by marginal gain per unit of the node's scarcest resource it takes.
+    # 4: preemption of cheaper running jobs, within what the budget has left.
+    budget = migration_budget - sum(1 for j in range(J) if current_node[j] >= 0 and way[j] != STAY)
+    if budget > 0:
+        _preempt(menus, eligible, current_node, pinned, node, level, way, free, budget, take)
+
+    # 5: growth by marginal gain per unit of the node's scarcest resource it takes.
     heap: list[tuple[float, int, int, int]] = []
 
     def push(j: int) -> None:
@@ -140,12 +155,23 @@ def greedy(
         ci, gi = lv % m.n_cpu, lv // m.n_cpu
         n_gpu = m.cpu.size // m.n_cpu
         allowed = stay_ok[j] if w == STAY else None
-        for nxt in ((lv + 1) if ci + 1 < m.n_cpu else -1, (lv + m.n_cpu) if gi + 1 < n_gpu else -1):
-            if nxt < 0 or (allowed is not None and not allowed[nxt]):
+        steps = [(lv + 1) if ci + 1 < m.n_cpu else -1, (lv + m.n_cpu) if gi + 1 < n_gpu else -1]
+        assert m.qoe_cost is not None
+        better_qoe = np.flatnonzero(m.qoe_cost[w] < m.qoe_cost[w, lv])
+        if allowed is not None:
+            better_qoe = better_qoe[allowed[better_qoe]]
+        if better_qoe.size:
+            # The cheapest level (by its largest share of the node) that meets one more tier.
+            size = np.maximum(m.dem_cpu[better_qoe] / max(cap_cpu[n], 1), m.dem_gpu[better_qoe] / max(cap_gpu[n], 1))
+            steps.append(int(better_qoe[np.lexsort((better_qoe, size))[0]]))
+        for nxt in steps:
+            if nxt < 0 or nxt == lv or (allowed is not None and not allowed[nxt]):
                 continue
             gain = float(m.cost[w, lv] - m.cost[w, nxt])
             if gain <= 0:
                 continue
+            if m.dem_cpu[nxt] < m.dem_cpu[lv] or m.dem_gpu[nxt] < m.dem_gpu[lv]:
+                continue  # growth only: a jump that trades one resource for another is left to the IP
             share = max(
                 (m.dem_cpu[nxt] - m.dem_cpu[lv]) / max(cap_cpu[n], 1),
                 (m.dem_gpu[nxt] - m.dem_gpu[lv]) / max(cap_gpu[n], 1),
@@ -169,3 +195,67 @@ def greedy(
         else:
             take(j, n, lv)
     return GreedyChoice(node=node, level=level, way=way)
+
+
+#: Consider at most this many nodes per waiting job when looking for jobs to preempt.
+PREEMPT_NODES = 4
+
+
+def _preempt(
+    menus: list[JobMenu],
+    eligible: list[np.ndarray],
+    current_node: np.ndarray,
+    pinned: np.ndarray,
+    node: np.ndarray,
+    level: np.ndarray,
+    way: np.ndarray,
+    free: np.ndarray,
+    budget: int,
+    take: object,
+) -> None:
+    """Pause running jobs to start more valuable waiting ones (see step 4 of the module docstring)."""
+    # What keeping each staying job is worth: pausing it would add (wait cost - its current cost).
+    keep_value: dict[int, list[tuple[float, int]]] = {}
+    for j, m in enumerate(menus):
+        if way[j] == STAY and not pinned[j]:
+            assert m.cost is not None
+            keep_value.setdefault(int(node[j]), []).append((float(m.wait_cost - m.cost[STAY, level[j]]), j))
+    for lst in keep_value.values():
+        lst.sort()
+    waiting = [j for j in range(len(menus)) if node[j] < 0 and current_node[j] < 0 and eligible[j].size]
+    assert all(menus[j].cost is not None for j in waiting)
+    waiting.sort(key=lambda j: (-(menus[j].wait_cost - int(menus[j].cost[START, 0])), menus[j].outlook.job.id))  # type: ignore[index]
+    for j in waiting:
+        if budget <= 0:
+            break
+        m = menus[j]
+        assert m.cost is not None
+        gain = float(m.wait_cost - m.cost[START, 0])
+        need = np.array([m.dem_cpu[0], m.dem_gpu[0], m.dem_mem], dtype=np.float64)
+        # Nodes where the pausable jobs could free enough room, most free room first.
+        cands = [int(n) for n in eligible[j] if int(n) in keep_value]
+        cands.sort(key=lambda n: (-float(np.min((free[:, n] + 1) / (need + 1))), n))
+        best: tuple[float, int, list[int]] | None = None
+        for n in cands[:PREEMPT_NODES]:
+            room = free[:, n].copy()
+            victims: list[int] = []
+            loss = 0.0
+            for value, v in keep_value[n]:
+                if (room >= need - 1e-9).all() or len(victims) >= budget or loss + value >= gain:
+                    break
+                mv = menus[v]
+                room += (mv.dem_cpu[level[v]], mv.dem_gpu[level[v]], mv.dem_mem)
+                victims.append(v)
+                loss += value
+            if victims and (room >= need - 1e-9).all() and loss < gain and (best is None or loss < best[0]):
+                best = (loss, n, victims)
+        if best is None:
+            continue
+        _, n, victims = best
+        for v in victims:
+            take(v, n, int(level[v]), sign=-1.0)  # type: ignore[operator]
+            node[v], level[v], way[v] = -1, -1, -1
+            keep_value[n] = [(val, x) for val, x in keep_value[n] if x != v]
+        node[j], level[j], way[j] = n, 0, START
+        take(j, n, 0)  # type: ignore[operator]
+        budget -= len(victims)

@@ -94,6 +94,7 @@ class JobMenu:
     wait_q: int = 0
     wait_cost: int = 0
     wait_qoe: int = 0
+    wait_unserved: int = 0
     wait_churn: int = 0
 
 

@@ -2,7 +2,7 @@
 
 The IP minimises::
 
-    Σ_j qoe_j  +  A · M  +  Σ_j w_j · f_j  +  Σ_j churn_j
+    Σ_j unserved_j  +  Σ_j qoe_j  +  A · M  +  Σ_j w_j · f_j  +  Σ_j churn_j
 
 - ``f_j`` — job j's predicted finish, in *quanta* (``quantum_seconds = horizon / time_resolution``,
   the horizon being the latest finish over every option considered); ``M ≥ f_j`` for every job is the
@@ -14,6 +14,9 @@ The IP minimises::
   ``R = time_resolution`` and ``w_1`` is the weight of a priority-1 job; a tier-1 miss costs
   ``tier1_over_tier2`` times that. Since ``A·M + Σ w·f ≤ (A + Σw)·R``, a priority-1 job's missed
   deadline outweighs every time term together: QoE first, then makespan, then completion and churn.
+- ``unserved_j`` — for a job left without a node (wait / pause), ``unserved_over_tier1`` times its
+  tier-1 miss cost: every active job gets a placement whenever capacity allows, ahead of deadlines.
+  A waiting job's ``f_j`` assumes it restarts one interval later at its slowest level.
 - ``churn_j`` — ``w_j`` times ``resize_quanta`` / ``migration_quanta`` for a resize / restart;
   the seconds a restart loses are already inside ``f_j``.
 """
@@ -73,7 +76,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
             t2_cost if m.outlook.tier2_deadline is not None else 0
         )
+        m.wait_unserved = int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * w.migration_quanta if pausing else 0
-        m.wait_cost = m.wait_qoe + m.weight * m.wait_q + m.wait_churn
+        m.wait_cost = m.wait_unserved + m.wait_qoe + m.weight * m.wait_q + m.wait_churn
     return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)

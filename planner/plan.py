@@ -77,6 +77,7 @@ class ObjectiveTerms(Contract):
     """The objective broken into its terms (lower is better for every cost)."""
 
     total: float = Field(description="Solver objective (integer units, see docs/planner.md).")
+    unserved_cost: float = Field(description="Cost of active jobs left without a node.")
     qoe_cost: float
     makespan_cost: float
     completion_cost: float

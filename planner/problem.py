@@ -7,7 +7,7 @@ is chosen. An option is a node and a level reached by one way in (stay / start /
     minimise   Σ_o cost_o · x_o + A · M
     subject to Σ_{o ∈ job j} x_o = 1                                  (one placement per active job)
                Σ_{o on node n} demand_o^r · x_o ≤ capacity_n^r          (r ∈ cpu, gpu, memory)
-               Σ_o moves_o · x_o ≤ migration_budget
+               Σ_o moves_o · x_o ≤ migration_budget          (migrations, restarts and pauses)
                M ≥ Σ_{o ∈ job j} finish_o · x_o                         (makespan)
                x_o ∈ {0, 1}
 
@@ -41,7 +41,7 @@ class Problem:
     dem_cpu: np.ndarray
     dem_gpu: np.ndarray
     dem_mem: np.ndarray
-    moves: np.ndarray  # 0/1: counts against the migration budget
+    moves: np.ndarray  # 0/1: a checkpoint-restart (migration, restart in place, pause): spends the budget
     finish_q: np.ndarray
     cost: np.ndarray
     makespan_weight: int
@@ -49,6 +49,8 @@ class Problem:
     quantum_seconds: float
     hint: np.ndarray  # (J,) option index per job, always feasible
     warnings: list[str] = field(default_factory=list)
+    #: The makespan is at least this (set when jobs outside this problem already finish that late).
+    makespan_floor: int = 0
 
     @property
     def n_jobs(self) -> int:
@@ -64,8 +66,8 @@ class Problem:
     def objective(self, choice: np.ndarray) -> int:
         """Objective value of a full choice (option index per job)."""
         if choice.size == 0:
-            return 0
-        return int(self.cost[choice].sum()) + self.makespan_weight * int(self.finish_q[choice].max())
+            return self.makespan_weight * self.makespan_floor
+        return int(self.cost[choice].sum()) + self.makespan_weight * max(int(self.finish_q[choice].max()), self.makespan_floor)
 
     def violations(self, choice: np.ndarray) -> list[str]:
         """Constraint violations of a choice, in model terms (the plan checker re-checks from scratch)."""

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-API_VERSION = "flowplan/v1"
+API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$")]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -40,7 +40,7 @@ class Node(Contract):
     name: Name
     cpu_millis: Millis = Field(description="Allocatable CPU in millicores (1000 = one core).")
     gpus: Count = Field(0, description="Allocatable whole GPUs.")
-    memory_mib: Count = Field(0, description="Allocatable memory in MiB; 0 with jobs asking for none.")
+    memory_mib: Annotated[int, Field(ge=0, le=10**9)] = Field(0, description="Allocatable memory in MiB.")
     gpu_type: str | None = Field(None, description="GPU model, e.g. 'V100M16'; jobs may require one.")
     labels: dict[str, str] = Field(default_factory=dict)
     schedulable: bool = Field(True, description="False: cordoned; jobs already there may stay, none is added.")
@@ -120,7 +120,7 @@ class Job(Contract):
     max_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
     min_gpus: Count = 0
     max_gpus: Count = 0
-    memory_mib: Count = 0
+    memory_mib: Annotated[int, Field(ge=0, le=10**9)] = Field(0, description="Memory per replica in MiB.")
     gpu_type: str | None = Field(None, description="Only nodes with this GPU model qualify.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Labels a node must carry.")
     resizable: bool = Field(True, description="CPU/GPU can change in place without a restart.")
@@ -152,7 +152,9 @@ class Settings(Contract):
     """Per-snapshot planning settings (the operator's knobs for this cluster)."""
 
     interval_seconds: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
-    migration_budget: Annotated[int, Field(ge=0, le=10**6)] = 4
+    migration_budget: Annotated[int, Field(ge=0, le=10**6)] = Field(
+        4, description="Most checkpoint-restarts per interval: migrations, restarts in place and pauses together."
+    )
     convergence_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1e-3, description="A job without a tier-2 value or max_epochs finishes when it improves less than this per epoch."
     )

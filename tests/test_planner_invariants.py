@@ -71,7 +71,7 @@ def test_solver_never_worse_than_greedy_and_terms_add_up(seed: int) -> None:
     assert check_plan(snap, greedy) == []
     assert ip.objective.total <= greedy.objective.total
     o = ip.objective
-    assert o.total == o.qoe_cost + o.makespan_cost + o.completion_cost + o.churn_cost
+    assert o.total == o.unserved_cost + o.qoe_cost + o.makespan_cost + o.completion_cost + o.churn_cost
     assert ip.solver.objective == o.total
 
 

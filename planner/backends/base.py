@@ -24,6 +24,8 @@ class SolveResult:
     seconds: float
     message: str = ""
     variables: int = 0
+    #: Set by solvers whose gap is not ``(objective - bound) / objective`` of the whole (decomposed runs).
+    gap: float | None = None
 
 
 class Backend(Protocol):

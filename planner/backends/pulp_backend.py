@@ -43,7 +43,9 @@ class PulpBackend:
         x = [lp.add_variable(f"x{i}", lowBound=0, upBound=1, cat=pulp.LpBinary) for i in range(n)]
         fq = problem.finish_q
         starts = problem.job_start
-        makespan = lp.add_variable("makespan", lowBound=0, upBound=int(fq.max()) if n else 0)
+        makespan = lp.add_variable(
+            "makespan", lowBound=problem.makespan_floor, upBound=max(int(fq.max()) if n else 0, problem.makespan_floor)
+        )
         lp += pulp.lpSum(int(c) * v for c, v in zip(problem.cost, x)) + problem.makespan_weight * makespan
         for j in range(problem.n_jobs):
             s, e = int(starts[j]), int(starts[j + 1])
@@ -58,7 +60,7 @@ class PulpBackend:
         chosen[problem.hint] = True
         for v, c in zip(x, chosen):
             v.setInitialValue(1 if c else 0)
-        makespan.setInitialValue(int(fq[problem.hint].max()) if problem.hint.size else 0)
+        makespan.setInitialValue(max(int(fq[problem.hint].max()) if problem.hint.size else 0, problem.makespan_floor))
 
         limit = max(min(time_limit, wall_limit), 0.1)
         if self.engine == "highs":
