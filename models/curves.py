@@ -23,8 +23,17 @@ grid over that one parameter finds the global optimum of the weighted squared er
 optimizer that can diverge. That keeps a fit at roughly a hundred microseconds, which matters when the
 planner fits ten thousand jobs per interval.
 
+Bounds (each one keeps a thin or noisy history from predicting the impossible):
+
+- the plateau lies at most :data:`MAX_PLATEAU_GAP` times the observed range beyond the best point;
+- a metric that has stayed within [0, 1] is a fraction (accuracy, F1, hit rate): its plateau stays
+  within [0, 1]; a non-negative metric (loss, WER) keeps a non-negative plateau;
+- the exponential's rate is at most :data:`MAX_RATE_PER_SPAN` e-foldings over the observed span, so
+  a few early points cannot claim the curve is already flat.
+
 The family is chosen by how well it predicts the *last* observed points from the earlier ones (a
-hold-out at the end of the series), not by in-sample residual. The ``models`` issue extends this with
+hold-out at the end of the series), not by in-sample residual; with too few points to hold any out,
+the hyperbola is used (it converges more slowly than an exponential fitted to the same few points). The ``models`` issue extends this with
 more families, learning-rate-drop handling and calibrated intervals; the interface stays.
 """
 
@@ -49,6 +58,13 @@ MIN_POINTS_FOR_HOLDOUT = 6
 RECENCY_FLOOR = 0.3
 #: Normal quantile used for the default interval (~80 % two-sided).
 INTERVAL_Z = 1.2816
+#: The plateau lies at most this many observed ranges beyond the best observation.
+MAX_PLATEAU_GAP = 2.0
+#: The exponential decays at most this many e-foldings over the observed epoch span.
+MAX_RATE_PER_SPAN = 5.0
+#: Grid sizes of the one-dimensional searches (plateau for the hyperbola, rate for the exponential).
+GRID_POINTS = 64
+_UNIT = np.linspace(0.0, 1.0, GRID_POINTS)
 #: Search horizon when solving for a target epoch: this many times the observed span (then "unreachable").
 SEARCH_HORIZON_FACTOR = 1000.0
 
@@ -168,14 +184,19 @@ def _recency_weights(k: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _fit_hyperbola(
-    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64]
+    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
 ) -> tuple[dict[str, float], float] | None:
     """Grid over the plateau ``c`` below every observation; ``1/(z-c) = a*k + b`` is linear."""
     zmin = float(z.min())
     span = float(z.max() - zmin)
     scale = span if span > 0 else max(abs(zmin), 1.0)
-    # Gaps between the best observation and the plateau, from 0.1 % to 30x the observed range.
-    gaps = scale * np.logspace(-3, 1.5, 90)
+    # Gaps between the best observation and the plateau, from 0.1 % to MAX_PLATEAU_GAP ranges, and
+    # never past the floor (a fraction above 1, a negative loss).
+    top = min(MAX_PLATEAU_GAP * scale, zmin - c_floor) if math.isfinite(c_floor) else MAX_PLATEAU_GAP * scale
+    if top <= 1e-9 * scale:
+        return None
+    lo = min(1e-3 * scale, top)
+    gaps = lo * (top / lo) ** _UNIT  # geometric from lo to top
     c = zmin - gaps  # (G,)
     y = 1.0 / (z[None, :] - c[:, None])  # (G, n), all positive
     # Weighted linear regression of y on k for every grid row at once. Weighting by (z-c)^2 turns the
@@ -201,11 +222,11 @@ def _fit_hyperbola(
 
 
 def _fit_exponential(
-    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64]
+    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
 ) -> tuple[dict[str, float], float] | None:
     """Grid over the rate ``r``; ``z = c + d*exp(-r*k)`` is linear in ``(c, d)``."""
     span = max(float(k[-1] - k[0]), 1.0)
-    r = np.logspace(math.log10(0.05 / span), math.log10(20.0 / span), 90)  # (G,)
+    r = (0.05 / span) * (MAX_RATE_PER_SPAN / 0.05) ** _UNIT  # geometric over rates, (G,)
     e = np.exp(-r[:, None] * (k[None, :] - k[0]))  # (G, n), shifted for conditioning
     sw = w.sum()
     me = (w * e).sum(1) / sw
@@ -217,8 +238,11 @@ def _fit_exponential(
     c = mz - d0 * me
     zhat = c[:, None] + d0[:, None] * e
     sse = (w[None, :] * (z[None, :] - zhat) ** 2).sum(1)
+    zmin = float(z.min())
+    allowed = (c >= c_floor) & (c >= zmin - MAX_PLATEAU_GAP * max(float(np.ptp(z)), 1e-12))
+    sse = np.where(allowed & (d0 > 0), sse, np.inf)
     i = int(np.argmin(sse))
-    if d0[i] <= 0 or not math.isfinite(float(sse[i])):
+    if not math.isfinite(float(sse[i])):
         return None
     # Undo the shift: d*exp(-r*(k-k0)) = (d*exp(r*k0)) * exp(-r*k).
     d = float(d0[i] * math.exp(min(r[i] * k[0], 700.0)))
@@ -262,8 +286,16 @@ def fit_learning_curve(
     w = _recency_weights(k)
 
     # Choose the family on the held-out tail when there are enough points.
+    # Natural bounds of the metric, as a floor on the plateau in z (badness) units.
+    if direction == "higher" and v.min() >= 0.0 and v.max() <= 1.0:
+        floor_z = -1.0  # a fraction cannot exceed 1
+    elif direction == "lower" and v.min() >= 0.0:
+        floor_z = 0.0  # a non-negative metric stays non-negative
+    else:
+        floor_z = -math.inf
+    c_floor = (floor_z - shift) / scale
     with np.errstate(all="ignore"):
-        return _fit(k, z, w, n, direction, v, shift, scale)
+        return _fit(k, z, w, n, direction, v, shift, scale, c_floor)
 
 
 def _fit(
@@ -275,12 +307,13 @@ def _fit(
     v: NDArray[np.float64],
     shift: float,
     scale: float,
+    c_floor: float,
 ) -> CurveFit | CannotPredict:
     holdout: dict[str, float] = {}
     if n >= MIN_POINTS_FOR_HOLDOUT:
         h = max(1, int(round(n * HOLDOUT_SHARE)))
         for name, fitter in _FITTERS.items():
-            got = fitter(k[:-h], z[:-h], w[:-h])
+            got = fitter(k[:-h], z[:-h], w[:-h], c_floor)
             if got is None:
                 continue
             err = z[-h:] - _predict_z(name, got[0], k[-h:])
@@ -288,9 +321,15 @@ def _fit(
 
     fits: dict[str, tuple[dict[str, float], float]] = {}
     for name, fitter in _FITTERS.items():
-        got = fitter(k, z, w)
+        if not holdout and name != "hyperbola" and n < MIN_POINTS_FOR_HOLDOUT:
+            continue  # too few points to tell the families apart: the slower-converging one
+        got = fitter(k, z, w, c_floor)
         if got is not None:
             fits[name] = got
+    if not fits:
+        got = _fit_exponential(k, z, w, c_floor)
+        if got is not None:
+            fits["exponential"] = got
     if not fits:
         return CannotPredict("no family fits these points", n)
     if holdout:

@@ -105,8 +105,12 @@ def _explain(m: JobMenu, action: Action, node: str | None, level: int, pred: Pre
             parts.append(f"{verb} {alloc}{rep} on {node}")
         else:
             parts.append(f"{verb} {node} with {alloc}{rep}")
-        if pred.eta_finish is not None:
+        if m.outlook.remaining_finish <= 0:
+            parts.append("has nothing left to learn (" + _done_reason(m) + ")")
+        elif pred.eta_finish is not None:
             parts.append(f"finishes in {duration(pred.eta_finish - now)}")
+        if m.outlook.speed.source == "prior":
+            parts.append(f"speed not yet observed: assuming {m.outlook.speed.seconds_per_epoch(1000, 1 if job.max_gpus else 0):.0f} s/epoch on 1 CPU" + (" + 1 GPU" if job.max_gpus else ""))
     else:
         parts.append(("paused" if action == "pause" else "waits") + (f": {why}" if why else ""))
     for tier, eta, deadline, ok in (
@@ -122,12 +126,21 @@ def _explain(m: JobMenu, action: Action, node: str | None, level: int, pred: Pre
         elif eta is None and node is not None:
             parts.append(f"misses its {tier} deadline: the curve levels off short of the target")
         elif eta is not None:
-            parts.append(f"misses its {tier} deadline by {duration(eta - deadline)} even so")
+            parts.append(f"would miss its {tier} deadline by {duration(eta - deadline)}")
         else:
             parts.append(f"misses its {tier} deadline while waiting")
     if m.outlook.tier1_reached and not job.delivered:
         parts.append("tier 1 reached: deliver the model now")
     return "; ".join(parts)
+
+
+def _done_reason(m: JobMenu) -> str:
+    job = m.outlook.job
+    if job.target is not None and job.target.max_epochs is not None and m.outlook.epoch >= job.target.max_epochs:
+        return f"reached max_epochs {job.target.max_epochs:g}"
+    if m.outlook.tier2_reached:
+        return "reached tier 2"
+    return "its curve has converged"
 
 
 def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_any: bool) -> str:
@@ -146,8 +159,10 @@ def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_an
         tail = f"; the largest schedulable node has {cores(biggest[0])}, {biggest[1]} GPU" if biggest else "; no node is schedulable"
         return f"no schedulable node{what} can hold its minimum ({need}){tail}"
     if job.status == "running":
-        return f"paused to give its resources to jobs with more at stake (its minimum: {need})"
-    return f"no room for its minimum ({need}) on any node it may use; the capacity went to jobs with closer deadlines or higher priority"
+        if m.outlook.remaining_finish <= 0:
+            return f"it has nothing left to learn ({_done_reason(m)}); its {need} go to jobs still learning"
+        return f"its {need} are worth more to other jobs this interval (deadlines, priorities or waiting work)"
+    return f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full"
 
 
 def decode(

@@ -199,6 +199,9 @@ def greedy(
 
 #: Consider at most this many nodes per waiting job when looking for jobs to preempt.
 PREEMPT_NODES = 4
+#: Give up looking for preemptions after this many waiting jobs per unit of budget found no victims
+#: (bounds the pass on huge, saturated clusters).
+PREEMPT_TRIES_PER_BUDGET = 8
 
 
 def _preempt(
@@ -225,18 +228,27 @@ def _preempt(
     waiting = [j for j in range(len(menus)) if node[j] < 0 and current_node[j] < 0 and eligible[j].size]
     assert all(menus[j].cost is not None for j in waiting)
     waiting.sort(key=lambda j: (-(menus[j].wait_cost - int(menus[j].cost[START, 0])), menus[j].outlook.job.id))  # type: ignore[index]
+    has_victims = np.zeros(free.shape[1], dtype=bool)
+    has_victims[list(keep_value)] = True
+    tries = PREEMPT_TRIES_PER_BUDGET * budget + 16
     for j in waiting:
-        if budget <= 0:
+        if budget <= 0 or tries <= 0:
             break
+        tries -= 1
         m = menus[j]
         assert m.cost is not None
         gain = float(m.wait_cost - m.cost[START, 0])
         need = np.array([m.dem_cpu[0], m.dem_gpu[0], m.dem_mem], dtype=np.float64)
-        # Nodes where the pausable jobs could free enough room, most free room first.
-        cands = [int(n) for n in eligible[j] if int(n) in keep_value]
-        cands.sort(key=lambda n: (-float(np.min((free[:, n] + 1) / (need + 1))), n))
+        # Nodes with pausable jobs, most free room (for this job) first.
+        el = eligible[j][has_victims[eligible[j]]]
+        if el.size == 0:
+            continue
+        room_now = np.min((free[:, el] + 1) / (need[:, None] + 1), axis=0)
+        k = min(PREEMPT_NODES, el.size)
+        top = np.argpartition(-room_now, k - 1)[:k] if k < el.size else np.arange(el.size)
+        cands = el[top[np.lexsort((el[top], -room_now[top]))]]
         best: tuple[float, int, list[int]] | None = None
-        for n in cands[:PREEMPT_NODES]:
+        for n in (int(c) for c in cands):
             room = free[:, n].copy()
             victims: list[int] = []
             loss = 0.0
@@ -255,7 +267,8 @@ def _preempt(
         for v in victims:
             take(v, n, int(level[v]), sign=-1.0)  # type: ignore[operator]
             node[v], level[v], way[v] = -1, -1, -1
-            keep_value[n] = [(val, x) for val, x in keep_value[n] if x != v]
+        keep_value[n] = [(val, x) for val, x in keep_value[n] if x not in victims]
+        has_victims[n] = bool(keep_value[n])
         node[j], level[j], way[j] = n, 0, START
         take(j, n, 0)  # type: ignore[operator]
         budget -= len(victims)

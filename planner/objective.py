@@ -76,7 +76,9 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
             t2_cost if m.outlook.tier2_deadline is not None else 0
         )
-        m.wait_unserved = int(math.ceil(t1_cost * w.unserved_over_tier1))
+        # A job with nothing left to learn (converged, or at max_epochs) loses nothing by waiting.
+        done = m.outlook.remaining_finish <= 0
+        m.wait_unserved = 0 if done else int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * w.migration_quanta if pausing else 0
         m.wait_cost = m.wait_unserved + m.wait_qoe + m.weight * m.wait_q + m.wait_churn

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, SpeedModel, SpeedObservation, fit_learning_curve, fit_speed_model
+from models import CannotPredict, CurveFit, Direction, SpeedModel, SpeedObservation, fit_learning_curve, fit_speed_model
 from planner.config import PlannerConfig
 from planner.snapshot import Job, Settings
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
 MAX_REMAINING_EPOCHS = 100_000.0
+#: An unreached tier is at least this many epochs away, whatever the fitted curve says.
+MIN_REMAINING_EPOCHS = 1.0
 #: History points used to derive an observed speed at the current allocation (newest ones).
 SPEED_WINDOW = 6
 
@@ -46,15 +48,27 @@ class JobOutlook:
     tier2_deadline: float | None
 
 
-def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str]:
-    """Epochs and values of the metric the job's target is measured on (loss without a target)."""
-    use_loss = job.target is None or job.target.metric == "loss"
+def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
+    """Epochs, values, name and direction of the metric the job is judged on.
+
+    With a target: the target's metric and direction. Without one: the loss (lower is better) if the
+    job reports a loss, else its quality metric, whose direction is read from the trend (first vs
+    last third of the history) since nothing else says whether it should go up or down.
+    """
+    target = job.target
+    if target is not None:
+        use_loss = target.metric == "loss"
+        name, direction = target.metric, target.direction
+    else:
+        use_loss = any(p.loss is not None for p in job.history)
+        name, direction = ("loss", "lower") if use_loss else ("metric", "higher")
     pts = [(p.epoch, p.loss if use_loss else p.metric) for p in job.history]
-    pts = [(e, v) for e, v in pts if v is not None]
-    if not pts:
-        return np.zeros(0), np.zeros(0), "loss" if use_loss else job.target.metric  # type: ignore[union-attr]
-    arr = np.array(pts, dtype=float)
-    return arr[:, 0], arr[:, 1], "loss" if use_loss else job.target.metric  # type: ignore[union-attr]
+    pts = sorted((e, v) for e, v in pts if v is not None)
+    arr = np.array(pts, dtype=float).reshape(-1, 2)
+    if target is None and not use_loss and arr.shape[0] >= 3:
+        third = max(1, arr.shape[0] // 3)
+        direction = "higher" if arr[-third:, 1].mean() >= arr[:third, 1].mean() else "lower"
+    return arr[:, 0], arr[:, 1], name, direction  # type: ignore[return-value]
 
 
 def _observed_speeds(job: Job) -> list[SpeedObservation]:
@@ -78,10 +92,9 @@ def _reached(values: np.ndarray, target: float, direction: str) -> bool:
 
 
 def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOutlook:
-    epochs, values, metric = _series(job)
+    epochs, values, metric, direction = _series(job)
     epoch = float(max((p.epoch for p in job.history), default=0.0))
     target = job.target
-    direction = target.direction if target is not None else "lower"
 
     fit = fit_learning_curve(epochs, values, direction)
     curve = fit if isinstance(fit, CurveFit) else None
@@ -106,7 +119,8 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         k = curve.epoch_reaching(value)
         if k is None:
             return None
-        return min(max(k - epoch, 0.0), MAX_REMAINING_EPOCHS)
+        # Not reached in the data (the caller checked): at least one more epoch to show it.
+        return min(max(k - epoch, MIN_REMAINING_EPOCHS), MAX_REMAINING_EPOCHS)
 
     r1 = 0.0 if t1_reached else (left_to(target.tier1.value) if target is not None else None)
     r2: float | None = None
