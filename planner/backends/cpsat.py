@@ -102,7 +102,7 @@ class CpSatBackend:
             choice = np.zeros(problem.n_jobs, dtype=np.int64)
             sel = np.flatnonzero(vals)
             choice[problem.opt_job[sel]] = sel
-            obj = float(solver.objective_value)
+            obj = float(problem.objective(choice))  # exact: the solver reports a double
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             # Even without a solution the search may have proved a lower bound (the LP relaxation).
             b = float(solver.best_objective_bound)
