@@ -53,8 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Read a snapshot (JSON, apiVersion flowplan/v1), solve the plan, print it. Nothing is applied.",
     )
     pl.add_argument("snapshot", help="snapshot JSON file ('-' for standard input)")
-    pl.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="integer-program backend (default: cpsat)")
-    pl.add_argument("--time-limit", type=_positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)")
+    pl.add_argument(
+        "--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="integer-program backend (default: cpsat)"
+    )
+    pl.add_argument(
+        "--time-limit", type=_positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)"
+    )
     pl.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     pl.add_argument("--out", metavar="FILE", help="write the output to FILE instead of standard output")
 

@@ -87,7 +87,8 @@ def render_table(plan: Plan, source: str = "") -> str:
         f"{duration(o.lost_seconds)} lost to restarts"
     )
     lines.append(
-        f"  cost {o.total:.0f} = unserved {o.unserved_cost:.0f} + QoE {o.qoe_cost:.0f} + makespan {o.makespan_cost:.0f} + completion {o.completion_cost:.0f} + churn {o.churn_cost:.0f}"
+        f"  cost {o.total:.0f} = unserved {o.unserved_cost:.0f} + QoE {o.qoe_cost:.0f} + makespan {o.makespan_cost:.0f}"
+        f" + completion {o.completion_cost:.0f} + churn {o.churn_cost:.0f}"
     )
     lines += ["", "Why:"]
     lines += [f"  {a.job}: {a.explanation}" for a in plan.assignments]

@@ -33,7 +33,8 @@ Bounds (each one keeps a thin or noisy history from predicting the impossible):
 
 The family is chosen by how well it predicts the *last* observed points from the earlier ones (a
 hold-out at the end of the series), not by in-sample residual; with too few points to hold any out,
-the hyperbola is used (it converges more slowly than an exponential fitted to the same few points). The ``models`` issue extends this with
+the hyperbola is used (it converges more slowly than an exponential fitted to the same few points).
+The ``models`` issue extends this with
 more families, learning-rate-drop handling and calibrated intervals; the interface stays.
 """
 
@@ -258,9 +259,7 @@ def _predict_z(family: str, params: dict[str, float], k: NDArray[np.float64]) ->
     return params["c"] + params["d"] * np.exp(-params["r"] * k)
 
 
-def fit_learning_curve(
-    epochs: ArrayLike, values: ArrayLike, direction: Direction
-) -> CurveFit | CannotPredict:
+def fit_learning_curve(epochs: ArrayLike, values: ArrayLike, direction: Direction) -> CurveFit | CannotPredict:
     """Fit the best family to ``(epoch, value)`` points.
 
     Non-finite points and negative epochs are dropped. Returns :class:`CannotPredict` (never raises)

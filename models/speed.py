@@ -93,11 +93,7 @@ def fit_speed_model(
     observations: Sequence[SpeedObservation], *, uses_gpu: bool, default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS
 ) -> SpeedModel:
     """Fit :class:`SpeedModel` to observations (non-finite or non-positive times are ignored)."""
-    obs = [
-        o
-        for o in observations
-        if math.isfinite(o.seconds_per_epoch) and o.seconds_per_epoch > 0 and o.cpu_millis > 0
-    ]
+    obs = [o for o in observations if math.isfinite(o.seconds_per_epoch) and o.seconds_per_epoch > 0 and o.cpu_millis > 0]
     if not obs:
         s, c, g = _prior(uses_gpu, default_epoch_seconds)
         return SpeedModel(s, c, g, 0, "prior")
@@ -126,7 +122,7 @@ def fit_speed_model(
     ref_cpu = float(np.median([o.cpu_millis for o in obs]))
     ref_gpu = max(1, int(np.median([o.gpus for o in obs]))) if uses_gpu else 0
     for mult in (0.25, 1.0, 4.0):
-        for gmult in ((0.5, 1.0, 2.0) if uses_gpu else (0.0,)):
+        for gmult in (0.5, 1.0, 2.0) if uses_gpu else (0.0,):
             cpu = ref_cpu * mult
             gpu = max(1, round(ref_gpu * gmult)) if uses_gpu else 0
             t = prior.seconds_per_epoch(int(cpu), gpu)
@@ -144,9 +140,7 @@ def fit_speed_model(
     if model.seconds_per_epoch(int(ref_cpu), ref_gpu) <= 0:
         # Degenerate fit (all-zero parameters); the scaled prior is the honest answer.
         model = SpeedModel(prior.serial, prior.cpu_work, prior.gpu_work, len(obs), "scaled-prior")
-    rel = [
-        (model.seconds_per_epoch(o.cpu_millis, o.gpus) - o.seconds_per_epoch) / o.seconds_per_epoch for o in obs
-    ]
+    rel = [(model.seconds_per_epoch(o.cpu_millis, o.gpus) - o.seconds_per_epoch) / o.seconds_per_epoch for o in obs]
     return SpeedModel(
         model.serial,
         model.cpu_work,

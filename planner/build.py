@@ -66,15 +66,19 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     nodes = snapshot.nodes
     N = len(nodes)
     node_index = {n.name: i for i, n in enumerate(nodes)}
-    cap = np.array([[n.cpu_millis for n in nodes], [n.gpus for n in nodes], [n.memory_mib for n in nodes]], dtype=np.int64).reshape(3, N)
+    cap = np.array(
+        [[n.cpu_millis for n in nodes], [n.gpus for n in nodes], [n.memory_mib for n in nodes]], dtype=np.int64
+    ).reshape(3, N)
     warnings: list[str] = []
 
     interval = snapshot.settings.interval_seconds
     menus = [build_menu(i, o, snapshot.time, interval, config) for i, o in enumerate(outlooks)]
     pricing = price_menus(menus, config)
-    J = len(menus)
 
-    current = np.array([node_index[m.outlook.job.node] if m.outlook.job.status == "running" else -1 for m in menus], dtype=np.int64)  # type: ignore[index]
+    current = np.array(
+        [node_index[m.outlook.job.node] if m.outlook.job.node and m.outlook.job.status == "running" else -1 for m in menus],
+        dtype=np.int64,
+    )
     pinned = np.array([m.outlook.job.status == "running" and not m.outlook.job.migratable for m in menus], dtype=bool)
     stay_ok = [_stay_levels(m) for m in menus]
     for j, m in enumerate(menus):
@@ -104,13 +108,13 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes)
 
     problem = _options(menus, cand, current, pinned, stay_ok, cap, g, pricing, node_index, budget)
-    forced = int(problem.moves[problem.hint].sum())
-    if forced > budget:
+    forced_moves = int(problem.moves[problem.hint].sum())
+    if forced_moves > budget:
         warnings.append(
-            f"{forced} running jobs cannot stay where they are (overfull nodes or shares outside their bounds); "
-            f"the migration budget of {budget} is raised to {forced} for them"
+            f"{forced_moves} running jobs cannot stay where they are (overfull nodes or shares outside their bounds); "
+            f"the migration budget of {budget} is raised to {forced_moves} for them"
         )
-        problem.migration_budget = forced
+        problem.migration_budget = forced_moves
     problem.warnings.extend(warnings)
     return problem, pricing
 

@@ -129,7 +129,11 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             b[2] += j.memory_mib * j.replicas
     for name, (cpu, gpu, mem) in sorted(use.items()):
         n = nodes[name]
-        over = [(r, v, c) for r, v, c in (("cpu_millis", cpu, n.cpu_millis), ("gpus", gpu, n.gpus), ("memory_mib", mem, n.memory_mib)) if v > c]
+        over = [
+            (r, v, c)
+            for r, v, c in (("cpu_millis", cpu, n.cpu_millis), ("gpus", gpu, n.gpus), ("memory_mib", mem, n.memory_mib))
+            if v > c
+        ]
         if not over:
             continue
         if name not in grew and all(v <= before[name][i] for i, v in enumerate((cpu, gpu, mem))):
@@ -145,7 +149,9 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             continue
         n, b = nodes[j.node], before[j.node]
         overfull = b[0] > n.cpu_millis or b[1] > n.gpus or b[2] > n.memory_mib
-        outside = not (j.min_cpu_millis <= j.allocation.cpu_millis <= j.max_cpu_millis and j.min_gpus <= j.allocation.gpus <= j.max_gpus)
+        outside = not (
+            j.min_cpu_millis <= j.allocation.cpu_millis <= j.max_cpu_millis and j.min_gpus <= j.allocation.gpus <= j.max_gpus
+        )
         forced += int(j.migratable and (overfull or outside))
     if migrations > max(snapshot.settings.migration_budget, forced):
         bad.append(f"{migrations} migrations and pauses exceed the budget of {snapshot.settings.migration_budget}")

@@ -9,7 +9,6 @@ for jobs whose inputs did not change; it never changes the answer.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field, replace
 
@@ -141,7 +140,9 @@ def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
             gaps.append(max(best - got.bound, 0.0) / abs(best))
     status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
     gap = max(gaps) if len(gaps) == k else None
-    message = f"{k} node-disjoint parts; gap is the largest part's" + ("" if gap is not None else " (not every part reported a bound)")
+    message = f"{k} node-disjoint parts; gap is the largest part's" + (
+        "" if gap is not None else " (not every part reported a bound)"
+    )
     return (
         SolveResult(
             backend=backend.name,
@@ -216,8 +217,18 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: P
     if violations and status != "fallback":
         choice = problem.hint
         plan_obj = _decode(
-            snapshot, problem, pricing, choice, config, name, "fallback", None, None,
-            "solver plan failed the checker: " + violations[0], parts, t0,
+            snapshot,
+            problem,
+            pricing,
+            choice,
+            config,
+            name,
+            "fallback",
+            None,
+            None,
+            "solver plan failed the checker: " + violations[0],
+            parts,
+            t0,
         )
         violations = check_plan(snapshot, plan_obj)
     if violations:

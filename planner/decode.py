@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from planner.menu import MOVE, START, STAY, JobMenu
+from planner.menu import MOVE, START, JobMenu
 from planner.objective import Pricing
 from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
@@ -110,7 +110,11 @@ def _explain(m: JobMenu, action: Action, node: str | None, level: int, pred: Pre
         elif pred.eta_finish is not None:
             parts.append(f"finishes in {duration(pred.eta_finish - now)}")
         if m.outlook.speed.source == "prior":
-            parts.append(f"speed not yet observed: assuming {m.outlook.speed.seconds_per_epoch(1000, 1 if job.max_gpus else 0):.0f} s/epoch on 1 CPU" + (" + 1 GPU" if job.max_gpus else ""))
+            parts.append(
+                "speed not yet observed: assuming "
+                f"{m.outlook.speed.seconds_per_epoch(1000, 1 if job.max_gpus else 0):.0f} s/epoch on 1 CPU"
+                + (" + 1 GPU" if job.max_gpus else "")
+            )
     else:
         parts.append(("paused" if action == "pause" else "waits") + (f": {why}" if why else ""))
     for tier, eta, deadline, ok in (
@@ -145,8 +149,10 @@ def _done_reason(m: JobMenu) -> str:
 
 def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_any: bool) -> str:
     job: Job = m.outlook.job
-    need = f"{cores(int(m.dem_cpu[0]))}" + (f", {int(m.dem_gpu[0])} GPU" if m.dem_gpu[0] else "") + (
-        f", {m.dem_mem} MiB" if m.dem_mem else ""
+    need = (
+        f"{cores(int(m.dem_cpu[0]))}"
+        + (f", {int(m.dem_gpu[0])} GPU" if m.dem_gpu[0] else "")
+        + (f", {m.dem_mem} MiB" if m.dem_mem else "")
     )
     if not eligible_any:
         reasons = []
@@ -156,7 +162,9 @@ def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_an
             reasons.append("labels " + ",".join(f"{k}={v}" for k, v in sorted(job.node_selector.items())))
         what = " with " + " and ".join(reasons) if reasons else ""
         biggest = max(((n.cpu_millis, n.gpus) for n in nodes if n.schedulable), default=None)
-        tail = f"; the largest schedulable node has {cores(biggest[0])}, {biggest[1]} GPU" if biggest else "; no node is schedulable"
+        tail = (
+            f"; the largest schedulable node has {cores(biggest[0])}, {biggest[1]} GPU" if biggest else "; no node is schedulable"
+        )
         return f"no schedulable node{what} can hold its minimum ({need}){tail}"
     if job.status == "running":
         if m.outlook.remaining_finish <= 0:

@@ -22,7 +22,6 @@ eligible node, not just the IP's candidate list — its choice is always among t
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,13 +82,11 @@ def greedy(
 
     def fits(j: int, n: int, lv: int) -> bool:
         m = menus[j]
-        return bool(
-            m.dem_cpu[lv] <= free[0, n] + 1e-9 and m.dem_gpu[lv] <= free[1, n] + 1e-9 and m.dem_mem <= free[2, n] + 1e-9
-        )
+        return bool(m.dem_cpu[lv] <= free[0, n] + 1e-9 and m.dem_gpu[lv] <= free[1, n] + 1e-9 and m.dem_mem <= free[2, n] + 1e-9)
 
     # 1-2: running jobs stay where they are.
     waiting: list[int] = []
-    for j, m in enumerate(menus):
+    for j in range(J):
         cn = int(current_node[j])
         if cn < 0:
             waiting.append(j)
@@ -110,9 +107,7 @@ def greedy(
     # A running job here could not stay (its node is overfull, or it must restart to get a share
     # within its bounds): moving or pausing it is forced, so no budget is checked.
     mean_cap = np.array([cap_cpu.mean(), cap_gpu.mean(), cap_mem.mean()]) if cap_cpu.size else np.ones(3)
-    waiting.sort(
-        key=lambda j: (-_density(menus[j], MOVE if current_node[j] >= 0 else START, mean_cap), menus[j].outlook.job.id)
-    )
+    waiting.sort(key=lambda j: (-_density(menus[j], MOVE if current_node[j] >= 0 else START, mean_cap), menus[j].outlook.job.id))
     for j in waiting:
         m = menus[j]
         is_move = current_node[j] >= 0

@@ -70,7 +70,7 @@ def validate_snapshot(data: Any) -> Snapshot:
             raise SnapshotError(loc, msg) from None
         value = err.get("input")
         shown = "" if isinstance(value, dict | list) else f" (got {_short(value)})"
-        extra = f"; {len(exc.errors())-1} more error(s)" if len(exc.errors()) > 1 else ""
+        extra = f"; {len(exc.errors()) - 1} more error(s)" if len(exc.errors()) > 1 else ""
         raise SnapshotError(loc, f"{msg}{shown}{extra}", value) from None
 
 

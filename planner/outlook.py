@@ -68,7 +68,7 @@ def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
     if target is None and not use_loss and arr.shape[0] >= 3:
         third = max(1, arr.shape[0] // 3)
         direction = "higher" if arr[-third:, 1].mean() >= arr[:third, 1].mean() else "lower"
-    return arr[:, 0], arr[:, 1], name, direction  # type: ignore[return-value]
+    return arr[:, 0], arr[:, 1], name, direction
 
 
 def _observed_speeds(job: Job) -> list[SpeedObservation]:
@@ -150,11 +150,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
             r2 = finish
 
     d1 = target.tier1.deadline if (target is not None and not t1_reached) else None
-    d2 = (
-        target.tier2.deadline
-        if (target is not None and target.tier2 is not None and not t2_reached)
-        else None
-    )
+    d2 = target.tier2.deadline if (target is not None and target.tier2 is not None and not t2_reached) else None
     return JobOutlook(
         job=job,
         epoch=epoch,

@@ -40,7 +40,7 @@ def data_dir() -> Path:
     return DATA
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real_curve(model: str, bsz: int) -> np.ndarray:
     """Measured validation metric per epoch (epoch 1 first)."""
     path = TRACES / model / f"validation-{bsz}.csv"

@@ -8,8 +8,8 @@ start is always feasible; a decomposed solve (forced by a small part size) still
 from __future__ import annotations
 
 import pytest
-
 from conftest import random_snapshot
+
 from planner import PlannerConfig, check_plan, plan
 from planner.backends import CpSatBackend, PulpBackend
 from planner.build import build_problem

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import random_snapshot
 
 GOOD: dict[str, Any] = {
@@ -29,7 +28,14 @@ GOOD: dict[str, Any] = {
     "time": 1000.0,
     "nodes": [{"name": "a", "cpu_millis": 8000, "memory_mib": 16000}, {"name": "b", "cpu_millis": 4000}],
     "jobs": [
-        {"id": "j1", "status": "running", "node": "a", "allocation": {"cpu_millis": 2000}, "min_cpu_millis": 1000, "max_cpu_millis": 8000},
+        {
+            "id": "j1",
+            "status": "running",
+            "node": "a",
+            "allocation": {"cpu_millis": 2000},
+            "min_cpu_millis": 1000,
+            "max_cpu_millis": 8000,
+        },
         {"id": "j2", "status": "pending", "min_cpu_millis": 1000, "max_cpu_millis": 4000},
     ],
 }
@@ -62,7 +68,12 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
     "unknown field": (json.dumps(_mut(["nodes", 0, "cpus"], 4)), "nodes[0].cpus"),
     "missing time": (json.dumps(_mut(["time"], _DELETE)), "time"),
     "nan": (json.dumps(GOOD).replace('"time": 1000.0', '"time": NaN'), "time"),
-    "infinity": (json.dumps(_mut(["jobs", 0, "checkpoint_seconds"], 1)).replace('"checkpoint_seconds": 1', '"checkpoint_seconds": Infinity'), "jobs[0].checkpoint_seconds"),
+    "infinity": (
+        json.dumps(_mut(["jobs", 0, "checkpoint_seconds"], 1)).replace(
+            '"checkpoint_seconds": 1', '"checkpoint_seconds": Infinity'
+        ),
+        "jobs[0].checkpoint_seconds",
+    ),
     "negative capacity": (json.dumps(_mut(["nodes", 1, "cpu_millis"], -4000)), "nodes[1].cpu_millis"),
     "unknown node": (json.dumps(_mut(["jobs", 0, "node"], "zzz")), "jobs[0].node"),
     "duplicate node": (json.dumps(_mut(["nodes", 1, "name"], "a")), "nodes[1].name"),

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import real_curve
+
 from models import CannotPredict, CurveFit, SpeedObservation, fit_learning_curve, fit_speed_model
 
 

@@ -14,10 +14,10 @@ pending/running/finished, CPU/GPU, gangs, pinned, non-resizable, selectors, cord
 from __future__ import annotations
 
 import numpy as np
+from conftest import random_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_snapshot
 from planner import PlannerConfig, check_plan, plan
 from planner.plan import Plan
 
@@ -102,7 +102,9 @@ def test_empty_and_all_finished_snapshots() -> None:
     p = plan(empty).plan
     assert p.assignments == [] and p.solver.status == "trivial"
     snap = random_snapshot(3, n_nodes=2, n_jobs=6)
-    done = snap.model_copy(update={"jobs": [j.model_copy(update={"status": "finished", "node": None, "allocation": None}) for j in snap.jobs]})
+    done = snap.model_copy(
+        update={"jobs": [j.model_copy(update={"status": "finished", "node": None, "allocation": None}) for j in snap.jobs]}
+    )
     p = plan(done).plan
     assert p.assignments == [] and p.summary.finished_jobs == len(snap.jobs)
 

@@ -53,7 +53,11 @@ def capacity_rows(problem: Problem) -> list[tuple[int, np.ndarray, np.ndarray, i
     for block in np.split(order, cuts):
         n = int(problem.opt_node[block[0]])
         jobs = problem.opt_job[block]
-        for dem, cap in ((problem.dem_cpu, problem.cap_cpu), (problem.dem_gpu, problem.cap_gpu), (problem.dem_mem, problem.cap_mem)):
+        for dem, cap in (
+            (problem.dem_cpu, problem.cap_cpu),
+            (problem.dem_gpu, problem.cap_gpu),
+            (problem.dem_mem, problem.cap_mem),
+        ):
             d = dem[block]
             if not d.any():
                 continue

@@ -46,19 +46,19 @@ class PulpBackend:
         makespan = lp.add_variable(
             "makespan", lowBound=problem.makespan_floor, upBound=max(int(fq.max()) if n else 0, problem.makespan_floor)
         )
-        lp += pulp.lpSum(int(c) * v for c, v in zip(problem.cost, x)) + problem.makespan_weight * makespan
+        lp += pulp.lpSum(int(c) * v for c, v in zip(problem.cost, x, strict=False)) + problem.makespan_weight * makespan
         for j in range(problem.n_jobs):
             s, e = int(starts[j]), int(starts[j + 1])
             lp += pulp.lpSum(x[s:e]) == 1, f"one_{j}"
-            lp += pulp.lpSum(int(f) * v for f, v in zip(fq[s:e], x[s:e])) <= makespan, f"mk_{j}"
+            lp += pulp.lpSum(int(f) * v for f, v in zip(fq[s:e], x[s:e], strict=False)) <= makespan, f"mk_{j}"
         for k, (node, idx, dem, cap) in enumerate(capacity_rows(problem)):
-            lp += pulp.lpSum(int(d) * x[i] for d, i in zip(dem, idx)) <= cap, f"cap_{node}_{k}"
+            lp += pulp.lpSum(int(d) * x[i] for d, i in zip(dem, idx, strict=False)) <= cap, f"cap_{node}_{k}"
         mv = np.flatnonzero(problem.moves)
         if mv.size > problem.migration_budget:
             lp += pulp.lpSum(x[i] for i in mv) <= problem.migration_budget, "migrations"
         chosen = np.zeros(n, dtype=bool)
         chosen[problem.hint] = True
-        for v, c in zip(x, chosen):
+        for v, c in zip(x, chosen, strict=False):
             v.setInitialValue(1 if c else 0)
         makespan.setInitialValue(max(int(fq[problem.hint].max()) if problem.hint.size else 0, problem.makespan_floor))
 

@@ -1,0 +1,229 @@
+"""Planner latency and quality at scale, on snapshots from :mod:`benchmarks.workload`.
+
+Prints figures; asserts nothing about time. For each size ``<jobs>x<nodes>``:
+
+1. cold ``plan(snapshot, PlannerConfig(solver, time_limit))`` with its per-step timings;
+2. warm ``plan(..., previous=cold)`` (cached model fits);
+3. reference: the same with ``--reference-limit`` seconds (best bound), and greedy only.
+
+    python benchmarks/bench_planner.py --sizes 100x10,1000x100 --reference-limit 10 --out bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from workload import describe, make_snapshot
+
+import planner
+from planner.config import PlannerConfig
+
+REFERENCE_MAX_JOBS = 2000
+STEPS = ("models", "build", "solve", "decode_check", "total")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in text.split(","):
+        jobs, nodes = part.lower().strip().split("x")
+        out.append((int(jobs), int(nodes)))
+    return out
+
+
+def run_plan(label: str, snapshot: Any, config: PlannerConfig, previous: Any = None) -> tuple[dict[str, Any], Any]:
+    """One planner call; figures (or the exception with its traceback) and the result."""
+    log(f"  {label}: solver={config.solver} time_limit={config.time_limit} ...")
+    t0 = time.perf_counter()
+    try:
+        result = planner.plan(snapshot, config, previous=previous)
+    except Exception as exc:  # noqa: BLE001  (report, don't hide: the benchmark keeps going with the next step)
+        wall = time.perf_counter() - t0
+        tb = traceback.format_exc()
+        log(f"  {label}: FAILED after {wall:.2f}s: {type(exc).__name__}: {exc}")
+        print(tb, file=sys.stderr, flush=True)
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": tb, "wall": wall}, None
+    wall = time.perf_counter() - t0
+    p = result.plan
+    s = p.solver
+    fig = {
+        "wall": wall,
+        "timings": dict(result.timings),
+        "solver": {
+            "name": s.name,
+            "status": s.status,
+            "gap": s.gap,
+            "bound": s.bound,
+            "objective": s.objective,
+            "subproblems": s.subproblems,
+            "variables": s.variables,
+            "message": s.message,
+        },
+        "objective_total": p.objective.total,
+        "objective_terms": p.objective.model_dump(),
+        "summary": p.summary.model_dump(),
+        "unserved": len(p.unserved),
+        "warnings": len(p.warnings),
+    }
+    t = result.timings
+    log(
+        f"  {label}: {wall:.2f}s ("
+        + " ".join(f"{k}={t.get(k, float('nan')):.2f}" for k in STEPS[:-1])
+        + f") status={s.status} obj={s.objective} gap={_fmt(s.gap, '.4f')} parts={s.subproblems} "
+        f"vars={s.variables} unserved={len(p.unserved)}"
+    )
+    return fig, result
+
+
+def _fmt(x: Any, spec: str = ".2f") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return format(x, spec)
+    return str(x)
+
+
+def bench_size(n_jobs: int, n_nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+    row: dict[str, Any] = {"size": f"{n_jobs}x{n_nodes}", "jobs": n_jobs, "nodes": n_nodes}
+    log(f"{n_jobs} jobs x {n_nodes} nodes: building snapshot (seed {args.seed}) ...")
+    t0 = time.perf_counter()
+    snap = make_snapshot(n_jobs, n_nodes, seed=args.seed)
+    row["build_snapshot_s"] = time.perf_counter() - t0
+    row["snapshot"] = describe(snap)
+    log(f"  snapshot built in {row['build_snapshot_s']:.2f}s: {row['snapshot']}")
+
+    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
+    row["cold"], cold = run_plan("cold", snap, config)
+    if cold is not None:
+        row["warm"], _ = run_plan("warm", snap, config, previous=cold)
+    else:
+        row["warm"] = {"error": "skipped (cold call failed)"}
+
+    row["greedy"], _ = run_plan("greedy", snap, PlannerConfig(solver="greedy", time_limit=args.time_limit))
+
+    if n_jobs <= REFERENCE_MAX_JOBS or args.reference_all:
+        ref_config = PlannerConfig(solver=args.solver, time_limit=args.reference_limit)
+        row["reference"], _ = run_plan("reference", snap, ref_config, previous=cold)
+    else:
+        row["reference"] = {"skipped": f"more than {REFERENCE_MAX_JOBS} jobs (use --reference-all)"}
+        log(f"  reference: skipped ({row['reference']['skipped']})")
+
+    fast_obj = row["cold"].get("solver", {}).get("objective")
+    ref_bound = row["reference"].get("solver", {}).get("bound")
+    row["gap_vs_reference"] = (fast_obj - ref_bound) / fast_obj if (fast_obj and ref_bound is not None) else None
+    return row
+
+
+def _t(fig: dict[str, Any], key: str) -> str:
+    return _fmt(fig.get("timings", {}).get(key))
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    def lat(fig: dict[str, Any]) -> str:
+        if "error" in fig:
+            return "ERROR"
+        return f"{_t(fig, 'total')} ({_t(fig, 'models')}/{_t(fig, 'build')}/{_t(fig, 'solve')}/{_t(fig, 'decode_check')})"
+
+    header = [
+        "size",
+        "run/pend",
+        "snap s",
+        "cold s (models/build/solve/dec+chk)",
+        "warm s (models/build/solve/dec+chk)",
+        "status",
+        "parts",
+        "vars",
+        "gap",
+        "objective",
+        "ref bound",
+        "gap vs ref",
+        "greedy obj",
+        "unserved",
+    ]
+    table = []
+    for r in rows:
+        c, ref, g = r["cold"], r["reference"], r["greedy"]
+        cs = c.get("solver", {})
+        table.append(
+            [
+                r["size"],
+                f"{r['snapshot']['running']}/{r['snapshot']['pending']}",
+                _fmt(r["build_snapshot_s"]),
+                lat(c),
+                lat(r["warm"]),
+                cs.get("status", "ERROR"),
+                _fmt(cs.get("subproblems")),
+                _fmt(cs.get("variables")),
+                _fmt(cs.get("gap"), ".4f"),
+                _fmt(cs.get("objective"), ".0f"),
+                ("skipped" if "skipped" in ref else "ERROR" if "error" in ref else _fmt(ref["solver"]["bound"], ".0f")),
+                _fmt(r["gap_vs_reference"], ".4f"),
+                ("ERROR" if "error" in g else _fmt(g["solver"]["objective"], ".0f")),
+                _fmt(c.get("unserved")),
+            ]
+        )
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
+
+    def line(cells):
+        return "  ".join(cell.rjust(w) for cell, w in zip(cells, widths, strict=False))
+
+    print(
+        f"FlowPlan planner benchmark: solver={args.solver} time_limit={args.time_limit}s "
+        f"reference_limit={args.reference_limit}s seed={args.seed} "
+        f"({platform.python_implementation()} {platform.python_version()}, {platform.machine()})"
+    )
+    print(line(header))
+    print(line(["-" * w for w in widths]))
+    for row in table:
+        print(line(row))
+    skipped = [r["size"] for r in rows if "skipped" in r["reference"]]
+    if skipped:
+        print(f"reference solve skipped for {', '.join(skipped)} (> {REFERENCE_MAX_JOBS} jobs; --reference-all to run it)")
+    for r in rows:
+        ref = r["reference"]
+        if "solver" in ref:
+            print(
+                f"{r['size']}: reference ({args.reference_limit}s) status={ref['solver']['status']} "
+                f"objective={_fmt(ref['solver']['objective'], '.0f')} bound={_fmt(ref['solver']['bound'], '.0f')} "
+                f"wall={ref['wall']:.2f}s"
+            )
+        for step in ("cold", "warm", "greedy", "reference"):
+            if "error" in r[step]:
+                print(f"{r['size']}: {step} FAILED: {r[step]['error']}")
+    print("gap = solver's own (objective - bound) / objective; gap vs ref = (cold objective - reference bound) / cold objective")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100x10,1000x100,10000x1000", help="comma-separated <jobs>x<nodes>")
+    ap.add_argument("--time-limit", type=float, default=1.0)
+    ap.add_argument("--reference-limit", type=float, default=30.0)
+    ap.add_argument("--reference-all", action="store_true", help=f"also run the reference above {REFERENCE_MAX_JOBS} jobs")
+    ap.add_argument("--solver", default="cpsat", choices=["cpsat", "pulp"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="write all figures as JSON here")
+    args = ap.parse_args(argv)
+
+    rows = []
+    for n_jobs, n_nodes in parse_sizes(args.sizes):
+        rows.append(bench_size(n_jobs, n_nodes, args))
+        if args.out:  # keep partial results if a later size is interrupted
+            args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2))
+    print_table(rows, args)
+    if args.out:
+        log(f"figures written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
