@@ -64,7 +64,7 @@ MAX_PLATEAU_GAP = 2.0
 #: The exponential decays at most this many e-foldings over the observed epoch span.
 MAX_RATE_PER_SPAN = 5.0
 #: Grid sizes of the one-dimensional searches (plateau for the hyperbola, rate for the exponential).
-GRID_POINTS = 64
+GRID_POINTS = 48
 _UNIT = np.linspace(0.0, 1.0, GRID_POINTS)
 #: Search horizon when solving for a target epoch: this many times the observed span (then "unreachable").
 SEARCH_HORIZON_FACTOR = 1000.0

@@ -177,57 +177,74 @@ def _options(
     job_start = [0]
     hint = np.zeros(len(menus), dtype=np.int64)
     count = 0
-
-    def add(j: int, n: int, levels: np.ndarray, way: int, m: JobMenu) -> None:
-        nonlocal count
-        k = levels.size
-        if k == 0:
-            return
-        assert m.finish_q is not None and m.cost is not None
-        cols["job"].append(np.full(k, j))
-        cols["node"].append(np.full(k, n))
-        cols["level"].append(levels)
-        cols["way"].append(np.full(k, way))
-        cols["cpu"].append(m.dem_cpu[levels])
-        cols["gpu"].append(m.dem_gpu[levels])
-        cols["mem"].append(np.full(k, m.dem_mem))
-        cols["fq"].append(m.finish_q[way, levels])
-        cols["cost"].append(m.cost[way, levels])
-        hit = np.flatnonzero(levels == g.level[j]) if (g.node[j] == n and g.way[j] == way) else np.zeros(0, dtype=np.int64)
-        if hit.size:
-            hint[j] = count + int(hit[0])
-        count += k
-
     for j, m in enumerate(menus):
+        assert m.finish_q is not None and m.cost is not None
         job: Job = m.outlook.job
-        levels_all = np.arange(m.cpu.size)
-        for n in cand[j]:
-            fit = (m.dem_cpu <= cap[0, n]) & (m.dem_gpu <= cap[1, n]) & (m.dem_mem <= cap[2, n])
+        nodes = np.asarray(cand[j], dtype=np.int64)
+        # fit[r, level]: the level fits candidate node r when it is empty.
+        fit = (
+            (m.dem_cpu[None, :] <= cap[0, nodes][:, None])
+            & (m.dem_gpu[None, :] <= cap[1, nodes][:, None])
+            & (m.dem_mem <= cap[2, nodes][:, None])
+        )
+        row_node: list[int] = []
+        row_way: list[int] = []
+        row_mask: list[np.ndarray] = []
+        for r, n in enumerate(nodes.tolist()):
             if n == current[j]:
                 ok = stay_ok[j]
                 assert ok is not None
-                stay = ok & (fit | pinned[j])
-                add(j, n, levels_all[stay], STAY, m)
+                row_node.append(n)
+                row_way.append(STAY)
+                row_mask.append(ok & (fit[r] | pinned[j]))
                 if job.migratable and not job.resizable:
-                    add(j, n, levels_all[fit & ~ok], MOVE, m)  # restart in place with a new share
+                    row_node.append(n)  # restart in place with a new share
+                    row_way.append(MOVE)
+                    row_mask.append(fit[r] & ~ok)
             elif job.status == "running":
                 if job.migratable:
-                    add(j, n, levels_all[fit], MOVE, m)
+                    row_node.append(n)
+                    row_way.append(MOVE)
+                    row_mask.append(fit[r])
             else:
-                add(j, n, levels_all[fit], START, m)
-        if job.status == "pending" or job.migratable:
-            cols["job"].append(np.array([j]))
-            cols["node"].append(np.array([-1]))
-            cols["level"].append(np.array([-1]))
-            cols["way"].append(np.array([WAIT_WAY]))
-            cols["cpu"].append(np.zeros(1, dtype=np.int64))
-            cols["gpu"].append(np.zeros(1, dtype=np.int64))
-            cols["mem"].append(np.zeros(1, dtype=np.int64))
-            cols["fq"].append(np.array([m.wait_q]))
-            cols["cost"].append(np.array([m.wait_cost]))
-            if g.node[j] < 0:
-                hint[j] = count
-            count += 1
+                row_node.append(n)
+                row_way.append(START)
+                row_mask.append(fit[r])
+        if row_mask:
+            r_idx, lv = np.nonzero(np.stack(row_mask))
+        else:
+            r_idx = lv = np.zeros(0, dtype=np.int64)
+        node_of = np.asarray(row_node, dtype=np.int64)[r_idx]
+        way_of = np.asarray(row_way, dtype=np.int64)[r_idx]
+        fq = m.finish_q[way_of, lv]
+        cost = m.cost[way_of, lv]
+        cpu, gpu, mem = m.dem_cpu[lv], m.dem_gpu[lv], np.full(lv.size, m.dem_mem)
+        if job.status == "pending" or job.migratable:  # the no-node option: wait, or pause
+            node_of = np.append(node_of, -1)
+            way_of = np.append(way_of, WAIT_WAY)
+            lv = np.append(lv, -1)
+            fq = np.append(fq, m.wait_q)
+            cost = np.append(cost, m.wait_cost)
+            cpu, gpu, mem = np.append(cpu, 0), np.append(gpu, 0), np.append(mem, 0)
+        k = lv.size
+        for key, arr in (
+            ("job", np.full(k, j)),
+            ("node", node_of),
+            ("level", lv),
+            ("way", way_of),
+            ("cpu", cpu),
+            ("gpu", gpu),
+            ("mem", mem),
+            ("fq", fq),
+            ("cost", cost),
+        ):
+            cols[key].append(arr)
+        if g.node[j] >= 0:
+            hit = np.flatnonzero((node_of == g.node[j]) & (way_of == g.way[j]) & (lv == g.level[j]))
+        else:
+            hit = np.flatnonzero(way_of == WAIT_WAY)
+        hint[j] = count + int(hit[0])
+        count += k
         job_start.append(count)
 
     def cat(k: str) -> np.ndarray:

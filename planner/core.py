@@ -62,7 +62,7 @@ def _outlooks(snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | 
 
 #: Problems up to this many options are solved whole by the integer backend; larger ones go
 #: through relax-and-fix (:mod:`planner.relax`) first.
-FULL_SOLVE_MAX_OPTIONS = 5000
+FULL_SOLVE_MAX_OPTIONS = 1000
 
 
 def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: float) -> SolveResult:
