@@ -86,8 +86,9 @@ def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: floa
     if rest is not None:
         choice = rest.fixed.copy()
         if rest.jobs.size:
-            left = max(time_limit - relaxation.seconds, 0.05)
-            got = backend.solve(rest.problem, time_limit=left, wall_limit=max(wall - relaxation.seconds, 0.2))
+            # The residual keeps at least a quarter of the limit however long the LP took.
+            left = max(time_limit - relaxation.seconds, 0.25 * time_limit)
+            got = backend.solve(rest.problem, time_limit=left, wall_limit=max(wall - relaxation.seconds, 0.25 * wall))
             if got.choice is not None and not rest.problem.violations(got.choice):
                 choice[rest.jobs] = rest.keep[got.choice]
                 status = "optimal" if got.status == "optimal" else "feasible"
