@@ -1,0 +1,182 @@
+"""Infeasible situations are reasons, not errors; each action appears when it should.
+
+Case matrix (one small snapshot each, planned by CP-SAT and checked):
+
+    unserved: GPU type nobody has · bigger than every node · every node cordoned · cluster full ·
+              label nobody carries
+    actions:  start · keep · resize · migrate (off a crowded node) · pause (preempted by a more
+              valuable job) · wait · deliver (tier 1 reached, not yet delivered)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from planner import PlannerConfig, Snapshot, check_plan, plan
+
+CURVE = [(1, 0.40), (2, 0.55), (3, 0.63), (4, 0.69), (5, 0.73), (6, 0.76), (7, 0.78), (8, 0.795)]  # cifar10-like
+
+
+def _hist(n: int = 8) -> list[dict[str, Any]]:
+    return [{"time": 100.0 * e, "epoch": e, "metric": v} for e, v in CURVE[:n]]
+
+
+def _snap(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], budget: int = 4) -> Snapshot:
+    return Snapshot.model_validate({"time": 1000.0, "nodes": nodes, "jobs": jobs, "settings": {"migration_budget": budget}})
+
+
+NODE = {"name": "n1", "cpu_millis": 4000, "gpus": 2, "memory_mib": 8192, "gpu_type": "T4", "labels": {"zone": "a"}}
+
+UNSERVED: dict[str, tuple[Snapshot, str]] = {
+    "gpu type nobody has": (
+        _snap([NODE], [{"id": "j", "status": "pending", "min_gpus": 1, "max_gpus": 1, "gpu_type": "A100"}]),
+        "GPU type A100",
+    ),
+    "bigger than every node": (
+        _snap([NODE], [{"id": "j", "status": "pending", "min_cpu_millis": 9000, "max_cpu_millis": 9000}]),
+        "largest schedulable node has 4 CPU",
+    ),
+    "every node cordoned": (
+        _snap([dict(NODE, schedulable=False)], [{"id": "j", "status": "pending"}]),
+        "no node is schedulable",
+    ),
+    "label nobody carries": (
+        _snap([NODE], [{"id": "j", "status": "pending", "node_selector": {"zone": "b"}}]),
+        "labels zone=b",
+    ),
+    "cluster full": (
+        _snap(
+            [NODE],
+            [
+                {
+                    "id": "big",
+                    "status": "running",
+                    "node": "n1",
+                    "allocation": {"cpu_millis": 4000},
+                    "min_cpu_millis": 4000,
+                    "max_cpu_millis": 4000,
+                    "migratable": False,
+                },
+                {"id": "j", "status": "pending"},
+            ],
+        ),
+        "no room for its minimum",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSERVED))
+def test_unserved_reason(case: str) -> None:
+    snap, must = UNSERVED[case]
+    p = plan(snap, PlannerConfig(time_limit=1)).plan
+    assert check_plan(snap, p) == []
+    reasons = {u.job: u.reason for u in p.unserved}
+    assert "j" in reasons and must in reasons["j"], reasons
+    assert next(a for a in p.assignments if a.job == "j").action == "wait"
+
+
+def _actions(snap: Snapshot) -> dict[str, str]:
+    p = plan(snap, PlannerConfig(time_limit=2)).plan
+    assert check_plan(snap, p) == []
+    return {a.job: a.action for a in p.assignments}
+
+
+def test_start_keep_resize() -> None:
+    nodes = [{"name": "n1", "cpu_millis": 8000, "memory_mib": 8192}]
+    jobs = [
+        {"id": "new", "status": "pending", "min_cpu_millis": 1000, "max_cpu_millis": 2000, "history": []},
+        {
+            "id": "fixed",
+            "status": "running",
+            "node": "n1",
+            "allocation": {"cpu_millis": 2000},
+            "min_cpu_millis": 2000,
+            "max_cpu_millis": 2000,
+            "history": _hist(),
+        },
+        {
+            "id": "grow",
+            "status": "running",
+            "node": "n1",
+            "allocation": {"cpu_millis": 1000},
+            "min_cpu_millis": 1000,
+            "max_cpu_millis": 4000,
+            "history": _hist(),
+            "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.9}, "max_epochs": 60},
+        },
+    ]
+    acts = _actions(_snap(nodes, jobs))
+    assert acts == {"new": "start", "fixed": "keep", "grow": "resize"}
+
+
+def test_migrate_off_a_crowded_node() -> None:
+    nodes = [{"name": "busy", "cpu_millis": 4000}, {"name": "idle", "cpu_millis": 8000}]
+    jobs = [
+        {
+            "id": f"j{i}",
+            "status": "running",
+            "node": "busy",
+            "allocation": {"cpu_millis": 1000},
+            "min_cpu_millis": 1000,
+            "max_cpu_millis": 8000,
+            "checkpoint_seconds": 5,
+            "restart_seconds": 5,
+            "history": _hist(),
+            "speed": [{"cpu_millis": 1000, "seconds_per_epoch": 600}],
+            "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.9}, "max_epochs": 80},
+        }
+        for i in range(4)
+    ]
+    acts = _actions(_snap(nodes, jobs, budget=2))
+    assert list(acts.values()).count("migrate") >= 1
+
+
+def test_pause_for_a_more_valuable_job() -> None:
+    nodes = [{"name": "n1", "cpu_millis": 2000}]
+    jobs = [
+        {
+            "id": "low",
+            "status": "running",
+            "node": "n1",
+            "allocation": {"cpu_millis": 2000},
+            "min_cpu_millis": 2000,
+            "max_cpu_millis": 2000,
+            "priority": 0.1,
+            "history": _hist(),
+        },
+        {
+            "id": "urgent",
+            "status": "pending",
+            "min_cpu_millis": 2000,
+            "max_cpu_millis": 2000,
+            "priority": 5,
+            "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.5, "deadline": 1e9}},
+        },
+    ]
+    acts = _actions(_snap(nodes, jobs, budget=1))
+    assert acts == {"low": "pause", "urgent": "start"}
+    # Without budget for the pause, the running job keeps its place.
+    acts = _actions(_snap(nodes, jobs, budget=0))
+    assert acts == {"low": "keep", "urgent": "wait"}
+
+
+def test_deliver_when_tier1_reached() -> None:
+    nodes = [{"name": "n1", "cpu_millis": 4000}]
+    target = {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.7}, "tier2": {"value": 0.9}, "max_epochs": 80}
+    job = {
+        "id": "j",
+        "status": "running",
+        "node": "n1",
+        "allocation": {"cpu_millis": 1000},
+        "min_cpu_millis": 1000,
+        "max_cpu_millis": 1000,
+        "history": _hist(),
+        "target": target,
+    }
+    p = plan(_snap(nodes, [job])).plan
+    a = p.assignments[0]
+    assert a.action == "deliver" and a.deliver and a.predictions.tier1_reached
+    done = plan(_snap(nodes, [dict(job, delivered=True)])).plan.assignments[0]
+    assert done.action == "keep" and not done.deliver
