@@ -11,7 +11,6 @@ only weakly (the global makespan is the largest part's).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
@@ -52,41 +51,11 @@ def split(problem: Problem, k: int) -> list[tuple[Problem, np.ndarray]]:
 
 
 def _restrict(problem: Problem, jobs: np.ndarray, nodes: np.ndarray, budget: int) -> tuple[Problem, np.ndarray]:
-    node_map = np.full(len(problem.node_names), -1, dtype=np.int64)
-    node_map[nodes] = np.arange(nodes.size)
-    keep_parts: list[np.ndarray] = []
-    starts = [0]
-    hint = np.zeros(jobs.size, dtype=np.int64)
-    for new_j, j in enumerate(jobs):
-        idx = np.arange(problem.job_start[j], problem.job_start[j + 1])
-        on = problem.opt_node[idx]
-        idx = idx[(on < 0) | (node_map[np.maximum(on, 0)] >= 0)]
-        hint[new_j] = starts[-1] + int(np.flatnonzero(idx == problem.hint[j])[0])
-        keep_parts.append(idx)
-        starts.append(starts[-1] + idx.size)
-    keep = np.concatenate(keep_parts) if keep_parts else np.zeros(0, dtype=np.int64)
-    job_map = np.full(problem.n_jobs, -1, dtype=np.int64)
-    job_map[jobs] = np.arange(jobs.size)
-    opt_node = problem.opt_node[keep]
-    return replace(
-        problem,
-        node_names=[problem.node_names[i] for i in nodes],
-        cap_cpu=problem.cap_cpu[nodes],
-        cap_gpu=problem.cap_gpu[nodes],
-        cap_mem=problem.cap_mem[nodes],
-        menus=[problem.menus[j] for j in jobs],
-        job_start=np.array(starts, dtype=np.int64),
-        opt_job=job_map[problem.opt_job[keep]],
-        opt_node=np.where(opt_node >= 0, node_map[np.maximum(opt_node, 0)], -1),
-        opt_level=problem.opt_level[keep],
-        opt_way=problem.opt_way[keep],
-        dem_cpu=problem.dem_cpu[keep],
-        dem_gpu=problem.dem_gpu[keep],
-        dem_mem=problem.dem_mem[keep],
-        moves=problem.moves[keep],
-        finish_q=problem.finish_q[keep],
-        cost=problem.cost[keep],
-        migration_budget=budget,
-        hint=hint,
-        warnings=[],
-    ), keep
+    """The part over ``jobs`` and ``nodes``: each job keeps its options on those nodes and "no node"."""
+    in_part = np.zeros(problem.n_jobs, dtype=bool)
+    in_part[jobs] = True
+    on_node = np.zeros(len(problem.node_names), dtype=bool)
+    on_node[nodes] = True
+    on = problem.opt_node
+    keep = np.flatnonzero(in_part[problem.opt_job] & ((on < 0) | on_node[np.maximum(on, 0)]))
+    return problem.subset(jobs, keep, nodes, migration_budget=budget), keep

@@ -17,7 +17,8 @@ either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,48 @@ class Problem:
 
     def options_of(self, j: int) -> range:
         return range(int(self.job_start[j]), int(self.job_start[j + 1]))
+
+    def subset(self, jobs: np.ndarray, keep: np.ndarray, nodes: np.ndarray | None = None, **changes: Any) -> Problem:
+        """The problem over ``jobs`` (ascending) and their options ``keep`` (ascending), optionally
+        over ``nodes`` only; ``changes`` replace fields (capacities, budget, makespan floor...).
+
+        The hint carries over where the hinted option is kept (else -1: the caller must set one).
+        """
+        job_map = np.full(self.n_jobs, -1, dtype=np.int64)
+        job_map[jobs] = np.arange(jobs.size)
+        opt_job = job_map[self.opt_job[keep]]
+        starts = np.concatenate([[0], np.cumsum(np.bincount(opt_job, minlength=jobs.size))]).astype(np.int64)
+        position = np.full(self.n_options, -1, dtype=np.int64)
+        position[keep] = np.arange(keep.size)
+        fields: dict[str, Any] = {
+            "menus": [self.menus[j] for j in jobs],
+            "job_start": starts,
+            "opt_job": opt_job,
+            "opt_node": self.opt_node[keep],
+            "opt_level": self.opt_level[keep],
+            "opt_way": self.opt_way[keep],
+            "dem_cpu": self.dem_cpu[keep],
+            "dem_gpu": self.dem_gpu[keep],
+            "dem_mem": self.dem_mem[keep],
+            "moves": self.moves[keep],
+            "finish_q": self.finish_q[keep],
+            "cost": self.cost[keep],
+            "hint": position[self.hint[jobs]],
+            "warnings": [],
+        }
+        if nodes is not None:
+            node_map = np.full(len(self.node_names), -1, dtype=np.int64)
+            node_map[nodes] = np.arange(nodes.size)
+            on = self.opt_node[keep]
+            fields.update(
+                node_names=[self.node_names[i] for i in nodes],
+                cap_cpu=self.cap_cpu[nodes],
+                cap_gpu=self.cap_gpu[nodes],
+                cap_mem=self.cap_mem[nodes],
+                opt_node=np.where(on >= 0, node_map[np.maximum(on, 0)], -1),
+            )
+        fields.update(changes)
+        return replace(self, **fields)
 
     def objective(self, choice: np.ndarray) -> int:
         """Objective value of a full choice (option index per job)."""

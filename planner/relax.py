@@ -95,8 +95,8 @@ class Residual:
 
 
 def residual(problem: Problem, relaxation: Relaxation) -> Residual | None:
-    """The residual problem after fixing the jobs the LP decided; ``None`` if it cannot be formed
-    (every job decided — then ``fixed_choice`` is the answer — or the fixed part is infeasible)."""
+    """The residual problem after fixing the jobs the LP decided (with no jobs when the LP decided
+    them all: ``fixed`` is then the answer); ``None`` if the fixed part leaves no feasible room."""
     x = relaxation.values
     fixed = np.full(problem.n_jobs, -1, dtype=np.int64)
     top = np.flatnonzero(x >= 1.0 - INTEGRAL_TOLERANCE)
@@ -109,37 +109,15 @@ def residual(problem: Problem, relaxation: Relaxation) -> Residual | None:
         np.bincount(problem.opt_node[placed], weights=d[placed], minlength=N).astype(np.int64)
         for d in (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
     ]
-    keep = (
-        np.concatenate([np.arange(problem.job_start[j], problem.job_start[j + 1]) for j in open_jobs])
-        if open_jobs.size
-        else np.zeros(0, dtype=np.int64)
-    )
-    starts = np.concatenate([[0], np.cumsum(problem.job_start[open_jobs + 1] - problem.job_start[open_jobs])])
-    job_map = np.full(problem.n_jobs, -1, dtype=np.int64)
-    job_map[open_jobs] = np.arange(open_jobs.size)
-    # The warm start for the residual: the greedy's options for these jobs, if they still fit.
-    hint_local = np.searchsorted(keep, problem.hint[open_jobs])
-    sub = replace(
-        problem,
+    keep = np.flatnonzero(fixed[problem.opt_job] < 0)
+    sub = problem.subset(
+        open_jobs,
+        keep,
         cap_cpu=problem.cap_cpu - used[0],
         cap_gpu=problem.cap_gpu - used[1],
         cap_mem=problem.cap_mem - used[2],
-        menus=[problem.menus[j] for j in open_jobs],
-        job_start=starts.astype(np.int64),
-        opt_job=job_map[problem.opt_job[keep]],
-        opt_node=problem.opt_node[keep],
-        opt_level=problem.opt_level[keep],
-        opt_way=problem.opt_way[keep],
-        dem_cpu=problem.dem_cpu[keep],
-        dem_gpu=problem.dem_gpu[keep],
-        dem_mem=problem.dem_mem[keep],
-        moves=problem.moves[keep],
-        finish_q=problem.finish_q[keep],
-        cost=problem.cost[keep],
         migration_budget=problem.migration_budget - int(problem.moves[decided].sum()),
         makespan_floor=max(problem.makespan_floor, int(problem.finish_q[decided].max()) if decided.size else 0),
-        hint=hint_local.astype(np.int64),
-        warnings=[],
     )
     if sub.migration_budget < 0 or (sub.cap_cpu < 0).any() or (sub.cap_gpu < 0).any() or (sub.cap_mem < 0).any():
         return None
