@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from planner.decode import duration
-from planner.plan import Assignment, Plan
+from planner.plan import Plan
 
 _MARK = {True: "yes", False: "NO", None: "-"}
 
 
-def _eta(a: Assignment, at: float | None, now: float) -> str:
+def _eta(at: float | None, now: float) -> str:
     return "-" if at is None else f"in {duration(at - now)}"
 
 
@@ -63,10 +63,10 @@ def render_table(plan: Plan, source: str = "") -> str:
                 action,
                 where,
                 cpu,
-                _eta(a, p.eta_tier1, now) if not p.tier1_reached else "reached",
+                _eta(p.eta_tier1, now) if not p.tier1_reached else "reached",
                 _deadline(p.tier1_deadline, now),
                 _MARK[p.tier1_satisfied],
-                _eta(a, p.eta_finish, now),
+                _eta(p.eta_finish, now),
             ]
         )
     lines += _table(rows, ["JOB", "ACTION", "NODE", "CPU(+GPU)", "TIER 1", "DEADLINE", "MET", "FINISH"])

@@ -160,6 +160,42 @@ def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
     )
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """Which choice the solve step settled on, and what the plan's ``solver`` report says about it."""
+
+    choice: np.ndarray
+    name: str
+    status: str
+    gap: float | None = None
+    bound: float | None = None
+    message: str = ""
+    parts: int = 1
+
+
+def _gap(objective: float, bound: float | None) -> float | None:
+    return max(objective - bound, 0.0) / abs(objective) if bound is not None and objective else None
+
+
+def _choose(problem: Problem, config: PlannerConfig) -> _Outcome:
+    """Run the configured solver; keep its plan only if it is valid and no worse than the greedy's."""
+    hint_obj = problem.objective(problem.hint)
+    if problem.n_jobs == 0:
+        return _Outcome(problem.hint, config.solver, "trivial")
+    if config.solver == "greedy":
+        return _Outcome(problem.hint, "greedy", "feasible", message="greedy allocation (no integer program solved)")
+    result, parts = _solve(problem, config)
+    got = result.choice
+    if got is not None and not problem.violations(got) and problem.objective(got) <= hint_obj:
+        gap = result.gap if result.gap is not None else _gap(problem.objective(got), result.bound)
+        if gap is None and result.status == "optimal":
+            gap = 0.0
+        return _Outcome(got, result.backend, result.status, gap, result.bound, result.message, parts)
+    message = f"{result.backend} found nothing better than the greedy warm start ({result.message}); using it"
+    gap = result.gap if result.gap is not None else _gap(hint_obj, result.bound)
+    return _Outcome(problem.hint, result.backend, "fallback", gap, result.bound, message, parts)
+
+
 def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: PlanResult | None = None) -> PlanResult:
     """Plan one control interval for ``snapshot``; see the module docstring."""
     config = config or PlannerConfig()
@@ -171,66 +207,19 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: P
 
     t = time.perf_counter()
     ordered = [outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
-    problem, pricing = build_problem(snapshot, ordered, config)
+    problem, _ = build_problem(snapshot, ordered, config)
     timings["build"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    hint_obj = problem.objective(problem.hint)
-    parts = 1
-    name: str
-    choice: np.ndarray
-    gap: float | None = None
-    bound: float | None = None
-    message = ""
-    if problem.n_jobs == 0:
-        choice, status, name = problem.hint, "trivial", config.solver
-    elif config.solver == "greedy":
-        choice, status, name = problem.hint, "feasible", "greedy"
-        message = "greedy allocation (no integer program solved)"
-    else:
-        result, parts = _solve(problem, config)
-        name, message = result.backend, result.message
-        got = result.choice
-        if got is not None and not problem.violations(got) and problem.objective(got) <= hint_obj:
-            choice, status = got, result.status
-            bound = result.bound
-            obj = problem.objective(choice)
-            if result.gap is not None:
-                gap = result.gap
-            elif bound is not None and obj:
-                gap = max(obj - bound, 0.0) / abs(obj)
-            elif status == "optimal":
-                gap = 0.0
-        else:
-            choice, status = problem.hint, "fallback"
-            message = f"{result.backend} found nothing better than the greedy warm start ({result.message}); using it"
-            bound = result.bound
-            if result.gap is not None:
-                gap = result.gap
-            elif bound is not None and hint_obj:
-                gap = max(hint_obj - bound, 0.0) / abs(hint_obj)
+    outcome = _choose(problem, config)
     timings["solve"] = time.perf_counter() - t
-    assert choice is not None
 
     t = time.perf_counter()
-    plan_obj = _decode(snapshot, problem, pricing, choice, config, name, status, gap, bound, message, parts, t0)
+    plan_obj = _decode(snapshot, problem, config, outcome)
     violations = check_plan(snapshot, plan_obj)
-    if violations and status != "fallback":
-        choice = problem.hint
-        plan_obj = _decode(
-            snapshot,
-            problem,
-            pricing,
-            choice,
-            config,
-            name,
-            "fallback",
-            None,
-            None,
-            "solver plan failed the checker: " + violations[0],
-            parts,
-            t0,
-        )
+    if violations and outcome.status != "fallback":
+        message = "solver plan failed the checker: " + violations[0]
+        plan_obj = _decode(snapshot, problem, config, _Outcome(problem.hint, outcome.name, "fallback", message=message))
         violations = check_plan(snapshot, plan_obj)
     if violations:
         raise PlanCheckError(violations)
@@ -240,23 +229,9 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: P
     return PlanResult(plan=plan_obj, outlooks=outlooks, timings=timings)
 
 
-def _decode(
-    snapshot: Snapshot,
-    problem: Problem,
-    pricing: object,
-    choice: np.ndarray,
-    config: PlannerConfig,
-    name: str,
-    status: str,
-    gap: float | None,
-    bound: float | None,
-    message: str,
-    parts: int,
-    t0: float,
-) -> Plan:
-    eligible_any = _eligible_any(snapshot, problem)
-    assignments, unserved, terms = decode(problem, choice, pricing, snapshot.time, list(snapshot.nodes), eligible_any)  # type: ignore[arg-type]
-    finished = sum(1 for j in snapshot.jobs if j.status == "finished")
+def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome: _Outcome) -> Plan:
+    choice = outcome.choice
+    assignments, unserved, terms = decode(problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem))
     return Plan(
         time=snapshot.time,
         snapshot_digest=snapshot_digest(snapshot),
@@ -264,30 +239,29 @@ def _decode(
         unserved=unserved,
         objective=terms,
         solver=SolverReport(
-            name=name,
-            status=status,
-            seconds=time.perf_counter() - t0,
-            gap=gap,
-            bound=bound,
+            name=outcome.name,
+            status=outcome.status,
+            seconds=0.0,  # set by plan() to the measured total
+            gap=outcome.gap,
+            bound=outcome.bound,
             objective=float(problem.objective(choice)),
             time_limit=config.time_limit,
-            subproblems=parts,
+            subproblems=outcome.parts,
             variables=problem.n_options + 1,
-            message=message,
+            message=outcome.message,
         ),
         summary=PlanSummary(
             active_jobs=problem.n_jobs,
             placed=len(assignments) - len(unserved),
             unserved=len(unserved),
-            finished_jobs=finished,
+            finished_jobs=sum(1 for j in snapshot.jobs if j.status == "finished"),
         ),
         warnings=list(problem.warnings),
     )
 
 
-def _eligible_any(snapshot: Snapshot, problem: Problem) -> list[bool]:
+def _eligible_any(problem: Problem) -> list[bool]:
     """Per job: does any option put it on a node (else it is unservable, not just crowded out)?"""
     has = np.zeros(problem.n_jobs, dtype=bool)
-    placed = problem.opt_node >= 0
-    has[problem.opt_job[placed]] = True
+    has[problem.opt_job[problem.opt_node >= 0]] = True
     return has.tolist()

@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from planner.menu import MOVE, START, JobMenu
-from planner.objective import Pricing
 from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
 from planner.snapshot import Job, Node
@@ -147,7 +146,7 @@ def _done_reason(m: JobMenu) -> str:
     return "its curve has converged"
 
 
-def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_any: bool) -> str:
+def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
     job: Job = m.outlook.job
     need = (
         f"{cores(int(m.dem_cpu[0]))}"
@@ -176,7 +175,6 @@ def unserved_reason(m: JobMenu, problem: Problem, nodes: list[Node], eligible_an
 def decode(
     problem: Problem,
     choice: np.ndarray,
-    pricing: Pricing,
     now: float,
     nodes: list[Node],
     eligible_any: list[bool],
@@ -202,7 +200,7 @@ def decode(
             action = "deliver"
         why = None
         if node is None:
-            why = unserved_reason(m, problem, nodes, eligible_any[j])
+            why = unserved_reason(m, nodes, eligible_any[j])
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:
