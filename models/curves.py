@@ -318,24 +318,19 @@ def _fit(
             err = z[-h:] - _predict_z(name, got[0], k[-h:])
             holdout[name] = float(np.sqrt(np.mean(err**2)))
 
+    # Refit on every point only the family the hold-out prefers (the other as a fallback); with too
+    # few points to tell the families apart, the slower-converging hyperbola.
+    order = [name for _, name in sorted((e, name) for name, e in holdout.items())] if holdout else ["hyperbola"]
+    order += [name for name in _FITTERS if name not in order]
     fits: dict[str, tuple[dict[str, float], float]] = {}
-    for name, fitter in _FITTERS.items():
-        if not holdout and name != "hyperbola" and n < MIN_POINTS_FOR_HOLDOUT:
-            continue  # too few points to tell the families apart: the slower-converging one
-        got = fitter(k, z, w, c_floor)
+    for name in order:
+        got = _FITTERS[name](k, z, w, c_floor)
         if got is not None:
             fits[name] = got
-    if not fits:
-        got = _fit_exponential(k, z, w, c_floor)
-        if got is not None:
-            fits["exponential"] = got
+            break
     if not fits:
         return CannotPredict("no family fits these points", n)
-    if holdout:
-        ranked = sorted((e, name) for name, e in holdout.items() if name in fits)
-    else:
-        ranked = sorted((sse, name) for name, (_, sse) in fits.items())
-    family = ranked[0][1]
+    family = next(iter(fits))
     params, sse = _to_value_units(family, fits[family][0], shift, scale), fits[family][1]
     dof = max(n - 3, 1)
     residual_std = scale * math.sqrt(sse / float(w.sum()) * n / dof)

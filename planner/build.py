@@ -6,8 +6,9 @@ Steps, each a function below:
    priced in integer cost units (:mod:`planner.objective`);
 2. *eligibility* — per job, the nodes it may start or move to: schedulable, labels and GPU type
    matching, big enough for its smallest level;
-3. *greedy* — a feasible plan over all eligible nodes (:mod:`planner.greedy`), the IP's warm start;
-4. *candidates* — per job, its current node, the greedy's node, and the ``candidate_nodes`` eligible
+3. *greedy* — a feasible plan over all eligible nodes (:mod:`planner.greedy`), twice: growing every
+   job from its lowest level, and starting from the current allocation; the better is the warm start;
+4. *candidates* — per job, its current node, the greedy plans' nodes, and the ``candidate_nodes`` eligible
    nodes with the most room left after the greedy plan: this pruning is what keeps the model small;
 5. *options* — every (candidate node × level) that fits the node when empty, with the way in
    (stay / start / move), plus "wait" (pending) or "pause" (running, if it can checkpoint).
@@ -105,9 +106,14 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     eligible = _eligibility(nodes, menus, cap)
     budget = snapshot.settings.migration_budget
     g = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget)
+    g_cur = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget, from_current=True)
     cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes)
+    for j, n in enumerate(g_cur.node.tolist()):
+        if n >= 0 and n not in cand[j]:
+            cand[j].append(n)
 
-    problem = _options(menus, cand, current, pinned, stay_ok, cap, g, pricing, node_index, budget)
+    problem = _options(menus, cand, current, pinned, stay_ok, cap, pricing, node_index, budget)
+    problem.hint = min((_hint_of(problem, g), _hint_of(problem, g_cur)), key=problem.objective)
     forced_moves = int(problem.moves[problem.hint].sum())
     if forced_moves > budget:
         warnings.append(
@@ -168,14 +174,12 @@ def _options(
     pinned: np.ndarray,
     stay_ok: Sequence[np.ndarray | None],
     cap: np.ndarray,
-    g: GreedyChoice,
     pricing: Pricing,
     node_index: dict[str, int],
     budget: int,
 ) -> Problem:
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("job", "node", "level", "way", "cpu", "gpu", "mem", "fq", "cost")}
     job_start = [0]
-    hint = np.zeros(len(menus), dtype=np.int64)
     count = 0
     for j, m in enumerate(menus):
         assert m.finish_q is not None and m.cost is not None
@@ -239,11 +243,6 @@ def _options(
             ("cost", cost),
         ):
             cols[key].append(arr)
-        if g.node[j] >= 0:
-            hit = np.flatnonzero((node_of == g.node[j]) & (way_of == g.way[j]) & (lv == g.level[j]))
-        else:
-            hit = np.flatnonzero(way_of == WAIT_WAY)
-        hint[j] = count + int(hit[0])
         count += k
         job_start.append(count)
 
@@ -273,5 +272,17 @@ def _options(
         makespan_weight=pricing.makespan_weight,
         migration_budget=budget,
         quantum_seconds=pricing.quantum_seconds,
-        hint=hint,
+        hint=np.zeros(len(menus), dtype=np.int64),  # set by the caller from a greedy plan
     )
+
+
+def _hint_of(problem: Problem, g: GreedyChoice) -> np.ndarray:
+    """The option index of each job's greedy choice (every greedy choice is among the options; an
+    unplaced one is (-1, -1, -1), which is exactly how the wait option is encoded)."""
+    j = problem.opt_job
+    match = (problem.opt_node == g.node[j]) & (problem.opt_way == g.way[j]) & (problem.opt_level == g.level[j])
+    idx = np.flatnonzero(match)
+    hint = np.full(problem.n_jobs, -1, dtype=np.int64)
+    hint[problem.opt_job[idx[::-1]]] = idx[::-1]  # first match per job
+    assert (hint >= 0).all(), "a greedy choice is missing from the options"
+    return hint

@@ -41,17 +41,18 @@ def snapshot_digest(snapshot: Snapshot) -> str:
     return hashlib.sha256(snapshot.model_dump_json().encode()).hexdigest()
 
 
-def _job_digest(snapshot: Snapshot, job_json: str) -> str:
-    return hashlib.sha256((job_json + snapshot.settings.model_dump_json()).encode()).hexdigest()
+def _job_digest(settings_json: str, job_json: str) -> str:
+    return hashlib.sha256((job_json + settings_json).encode()).hexdigest()
 
 
 def _outlooks(snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | None) -> dict[str, tuple[str, JobOutlook]]:
     cache = previous.outlooks if previous is not None else {}
     out: dict[str, tuple[str, JobOutlook]] = {}
+    settings_json = snapshot.settings.model_dump_json()
     for job in snapshot.jobs:
         if job.status == "finished":
             continue
-        digest = _job_digest(snapshot, job.model_dump_json())
+        digest = _job_digest(settings_json, job.model_dump_json())
         hit = cache.get(job.id)
         if hit is not None and hit[0] == digest:
             out[job.id] = hit
@@ -79,25 +80,28 @@ def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: floa
         got = backend.solve(problem, time_limit=time_limit, wall_limit=wall)
         ok = got.choice is not None and not problem.violations(got.choice) and problem.objective(got.choice) <= hint_obj
         return got if ok else replace(got, choice=None)
-    rest = residual(problem, relaxation)
     choice: np.ndarray | None = None
     detail = f"LP relaxation {relaxation.seconds:.2f} s"
     status = "feasible"
-    if rest is not None:
-        choice = rest.fixed.copy()
-        if rest.jobs.size:
-            # The residual keeps at least a quarter of the limit however long the LP took.
-            left = max(time_limit - relaxation.seconds, 0.25 * time_limit)
-            got = backend.solve(rest.problem, time_limit=left, wall_limit=max(wall - relaxation.seconds, 0.25 * wall))
-            if got.choice is not None and not rest.problem.violations(got.choice):
-                choice[rest.jobs] = rest.keep[got.choice]
-                status = "optimal" if got.status == "optimal" else "feasible"
-            else:
-                choice = None
-            detail += f"; {rest.jobs.size} undecided job(s) solved by {backend.name}: {got.message}"
-        else:
+    # The residual keeps at least a quarter of the limit however long the LP took.
+    left = max(time_limit - relaxation.seconds, 0.25 * time_limit)
+    left_wall = max(wall - relaxation.seconds, 0.25 * wall)
+    for wide in (False, True):
+        rest = residual(problem, relaxation, wide=wide)
+        if rest is None:
+            continue
+        if rest.jobs.size == 0:
+            choice, status = rest.fixed.copy(), "optimal"
             detail += "; every job decided by the LP"
-            status = "optimal"
+            break
+        got = backend.solve(rest.problem, time_limit=left / 2 if not wide else left, wall_limit=left_wall)
+        what = "wider residual of " if wide else ""
+        detail += f"; {what}{rest.jobs.size} undecided job(s) solved by {backend.name}: {got.message}"
+        if got.choice is not None and not rest.problem.violations(got.choice):
+            choice = rest.fixed.copy()
+            choice[rest.jobs] = rest.keep[got.choice]
+            status = "optimal" if got.status == "optimal" else "feasible"
+            break
     if choice is not None and (problem.violations(choice) or problem.objective(choice) > hint_obj):
         choice = None
     obj = float(problem.objective(choice)) if choice is not None else None

@@ -1,7 +1,8 @@
 """Greedy allocation: a fast, always-feasible plan used as the IP's warm start and as its fallback.
 
-1. *Pinned* jobs (running, cannot migrate) stay on their node at their lowest allowed level.
-2. Other running jobs stay on their node at their lowest level when it fits.
+1. *Pinned* jobs (running, cannot migrate) stay on their node.
+2. Other running jobs stay on their node when it fits: at their lowest level, or — with
+   ``from_current`` — at their current allocation (the plan that changes nothing, as a start).
 3. Everyone else (pending jobs, and running jobs that no longer fit) is placed at its lowest level,
    in order of *value density*: what placing it saves (its wait cost minus its cheapest placed cost)
    per unit of the cluster it takes — so when not everything fits, the most valuable jobs per unit
@@ -61,6 +62,7 @@ def greedy(
     cap_gpu: np.ndarray,
     cap_mem: np.ndarray,
     migration_budget: int = 0,
+    from_current: bool = False,
 ) -> GreedyChoice:
     """Return a feasible choice.
 
@@ -96,7 +98,11 @@ def greedy(
         if not ok_levels.any():
             waiting.append(j)  # must restart to get a share within its bounds
             continue
-        lv = int(np.argmax(ok_levels))  # lowest level it may hold in place (levels grow with index)
+        m = menus[j]
+        if from_current and m.current_level is not None and ok_levels[m.current_level]:
+            lv = m.current_level
+        else:
+            lv = int(np.argmax(ok_levels))  # lowest level it may hold in place (levels grow with index)
         if pinned[j] or fits(j, cn, lv):
             node[j], level[j], way[j] = cn, lv, STAY
             take(j, cn, lv)

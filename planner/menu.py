@@ -122,7 +122,7 @@ def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, con
         if deadline is None:
             met = np.full((3, cpu.size), -1, dtype=np.int64)
         else:
-            met = np.where(np.isfinite(t) & (now + np.nan_to_num(t, nan=np.inf) <= deadline), 1, 0).astype(np.int64)
+            met = (t <= deadline - now).astype(np.int64)  # NaN (unreachable) compares False: missed
         return t, met
 
     t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline)

@@ -12,8 +12,11 @@ SciPy; a vertex solution, so few fractions). So:
    fixed jobs leave, with the makespan at least the fixed jobs' latest finish — exactly, with the
    configured backend (CP-SAT or PuLP).
 
-The residual always has a solution when every undecided job can wait; when it cannot (a job that
-must stay is undecided) the greedy warm start is used instead.
+Fixing can leave the residual infeasible: the LP spread a running job between staying and pausing,
+the fixed jobs took the room it needs to stay, and pausing is over the budget. Then a *wider*
+residual is tried: the fixed jobs on the nodes where undecided running jobs would stay, and every
+fixed job that spends budget, are released too. If that fails as well, the greedy warm start
+stands.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from planner.backends.base import capacity_rows
+from planner.menu import STAY
 from planner.problem import Problem
 
 #: LP values within this of 0 or 1 count as integral.
@@ -94,13 +98,22 @@ class Residual:
     fixed: np.ndarray
 
 
-def residual(problem: Problem, relaxation: Relaxation) -> Residual | None:
+def residual(problem: Problem, relaxation: Relaxation, *, wide: bool = False) -> Residual | None:
     """The residual problem after fixing the jobs the LP decided (with no jobs when the LP decided
     them all: ``fixed`` is then the answer); ``None`` if the fixed part leaves no feasible room."""
     x = relaxation.values
     fixed = np.full(problem.n_jobs, -1, dtype=np.int64)
     top = np.flatnonzero(x >= 1.0 - INTEGRAL_TOLERANCE)
     fixed[problem.opt_job[top]] = top
+    if wide:
+        # Room where undecided running jobs would stay (pending ones can always wait).
+        undecided = fixed[problem.opt_job] < 0
+        hot = np.zeros(len(problem.node_names), dtype=bool)
+        hot[problem.opt_node[undecided & (problem.opt_way == STAY)]] = True
+        chosen = fixed[fixed >= 0]
+        node_of = problem.opt_node[chosen]
+        release = ((node_of >= 0) & hot[np.maximum(node_of, 0)]) | (problem.moves[chosen] > 0)
+        fixed[problem.opt_job[chosen[release]]] = -1
     open_jobs = np.flatnonzero(fixed < 0)
     decided = fixed[fixed >= 0]
     placed = decided[problem.opt_node[decided] >= 0]
