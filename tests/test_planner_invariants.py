@@ -123,3 +123,20 @@ def test_hypothesis_draws_cover_the_interesting_cases() -> None:
         kinds["migrate"] += p.objective.migrations
     assert all(v > 0 for v in kinds.values()), kinds
     assert np.isfinite(list(kinds.values())).all()
+
+
+def test_greedy_fallback_when_the_solver_runs_out_of_time() -> None:
+    """With a limit too short for CP-SAT to improve on (or even finish loading) the warm start, the
+    plan is the greedy one: status ``fallback``, still checked, and the message says why. CP-SAT runs
+    on deterministic time, so which seeds fall back is repeatable."""
+    fallbacks = 0
+    for seed in range(40):
+        snap = random_snapshot(seed, n_nodes=6, n_jobs=40)
+        p = plan(snap, PlannerConfig(time_limit=0.001)).plan
+        assert check_plan(snap, p) == []
+        if p.solver.status == "fallback":
+            fallbacks += 1
+            assert "greedy" in p.solver.message
+            greedy = plan(snap, PlannerConfig(solver="greedy")).plan
+            assert p.objective.total == greedy.objective.total
+    assert fallbacks > 0
