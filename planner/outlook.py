@@ -10,6 +10,7 @@ reach); otherwise the curve's convergence (improvement per epoch below the snaps
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,9 @@ from planner.snapshot import Job, Settings
 MAX_REMAINING_EPOCHS = 100_000.0
 #: An unreached tier is at least this many epochs away, whatever the fitted curve says.
 MIN_REMAINING_EPOCHS = 1.0
+#: Longer histories are thinned to this many points before fitting (evenly spaced, newest kept):
+#: a curve needs far fewer, and a million-point history must not stall the planner.
+MAX_FIT_POINTS = 400
 #: History points used to derive an observed speed at the current allocation (newest ones).
 SPEED_WINDOW = 6
 
@@ -65,6 +69,9 @@ def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
     pts = [(p.epoch, p.loss if use_loss else p.metric) for p in job.history]
     pts = sorted((e, v) for e, v in pts if v is not None)
     arr = np.array(pts, dtype=float).reshape(-1, 2)
+    if arr.shape[0] > MAX_FIT_POINTS:
+        keep = np.unique(np.linspace(0, arr.shape[0] - 1, MAX_FIT_POINTS).round().astype(int))
+        arr = arr[keep]
     if target is None and not use_loss and arr.shape[0] >= 3:
         third = max(1, arr.shape[0] // 3)
         direction = "higher" if arr[-third:, 1].mean() >= arr[:third, 1].mean() else "lower"
@@ -76,7 +83,7 @@ def _observed_speeds(job: Job) -> list[SpeedObservation]:
     if obs or job.status != "running" or job.allocation is None or len(job.history) < 2:
         return obs
     # No explicit speed table: the recent history at the current allocation is one observation.
-    pts = sorted((p.time, p.epoch) for p in job.history)[-SPEED_WINDOW:]
+    pts = heapq.nlargest(SPEED_WINDOW, ((p.time, p.epoch) for p in job.history))[::-1]
     dt = pts[-1][0] - pts[0][0]
     de = pts[-1][1] - pts[0][1]
     if dt > 0 and de > 0:
