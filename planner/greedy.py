@@ -109,7 +109,7 @@ def greedy(
         else:
             waiting.append(j)
 
-    # 3: place the rest, most urgent first.
+    # 3: place the rest, most valuable per unit of capacity first.
     # A running job here could not stay (its node is overfull, or it must restart to get a share
     # within its bounds): moving or pausing it is forced, so no budget is checked.
     mean_cap = np.array([cap_cpu.mean(), cap_gpu.mean(), cap_mem.mean()]) if cap_cpu.size else np.ones(3)
