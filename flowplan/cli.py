@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -38,6 +39,23 @@ def _positive_seconds(text: str) -> float:
     return v
 
 
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+    return v
+
+
+def _positive_epochs(text: str) -> float:
+    v = _finite(text)
+    if not (0 < v <= 1_000_000):
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 1000000 epochs, got {text}")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flowplan",
@@ -61,6 +79,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     pl.add_argument("--out", metavar="FILE", help="write the output to FILE instead of standard output")
+
+    pr = sub.add_parser(
+        "predict",
+        help="fit a learning curve to a history CSV and predict when it reaches a target",
+        description="Fit a learning curve to HISTORY (CSV with columns epoch,metric[,time]) and predict "
+        "the epoch at which it reaches TARGET, with an 80%% band, the plateau and the curve ahead.",
+    )
+    pr.add_argument("history", help="history CSV ('-' for standard input)")
+    pr.add_argument("--target", type=_finite, required=True, metavar="T", help="metric value to reach")
+    pr.add_argument("--direction", choices=["higher", "lower"], required=True, help="is a higher metric better?")
+    pr.add_argument("--horizon", type=_positive_epochs, metavar="EPOCHS", help="predict up to this epoch (default: 2x the last)")
+    pr.add_argument("--format", choices=["table", "json"], default="table")
+    pr.add_argument("--plot", metavar="OUT.png", help="also draw the points, the fit and the band to a PNG")
 
     sc = sub.add_parser("schema", help="print the JSON Schema of a contract", description="Print the JSON Schema of a contract.")
     sc.add_argument("which", choices=["snapshot", "plan"])
@@ -121,6 +152,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from flowplan import predict as pred
+
+    name = "<stdin>" if args.history == "-" else args.history
+    try:
+        history = pred.read_history(args.history)
+        result = pred.predict(history, args.target, args.direction, args.horizon)
+        if args.plot:
+            pred.plot(result, history, args.plot)
+    except pred.HistoryError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--plot {args.plot}: {exc.strerror or exc}") from None
+    if args.format == "json":
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        sys.stdout.write(pred.render(result, name))
+    return EXIT_OK
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     model = Snapshot if args.which == "snapshot" else Plan
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
@@ -150,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_plan(args)
         if args.command == "schema":
             return _cmd_schema(args)
+        if args.command == "predict":
+            return _cmd_predict(args)
         return _cmd_check(args)
     except UsageError as exc:
         print(f"flowplan: error: {exc}", file=sys.stderr)

@@ -1,0 +1,176 @@
+"""``flowplan predict``: fit a learning curve to a history file and say when it reaches a target.
+
+The history is a CSV with a header naming at least ``epoch`` and ``metric`` (``time`` optional,
+other columns ignored). Rows whose metric is empty or NaN are skipped (and counted); anything else
+that is not a number is an error naming the row and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models import CannotPredict, CurveFit, Direction, fit_learning_curve
+
+
+class HistoryError(Exception):
+    """A history file that cannot be read (the message names the file, row and column)."""
+
+
+@dataclass(frozen=True)
+class History:
+    epochs: np.ndarray
+    values: np.ndarray
+    skipped: int
+
+
+def read_history(path: str) -> History:
+    """Read a history CSV (``-``: standard input)."""
+    if path == "-":
+        import sys
+
+        return parse_history(sys.stdin.read())
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise HistoryError("no such file") from None
+    except IsADirectoryError:
+        raise HistoryError("is a directory, not a CSV file") from None
+    except (PermissionError, UnicodeDecodeError) as exc:
+        raise HistoryError(f"cannot read: {exc}") from None
+    return parse_history(text)
+
+
+def parse_history(text: str) -> History:
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise HistoryError("empty file (expected a header with 'epoch' and 'metric')")
+    names = [h.strip().lower() for h in header]
+    for need in ("epoch", "metric"):
+        if need not in names:
+            raise HistoryError(f"header has no '{need}' column (found: {', '.join(names) or 'nothing'})")
+    ie, im = names.index("epoch"), names.index("metric")
+    epochs: list[float] = []
+    values: list[float] = []
+    skipped = 0
+    for row_no, row in enumerate(reader, start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        cells = {"epoch": row[ie].strip() if ie < len(row) else "", "metric": row[im].strip() if im < len(row) else ""}
+        if cells["metric"] == "" or cells["metric"].lower() == "nan":
+            skipped += 1
+            continue
+        parsed: dict[str, float] = {}
+        for col, cell in cells.items():
+            try:
+                parsed[col] = float(cell)
+            except ValueError:
+                raise HistoryError(f"row {row_no}, column '{col}': not a number ({cell!r})") from None
+            if not math.isfinite(parsed[col]):
+                raise HistoryError(f"row {row_no}, column '{col}': must be finite (got {cell})")
+        if parsed["epoch"] < 0:
+            raise HistoryError(f"row {row_no}, column 'epoch': must be >= 0 (got {cells['epoch']})")
+        epochs.append(parsed["epoch"])
+        values.append(parsed["metric"])
+    return History(np.array(epochs, dtype=float), np.array(values, dtype=float), skipped)
+
+
+def predict(history: History, target: float, direction: Direction, horizon: float | None) -> dict[str, Any]:
+    """The prediction as a JSON-ready dict (the ``--format json`` output)."""
+    fit = fit_learning_curve(history.epochs, history.values, direction)
+    last = float(history.epochs.max()) if history.epochs.size else 0.0
+    out: dict[str, Any] = {
+        "target": target,
+        "direction": direction,
+        "points": int(history.epochs.size),
+        "skipped_rows": history.skipped,
+        "last_epoch": last,
+    }
+    if isinstance(fit, CannotPredict):
+        out.update(
+            family=None, cannot_predict=fit.reason, epochs_to_target=None, interval=[None, None], plateau=None, predicted=[]
+        )
+        return out
+    assert isinstance(fit, CurveFit)
+    reached = bool((history.values >= target).any() if direction == "higher" else (history.values <= target).any())
+    at = fit.epoch_reaching(target)
+    lo, hi = fit.epoch_interval(target)
+    end = horizon if horizon is not None else max(2.0 * last, (at or 0.0) * 1.2, 10.0)
+    grid = np.arange(1, int(math.floor(end)) + 1, dtype=float)
+    band = 1.2816 * fit.residual_std
+    pred = fit.predict(grid)
+    out.update(
+        family=fit.family,
+        params=fit.params,
+        reached=reached,
+        epochs_to_target=(0.0 if reached else at),
+        interval=[0.0 if reached else lo, 0.0 if reached else hi],
+        plateau=fit.plateau,
+        convergence_epoch=fit.convergence_epoch(1e-3 * max(abs(fit.plateau), 1e-9)),
+        residual_std=fit.residual_std,
+        holdout_error=fit.holdout_error,
+        predicted=[
+            {"epoch": float(e), "metric": float(v), "low": float(v - band), "high": float(v + band)}
+            for e, v in zip(grid, pred, strict=True)
+        ],
+    )
+    return out
+
+
+def render(result: dict[str, Any], source: str) -> str:
+    lines = [f"FlowPlan prediction for {source}: {result['points']} point(s) up to epoch {result['last_epoch']:g}"]
+    if result["skipped_rows"]:
+        lines[-1] += f" ({result['skipped_rows']} row(s) without a metric skipped)"
+    if result["family"] is None:
+        lines.append(f"cannot predict yet: {result['cannot_predict']}")
+        return "\n".join(lines) + "\n"
+    lines.append(f"model: {result['family']} curve, plateau {result['plateau']:.4g}, residual sd {result['residual_std']:.3g}")
+    goal = f"{'>=' if result['direction'] == 'higher' else '<='} {result['target']:g}"
+    if result["reached"]:
+        lines.append(f"target {goal}: already reached")
+    elif result["epochs_to_target"] is None:
+        lines.append(f"target {goal}: not reachable — the curve levels off at {result['plateau']:.4g}")
+    else:
+        lo, hi = result["interval"]
+        span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
+        lines.append(f"target {goal}: at epoch {result['epochs_to_target']:.1f} (80% band {span})")
+    lines.append(f"improves by less than 0.1% per epoch from epoch {result['convergence_epoch']:.0f}")
+    pred = result["predicted"]
+    if pred:
+        step = max(1, len(pred) // 10)
+        lines.append("")
+        lines.append("  epoch  predicted  (80% band)")
+        for row in pred[step - 1 :: step]:
+            lines.append(f"  {row['epoch']:5.0f}  {row['metric']:9.4g}  ({row['low']:.4g} – {row['high']:.4g})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], history: History, out: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise HistoryError("--plot needs matplotlib: pip install 'flowplan[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(history.epochs, history.values, "o", ms=3, label="observed")
+    pred = result["predicted"]
+    if pred:
+        e = [r["epoch"] for r in pred]
+        ax.plot(e, [r["metric"] for r in pred], "-", label=f"{result['family']} fit")
+        ax.fill_between(e, [r["low"] for r in pred], [r["high"] for r in pred], alpha=0.2, label="80% band")
+    ax.axhline(result["target"], ls="--", lw=1, color="gray", label="target")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("metric")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,93 @@
+"""``flowplan predict`` as a real subprocess, on real measured curves.
+
+Bad-file matrix (exit 2, one line naming the file, row and column, no traceback): missing file ·
+empty file · no epoch column · no metric column · text in a metric cell · infinite epoch · negative
+epoch. Good paths: JSON has the documented fields; a real curve's prediction lands near the measured
+epoch; too few points says "cannot predict"; NaN rows are skipped and counted; --plot writes a PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import real_curve
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flowplan", "predict", *args], capture_output=True, text=True, timeout=120)
+
+
+def _csv(tmp_path: Path, text: str) -> Path:
+    f = tmp_path / "h.csv"
+    f.write_text(text)
+    return f
+
+
+BAD = {
+    "empty file": ("", "empty file"),
+    "no epoch column": ("step,metric\n1,0.5\n", "no 'epoch' column"),
+    "no metric column": ("epoch,acc\n1,0.5\n", "no 'metric' column"),
+    "text in metric": ("epoch,metric\n1,0.5\n2,high\n", "row 3, column 'metric'"),
+    "infinite epoch": ("epoch,metric\ninf,0.5\n", "row 2, column 'epoch'"),
+    "negative epoch": ("epoch,metric\n-1,0.5\n", "row 2, column 'epoch'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_history(case: str, tmp_path: Path) -> None:
+    content, must = BAD[case]
+    f = _csv(tmp_path, content)
+    r = run(str(f), "--target", "0.9", "--direction", "higher")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0] and must in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_file() -> None:
+    r = run("/no/such.csv", "--target", "1", "--direction", "lower")
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_real_curve_json(tmp_path: Path) -> None:
+    curve = real_curve("deepspeech2", 40)  # word error rate, lower is better
+    n = len(curve) // 2
+    f = _csv(tmp_path, "epoch,metric,time\n" + "".join(f"{e},{v},{e * 60}\n" for e, v in enumerate(curve[:n], start=1)))
+    target = float(curve[0] + 0.9 * (curve[-1] - curve[0]))
+    r = run(str(f), "--target", str(target), "--direction", "lower", "--format", "json", "--horizon", "80")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"family", "epochs_to_target", "interval", "plateau", "predicted"} <= set(out)
+    assert len(out["predicted"]) == 80
+    true_epoch = int(np.argmax(curve <= target)) + 1
+    if true_epoch > n:  # a real prediction of the future
+        assert out["epochs_to_target"] is not None
+        assert abs(out["epochs_to_target"] - true_epoch) / true_epoch < 0.5
+    lo, hi = out["interval"]
+    assert lo is None or hi is None or lo <= hi
+
+
+def test_cannot_predict_with_two_points(tmp_path: Path) -> None:
+    f = _csv(tmp_path, "epoch,metric\n1,0.5\n2,0.6\n")
+    r = run(str(f), "--target", "0.9", "--direction", "higher", "--format", "json")
+    assert r.returncode == 0
+    out = json.loads(r.stdout)
+    assert out["family"] is None and out["epochs_to_target"] is None and "point" in out["cannot_predict"]
+    table = run(str(f), "--target", "0.9", "--direction", "higher")
+    assert "cannot predict yet" in table.stdout
+
+
+def test_nan_rows_skipped_and_plot_written(tmp_path: Path) -> None:
+    curve = real_curve("cifar10", 128)[:25]
+    rows = [f"{e},{'nan' if e % 7 == 0 else v}\n" for e, v in enumerate(curve, start=1)]
+    f = _csv(tmp_path, "epoch,metric\n" + "".join(rows))
+    png = tmp_path / "fit.png"
+    r = run(str(f), "--target", "0.9", "--direction", "higher", "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert "3 row(s) without a metric skipped" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
