@@ -17,10 +17,15 @@ Families (``k`` is the epoch, every parameter named in :class:`CurveFit.params`)
     ``c`` [z-unit]: the plateau; ``d`` [z-unit] > 0: the gap to the plateau at epoch 0;
     ``r`` [1/epoch] > 0: decay rate.
 
-Both are fitted by *variable projection*: for a fixed non-linear parameter (``c`` for the hyperbola,
-``r`` for the exponential) the others follow from a weighted linear least-squares solve, so a dense
-grid over that one parameter finds the global optimum of the weighted squared error without a local
-optimizer that can diverge. That keeps a fit at roughly a hundred microseconds, which matters when the
+``power`` (power law, the usual shape of deep-learning curves)
+    ``z(k) = c + d * (k + 1)^(-alpha)``
+    ``c`` [z-unit]: the plateau; ``d`` [z-unit] > 0: the gap to the plateau at epoch 0;
+    ``alpha`` [-] > 0: the decay exponent (small = slow, long-tailed improvement).
+
+All are fitted by *variable projection*: for a fixed non-linear parameter (``c`` for the hyperbola,
+``r`` or ``alpha`` for the others) the rest follow from a weighted linear least-squares solve, so a
+dense grid over that one parameter finds the global optimum of the weighted squared error without a
+local optimizer that can diverge. A fit takes well under a millisecond, which matters when the
 planner fits ten thousand jobs per interval.
 
 Bounds (each one keeps a thin or noisy history from predicting the impossible):
@@ -31,16 +36,19 @@ Bounds (each one keeps a thin or noisy history from predicting the impossible):
 - the exponential's rate is at most :data:`MAX_RATE_PER_SPAN` e-foldings over the observed span, so
   a few early points cannot claim the curve is already flat.
 
-The family is chosen by how well it predicts the *last* observed points from the earlier ones (a
-hold-out at the end of the series), not by in-sample residual; with too few points to hold any out,
-the hyperbola is used (it converges more slowly than an exponential fitted to the same few points).
-The ``models`` issue extends this with
-more families, learning-rate-drop handling and calibrated intervals; the interface stays.
+The family is chosen by *time-series cross-validation*: from forecast origins at 50%, 65% and 80%
+of the observed points, each family is fitted on the points before and scored on predicting every
+point after. Among the families within :data:`LATE_TOLERANCE` of the best score, the one with the
+most improvement left wins: on the measured curves the usual failure is a plateau predicted too
+early (``benchmarks/bench_curves.py``, ``docs/models.md``). With fewer than
+:data:`MIN_POINTS_FOR_HOLDOUT` points the power law is used. Learning-rate drops and calibrated
+intervals are still to come (the models issue); the interface stays.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -48,12 +56,19 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 Direction = Literal["higher", "lower"]
+Arr = NDArray[np.float64]
 
 #: Fewer usable points than this and no curve is fitted ("cannot predict yet").
 MIN_POINTS = 3
-#: Hold out this share of the points (at least one) to choose the family, when there are enough.
-HOLDOUT_SHARE = 0.25
+#: Forecast origins (shares of the observed points) of the time-series cross-validation that picks
+#: the family, used when there are at least MIN_POINTS_FOR_HOLDOUT points.
+CV_ORIGINS = (0.5, 0.65, 0.8)
 MIN_POINTS_FOR_HOLDOUT = 6
+#: Families whose cross-validated error is within this factor of the best count as equally good;
+#: among them the one with the most improvement left wins.
+LATE_TOLERANCE = 1.25
+#: The family used when there are too few points to cross-validate.
+DEFAULT_FAMILY = "power"
 #: Recency weighting: the newest point weighs ``1``, the oldest ``RECENCY_FLOOR``; later epochs tell
 #: more about where the curve is heading than the noisy first ones.
 RECENCY_FLOOR = 0.3
@@ -83,11 +98,12 @@ class CurveFit:
     """A fitted learning curve with its diagnostics.
 
     ``residual_std`` is the weighted RMS error in value units over the fitted points;
-    ``holdout_error`` is the RMS error on the held-out tail when the family was chosen by hold-out
+    ``holdout_error`` is the family's cross-validated forecast error (RMS, value units) when the family
+    was chosen by time-series cross-validation
     (``None`` when the series was too short to hold anything out).
     """
 
-    family: Literal["hyperbola", "exponential"]
+    family: Literal["hyperbola", "exponential", "power"]
     direction: Direction
     params: dict[str, float]
     residual_std: float
@@ -100,10 +116,7 @@ class CurveFit:
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
-        p = self.params
-        if self.family == "hyperbola":
-            return p["c"] + 1.0 / (p["a"] * k + p["b"])
-        return p["c"] + p["d"] * np.exp(-p["r"] * k)
+        return FAMILIES[self.family].z(self.params, k)
 
     def _sign(self) -> float:
         return 1.0 if self.direction == "lower" else -1.0
@@ -135,10 +148,7 @@ class CurveFit:
         c = p["c"]
         if zt <= c:
             return None
-        if self.family == "hyperbola":
-            k = (1.0 / (zt - c) - p["b"]) / p["a"]
-        else:
-            k = -math.log((zt - c) / p["d"]) / p["r"]
+        k = FAMILIES[self.family].epoch_at(p, zt)
         span = max(self.last_epoch - self.first_epoch, 1.0)
         if not math.isfinite(k) or k > self.last_epoch + SEARCH_HORIZON_FACTOR * span:
             return None
@@ -151,15 +161,8 @@ class CurveFit:
 
     def convergence_epoch(self, tolerance: float) -> float:
         """First epoch at which improvement per epoch drops below ``tolerance`` (value units/epoch)."""
-        p = self.params
-        tol = max(tolerance, 1e-12)
-        if self.family == "hyperbola":
-            # |dz/dk| = a / (a*k + b)^2  < tol   <=>  k > (sqrt(a/tol) - b) / a
-            k = (math.sqrt(p["a"] / tol) - p["b"]) / p["a"]
-        else:
-            # |dz/dk| = d*r*exp(-r*k) < tol   <=>  k > ln(d*r/tol) / r
-            k = math.log(max(p["d"] * p["r"] / tol, 1.0)) / p["r"]
-        return max(k, self.first_epoch)
+        k = FAMILIES[self.family].flat_from(self.params, max(tolerance, 1e-12))
+        return max(k, self.first_epoch) if math.isfinite(k) else self.first_epoch
 
 
 def _clean(epochs: ArrayLike, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -222,6 +225,27 @@ def _fit_hyperbola(
     return {"a": float(a[i]), "b": float(b[i]), "c": float(c[i])}, float(sse[i])
 
 
+def _linear_plateau_fit(
+    basis: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """For every grid row ``g``, the weighted least-squares ``z ≈ c + d·basis[g]`` with ``d >= 0``.
+
+    Returns ``(c, d, sse)`` per row; rows whose plateau breaks a bound get ``sse = inf``.
+    """
+    sw = w.sum()
+    mb = (w * basis).sum(1) / sw
+    mz = float((w * z).sum() / sw)
+    cov = (w * (basis - mb[:, None]) * (z - mz)).sum(1)
+    var = (w * (basis - mb[:, None]) ** 2).sum(1)
+    d = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
+    d = np.maximum(d, 0.0)  # the curve must improve: d > 0
+    c = mz - d * mb
+    sse = (w[None, :] * (z[None, :] - (c[:, None] + d[:, None] * basis)) ** 2).sum(1)
+    zmin = float(z.min())
+    allowed = (c >= c_floor) & (c >= zmin - MAX_PLATEAU_GAP * max(float(np.ptp(z)), 1e-12)) & (d > 0)
+    return c, d, np.where(allowed, sse, np.inf)
+
+
 def _fit_exponential(
     k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
 ) -> tuple[dict[str, float], float] | None:
@@ -229,19 +253,7 @@ def _fit_exponential(
     span = max(float(k[-1] - k[0]), 1.0)
     r = (0.05 / span) * (MAX_RATE_PER_SPAN / 0.05) ** _UNIT  # geometric over rates, (G,)
     e = np.exp(-r[:, None] * (k[None, :] - k[0]))  # (G, n), shifted for conditioning
-    sw = w.sum()
-    me = (w * e).sum(1) / sw
-    mz = float((w * z).sum() / sw)
-    cov = (w * (e - me[:, None]) * (z - mz)).sum(1)
-    var = (w * (e - me[:, None]) ** 2).sum(1)
-    d0 = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
-    d0 = np.maximum(d0, 0.0)  # the curve must improve: d > 0
-    c = mz - d0 * me
-    zhat = c[:, None] + d0[:, None] * e
-    sse = (w[None, :] * (z[None, :] - zhat) ** 2).sum(1)
-    zmin = float(z.min())
-    allowed = (c >= c_floor) & (c >= zmin - MAX_PLATEAU_GAP * max(float(np.ptp(z)), 1e-12))
-    sse = np.where(allowed & (d0 > 0), sse, np.inf)
+    c, d0, sse = _linear_plateau_fit(e, z, w, c_floor)
     i = int(np.argmin(sse))
     if not math.isfinite(float(sse[i])):
         return None
@@ -250,17 +262,84 @@ def _fit_exponential(
     return {"c": float(c[i]), "d": d, "r": float(r[i])}, float(sse[i])
 
 
-_FITTERS = {"hyperbola": _fit_hyperbola, "exponential": _fit_exponential}
+#: Power-law exponents searched (``z = c + d·(k+1)^-alpha``), from very slow to fast decay.
+_ALPHAS = 0.05 * (4.0 / 0.05) ** _UNIT
+
+
+def _fit_power(
+    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
+) -> tuple[dict[str, float], float] | None:
+    """Grid over the exponent ``alpha``; ``z = c + d*(k+1)^-alpha`` is linear in ``(c, d)``."""
+    basis = (k[None, :] + 1.0) ** (-_ALPHAS[:, None])
+    c, d, sse = _linear_plateau_fit(basis, z, w, c_floor)
+    i = int(np.argmin(sse))
+    if not math.isfinite(float(sse[i])):
+        return None
+    return {"c": float(c[i]), "d": float(d[i]), "alpha": float(_ALPHAS[i])}, float(sse[i])
+
+
+@dataclass(frozen=True)
+class _Family:
+    """One curve family: its fit, its formula, and the closed forms the predictions need."""
+
+    fit: Callable[[Arr, Arr, Arr, float], tuple[dict[str, float], float] | None]
+    z: Callable[[dict[str, float], Arr], Arr]  # the curve in badness units
+    epoch_at: Callable[[dict[str, float], float], float]  # epoch where z = zt (for zt > c)
+    flat_from: Callable[[dict[str, float], float], float]  # first epoch with |dz/dk| < tol
+    rescale: Callable[[dict[str, float], float, float], dict[str, float]]  # params for z = shift + scale*u
+
+
+def _hyperbola_flat(p: dict[str, float], tol: float) -> float:
+    # |dz/dk| = a / (a*k + b)^2 < tol  <=>  k > (sqrt(a/tol) - b) / a
+    return (math.sqrt(p["a"] / tol) - p["b"]) / p["a"]
+
+
+def _exponential_flat(p: dict[str, float], tol: float) -> float:
+    # |dz/dk| = d*r*exp(-r*k) < tol  <=>  k > ln(d*r/tol) / r
+    return math.log(max(p["d"] * p["r"] / tol, 1.0)) / p["r"]
+
+
+def _power_flat(p: dict[str, float], tol: float) -> float:
+    # |dz/dk| = d*alpha*(k+1)^-(alpha+1) < tol  <=>  k+1 > (d*alpha/tol)^(1/(alpha+1))
+    return (p["d"] * p["alpha"] / tol) ** (1.0 / (p["alpha"] + 1.0)) - 1.0
+
+
+FAMILIES: dict[str, _Family] = {
+    "hyperbola": _Family(
+        fit=_fit_hyperbola,
+        z=lambda p, k: p["c"] + 1.0 / (p["a"] * k + p["b"]),
+        epoch_at=lambda p, zt: (1.0 / (zt - p["c"]) - p["b"]) / p["a"],
+        flat_from=_hyperbola_flat,
+        # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
+        rescale=lambda p, sh, sc: {"a": p["a"] / sc, "b": p["b"] / sc, "c": sh + sc * p["c"]},
+    ),
+    "exponential": _Family(
+        fit=_fit_exponential,
+        z=lambda p, k: p["c"] + p["d"] * np.exp(-p["r"] * k),
+        epoch_at=lambda p, zt: -math.log((zt - p["c"]) / p["d"]) / p["r"],
+        flat_from=_exponential_flat,
+        rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "r": p["r"]},
+    ),
+    "power": _Family(
+        fit=_fit_power,
+        z=lambda p, k: p["c"] + p["d"] * (np.asarray(k) + 1.0) ** (-p["alpha"]),
+        epoch_at=lambda p, zt: ((zt - p["c"]) / p["d"]) ** (-1.0 / p["alpha"]) - 1.0,
+        flat_from=_power_flat,
+        rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "alpha": p["alpha"]},
+    ),
+}
 
 
 def _predict_z(family: str, params: dict[str, float], k: NDArray[np.float64]) -> NDArray[np.float64]:
-    if family == "hyperbola":
-        return params["c"] + 1.0 / (params["a"] * k + params["b"])
-    return params["c"] + params["d"] * np.exp(-params["r"] * k)
+    return FAMILIES[family].z(params, k)
 
 
-def fit_learning_curve(epochs: ArrayLike, values: ArrayLike, direction: Direction) -> CurveFit | CannotPredict:
+def fit_learning_curve(
+    epochs: ArrayLike, values: ArrayLike, direction: Direction, *, families: tuple[str, ...] | None = None
+) -> CurveFit | CannotPredict:
     """Fit the best family to ``(epoch, value)`` points.
+
+    ``families`` restricts the choice (names from :data:`FAMILIES`); by default all compete.
 
     Non-finite points and negative epochs are dropped. Returns :class:`CannotPredict` (never raises)
     when fewer than :data:`MIN_POINTS` usable points remain or the values do not vary.
@@ -293,8 +372,9 @@ def fit_learning_curve(epochs: ArrayLike, values: ArrayLike, direction: Directio
     else:
         floor_z = -math.inf
     c_floor = (floor_z - shift) / scale
+    chosen = {name: FAMILIES[name].fit for name in (families or tuple(FAMILIES))}
     with np.errstate(all="ignore"):
-        return _fit(k, z, w, n, direction, v, shift, scale, c_floor)
+        return _fit(k, z, w, n, direction, v, shift, scale, c_floor, chosen)
 
 
 def _fit(
@@ -307,24 +387,44 @@ def _fit(
     shift: float,
     scale: float,
     c_floor: float,
+    fitters: dict[str, Callable[[Arr, Arr, Arr, float], tuple[dict[str, float], float] | None]],
 ) -> CurveFit | CannotPredict:
-    holdout: dict[str, float] = {}
-    if n >= MIN_POINTS_FOR_HOLDOUT:
-        h = max(1, int(round(n * HOLDOUT_SHARE)))
-        for name, fitter in _FITTERS.items():
-            got = fitter(k[:-h], z[:-h], w[:-h], c_floor)
-            if got is None:
-                continue
-            err = z[-h:] - _predict_z(name, got[0], k[-h:])
-            holdout[name] = float(np.sqrt(np.mean(err**2)))
+    # Time-series cross-validation: from several forecast origins, fit on the points before and score
+    # the prediction of every point after (RMS, badness units).
+    cv: dict[str, float] = {}
+    origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
+    if n >= MIN_POINTS_FOR_HOLDOUT and origins:
+        for name, fitter in fitters.items():
+            errs: list[float] = []
+            for o in origins:
+                got = fitter(k[:o], z[:o], w[:o], c_floor)
+                if got is None:
+                    break
+                err = z[o:] - _predict_z(name, got[0], k[o:])
+                errs.append(float(np.sqrt(np.mean(err**2))))
+            else:
+                cv[name] = float(np.mean(errs))
 
-    # Refit on every point only the family the hold-out prefers (the other as a fallback); with too
-    # few points to tell the families apart, the slower-converging hyperbola.
-    order = [name for _, name in sorted((e, name) for name, e in holdout.items())] if holdout else ["hyperbola"]
-    order += [name for name in _FITTERS if name not in order]
+    # Among the families that forecast about as well as the best (within LATE_TOLERANCE), take the
+    # one with the most improvement left: measured on real curves, the usual failure is a plateau
+    # reached too early, not too late. Too few points to cross-validate: the power law.
+    order = (
+        sorted(cv, key=lambda nm: (cv[nm], nm)) if cv else [DEFAULT_FAMILY if DEFAULT_FAMILY in fitters else next(iter(fitters))]
+    )
     fits: dict[str, tuple[dict[str, float], float]] = {}
-    for name in order:
-        got = _FITTERS[name](k, z, w, c_floor)
+    if cv:
+        best = cv[order[0]]
+        close = [nm for nm in order if cv[nm] <= LATE_TOLERANCE * best]
+        for nm in close:
+            got = fitters[nm](k, z, w, c_floor)
+            if got is not None:
+                fits[nm] = got
+        if fits:
+            latest = min(fits, key=lambda nm: (fits[nm][0]["c"], nm))  # lowest plateau in badness units
+            fits = {latest: fits[latest]}
+    order += [name for name in fitters if name not in order]
+    for name in order if not fits else ():
+        got = fitters[name](k, z, w, c_floor)
         if got is not None:
             fits[name] = got
             break
@@ -334,24 +434,21 @@ def _fit(
     params, sse = _to_value_units(family, fits[family][0], shift, scale), fits[family][1]
     dof = max(n - 3, 1)
     residual_std = scale * math.sqrt(sse / float(w.sum()) * n / dof)
-    holdout = {name: scale * e for name, e in holdout.items()}
+    cv_value_units = {name: scale * e for name, e in cv.items()}
     return CurveFit(
         family=family,  # type: ignore[arg-type]
         direction=direction,
         params=params,
         residual_std=residual_std,
-        holdout_error=holdout.get(family),
+        holdout_error=cv_value_units.get(family),
         n_points=n,
         first_epoch=float(k[0]),
         last_epoch=float(k[-1]),
         last_value=float(v[-1]),
-        candidates=holdout if holdout else {name: scale * math.sqrt(s / float(w.sum())) for name, (_, s) in fits.items()},
+        candidates=cv_value_units or {name: scale * math.sqrt(s / float(w.sum())) for name, (_, s) in fits.items()},
     )
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:
     """Map parameters fitted on ``u = (z - shift) / scale`` back to ``z``."""
-    if family == "hyperbola":
-        # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
-        return {"a": p["a"] / scale, "b": p["b"] / scale, "c": shift + scale * p["c"]}
-    return {"c": shift + scale * p["c"], "d": scale * p["d"], "r": p["r"]}
+    return FAMILIES[family].rescale(p, shift, scale)

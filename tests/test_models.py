@@ -31,8 +31,8 @@ def test_hyperbola_recovered(seed: int) -> None:
     k = np.arange(1, 41, dtype=float)
     a, b, c = 0.3, 0.5, 0.2
     loss = c + 1 / (a * k + b)
-    fit = fit_learning_curve(k, _noisy(loss, 0.005, seed), "lower")
-    assert isinstance(fit, CurveFit)
+    fit = fit_learning_curve(k, _noisy(loss, 0.005, seed), "lower", families=("hyperbola",))
+    assert isinstance(fit, CurveFit) and fit.family == "hyperbola"
     assert fit.plateau == pytest.approx(c, abs=0.03)
     true_epoch = (1 / (0.25 - c) - b) / a  # loss 0.25
     got = fit.epoch_reaching(0.25)
@@ -43,13 +43,35 @@ def test_hyperbola_recovered(seed: int) -> None:
 def test_exponential_recovered_for_accuracy(seed: int) -> None:
     k = np.arange(1, 31, dtype=float)
     acc = 0.9 - 0.6 * np.exp(-0.15 * k)
-    fit = fit_learning_curve(k, _noisy(acc, 0.004, seed), "higher")
-    assert isinstance(fit, CurveFit)
+    fit = fit_learning_curve(k, _noisy(acc, 0.004, seed), "higher", families=("exponential",))
+    assert isinstance(fit, CurveFit) and fit.family == "exponential"
     assert fit.plateau == pytest.approx(0.9, abs=0.02)
     true_epoch = -math.log((0.9 - 0.85) / 0.6) / 0.15
     got = fit.epoch_reaching(0.85)
     assert got is not None and got == pytest.approx(true_epoch, rel=0.15)
     assert fit.epoch_reaching(0.95) is None  # beyond the plateau: unreachable
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_power_law_recovered(seed: int) -> None:
+    k = np.arange(1, 61, dtype=float)
+    loss = 0.3 + 2.0 * (k + 1) ** -0.7
+    fit = fit_learning_curve(k, _noisy(loss, 0.004, seed), "lower", families=("power",))
+    assert isinstance(fit, CurveFit) and fit.family == "power"
+    assert fit.params["alpha"] == pytest.approx(0.7, rel=0.25)
+    assert fit.plateau == pytest.approx(0.3, abs=0.05)
+    true_epoch = ((0.4 - 0.3) / 2.0) ** (-1 / 0.7) - 1  # loss 0.4
+    got = fit.epoch_reaching(0.4)
+    assert got is not None and got == pytest.approx(true_epoch, rel=0.25)
+
+
+def test_selected_family_forecasts_a_noisy_hyperbola() -> None:
+    """Whatever family the cross-validation picks, its forecast of a noisy hyperbola's future is close."""
+    k = np.arange(1, 101, dtype=float)
+    loss = 0.2 + 1 / (0.3 * k + 0.5)
+    fit = fit_learning_curve(k[:40], _noisy(loss, 0.003)[:40], "lower")
+    assert isinstance(fit, CurveFit)
+    assert np.abs(fit.predict(k[40:]) - loss[40:]).max() < 0.05
 
 
 @pytest.mark.parametrize("direction", ["higher", "lower"])
@@ -95,20 +117,29 @@ def test_ugly_histories_never_raise(case: str, direction: str) -> None:
     assert e is None or math.isfinite(e)
 
 
-@pytest.mark.parametrize(
-    "model,bsz,direction,tolerance",
-    [("cifar10", 128, "higher", 0.35), ("imagenet", 1600, "higher", 0.35), ("deepspeech2", 40, "lower", 0.35)],
-)
-def test_real_curves_half_observed(model: str, bsz: int, direction: str, tolerance: float) -> None:
-    """Fitted on the first half, the predicted epoch of reaching 90 % of the way to the final value
-    is within ``tolerance`` (relative) of the measured one. Step LR decay makes this hard for one
-    curve family (the models issue tightens it); the bound here guards against regressions."""
+#: (model, batch, direction, observed share, target share, bound). The bounds are about 1.5x what the
+#: model achieved when they were set (errors 0.18, 0.18, 0.02, 0.05), at least 0.1. Left out as known
+#: gaps: ImageNet (its learning-rate steps cannot be foreseen) and yolov3/16 (plateau predicted early).
+HALF_CASES = [
+    ("cifar10", 128, "higher", 0.25, 0.9, 0.3),
+    ("cifar10", 1024, "higher", 0.25, 0.9, 0.3),
+    ("deepspeech2", 40, "lower", 0.25, 0.95, 0.1),
+    ("yolov3", 64, "lower", 0.25, 0.9, 0.1),
+]
+
+
+@pytest.mark.parametrize("model,bsz,direction,observed,share,tolerance", HALF_CASES)
+def test_real_curves_quarter_observed(
+    model: str, bsz: int, direction: str, observed: float, share: float, tolerance: float
+) -> None:
+    """Fitted on the first quarter, the predicted epoch of reaching ``share`` of the way to the final
+    value (a level not yet reached) is within ``tolerance`` (relative) of the measured one."""
     curve = real_curve(model, bsz)
-    n = len(curve)
-    half = n // 2
-    target = curve[0] + 0.9 * (curve[-1] - curve[0])
+    half = round(observed * len(curve))
+    target = curve[0] + share * (curve[-1] - curve[0])
     better = curve >= target if direction == "higher" else curve <= target
     true_epoch = int(np.argmax(better)) + 1
+    assert true_epoch > half, "the case must predict the future"
     fit = fit_learning_curve(np.arange(1, half + 1), curve[:half], direction)  # type: ignore[arg-type]
     assert isinstance(fit, CurveFit)
     got = fit.epoch_reaching(target)
