@@ -3,15 +3,18 @@
 The lowest layer: imports nothing from the rest of FlowPlan and no I/O framework.
 """
 
-from models.curves import CannotPredict, CurveFit, Direction, fit_learning_curve
+from models.curves import FAMILIES, CannotPredict, CurveFit, Direction, fit_learning_curve
+from models.growth import growth_efficiency
 from models.speed import SpeedModel, SpeedObservation, fit_speed_model
 
 __all__ = [
     "CannotPredict",
     "CurveFit",
     "Direction",
+    "FAMILIES",
     "SpeedModel",
     "SpeedObservation",
     "fit_learning_curve",
     "fit_speed_model",
+    "growth_efficiency",
 ]

@@ -2,6 +2,9 @@
 
 The learning curve says how many *epochs* remain to tier 1, tier 2 and the finish; the speed model
 turns epochs into seconds for any allocation. The planner combines the two per candidate option.
+Tier epochs are read at the snapshot's ``deadline_confidence`` (the median by default; higher
+values take the pessimistic side of the curve's band, so a deadline counts as met only with that
+confidence).
 
 A job's finish is the first of: ``max_epochs``; reaching tier 2 (when it has one the curve can
 reach); otherwise the curve's convergence (improvement per epoch below the snapshot's
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -120,10 +124,14 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     if max_left is not None:
         max_left = max(max_left, 0.0)
 
+    # A deadline is judged at the snapshot's confidence: the curve shifted towards worse by that
+    # normal quantile of its residual spread (0 at the median).
+    shift = NormalDist().inv_cdf(settings.deadline_confidence) * curve.residual_std if curve is not None else 0.0
+
     def left_to(value: float) -> float | None:
         if curve is None:
             return None
-        k = curve.epoch_reaching(value)
+        k = curve.epoch_reaching(value, shift=shift)
         if k is None:
             return None
         # Not reached in the data (the caller checked): at least one more epoch to show it.

@@ -155,6 +155,11 @@ class Settings(Contract):
     migration_budget: Annotated[int, Field(ge=0, le=10**6)] = Field(
         4, description="Most checkpoint-restarts per interval: migrations, restarts in place and pauses together."
     )
+    deadline_confidence: Annotated[float, Field(ge=0.5, le=0.99, allow_inf_nan=False)] = Field(
+        0.5,
+        description="A deadline counts as met only if the job reaches its tier with this probability: "
+        "0.5 uses the median prediction; higher values use the pessimistic side of the curve's band.",
+    )
     convergence_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         1e-3, description="A job without a tier-2 value or max_epochs finishes when it improves less than this per epoch."
     )

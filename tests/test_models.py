@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import real_curve
 
-from models import CannotPredict, CurveFit, SpeedObservation, fit_learning_curve, fit_speed_model
+from models import CannotPredict, CurveFit, SpeedObservation, fit_learning_curve, fit_speed_model, growth_efficiency
 
 
 def _noisy(values: np.ndarray, sd: float, seed: int = 0) -> np.ndarray:
@@ -176,3 +176,30 @@ def test_speed_gpu_job() -> None:
 def test_speed_ignores_bad_observations() -> None:
     m = fit_speed_model([SpeedObservation(1000, 0, float("nan")), SpeedObservation(1000, 0, -5.0)], uses_gpu=False)
     assert m.source == "prior"
+
+
+GROWTH_CASES = {
+    # case: (times, losses, interval, cores, expected G or None)
+    "steady drop": ([0, 10, 20, 30, 40], [1.0, 0.9, 0.8, 0.7, 0.6], 20.0, 2.0, abs(0.65 - 0.85) / 20.0 / 2.0),
+    "flat": ([0, 10, 20, 30], [0.5, 0.5, 0.5, 0.5], 20.0, 1.0, 0.0),
+    "too early": ([0, 5], [1.0, 0.9], 20.0, 1.0, None),
+    "no cpu": ([0, 10, 20, 30], [1.0, 0.9, 0.8, 0.7], 20.0, 0.0, None),
+    # Surviving points (10, 0.9) and (40, 0.6) fall in the two windows: E_i = 0.6, E_(i-1) = 0.9.
+    "nan points": ([0, 10, float("nan"), 30, 40], [1.0, 0.9, 0.8, float("nan"), 0.6], 20.0, 1.0, 0.3 / 20.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GROWTH_CASES))
+def test_growth_efficiency(case: str) -> None:
+    """FlowCon's G = |E_i - E_(i-1)| / T / cpu, losses normalised by the largest seen."""
+    times, losses, interval, cores, expected = GROWTH_CASES[case]
+    g = growth_efficiency(times, losses, interval, cores)
+    assert g is None if expected is None else g == pytest.approx(expected)
+
+
+def test_growth_efficiency_falls_as_a_real_curve_flattens() -> None:
+    curve = 1 - real_curve("cifar10", 128)  # error rate, a loss-like series
+    times = np.arange(curve.size) * 30.0
+    early = growth_efficiency(times[:10], curve[:10], 60.0, 1.0)
+    late = growth_efficiency(times, curve, 60.0, 1.0)
+    assert early is not None and late is not None and early > 5 * late

@@ -180,3 +180,31 @@ def test_deliver_when_tier1_reached() -> None:
     assert a.action == "deliver" and a.deliver and a.predictions.tier1_reached
     done = plan(_snap(nodes, [dict(job, delivered=True)])).plan.assignments[0]
     assert done.action == "keep" and not done.deliver
+
+
+def test_deadline_confidence_is_pessimistic() -> None:
+    """A deadline the median prediction just meets is missed at 95% confidence (the band's worse side)."""
+    nodes = [{"name": "n1", "cpu_millis": 1000}]
+    noisy = [(e, v + (0.02 if e % 2 else -0.02)) for e, v in CURVE]  # spread around the curve
+    hist = [{"time": 100.0 * e, "epoch": e, "metric": v} for e, v in noisy]
+    job = {
+        "id": "j",
+        "status": "running",
+        "node": "n1",
+        "allocation": {"cpu_millis": 1000},
+        "history": hist,
+        "speed": [{"cpu_millis": 1000, "seconds_per_epoch": 100}],
+        "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.82}, "max_epochs": 200},
+    }
+    median = plan(_snap(nodes, [job])).plan.assignments[0].predictions
+    assert median.epochs_to_tier1 is not None
+    # A deadline just after the median ETA.
+    deadline = 1000.0 + median.epochs_to_tier1 * 100 + 60
+    job["target"]["tier1"]["deadline"] = deadline  # type: ignore[index]
+    for confidence, met in ((0.5, True), (0.95, False)):
+        snap = Snapshot.model_validate(
+            {"time": 1000.0, "nodes": nodes, "jobs": [job], "settings": {"deadline_confidence": confidence}}
+        )
+        p = plan(snap).plan
+        assert check_plan(snap, p) == []
+        assert p.assignments[0].predictions.tier1_satisfied is met, confidence
