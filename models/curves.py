@@ -97,7 +97,9 @@ class CannotPredict:
 class CurveFit:
     """A fitted learning curve with its diagnostics.
 
-    ``residual_std`` is the weighted RMS error in value units over the fitted points;
+    ``residual_std`` is the weighted RMS error in value units over the fitted points; ``drift_std``
+    how much the forecast error grows per epoch of horizon, estimated from the cross-validation
+    (the band at epoch ``k`` is ``sqrt(residual_std² + (drift_std·(k - last_epoch))²)``);
     ``holdout_error`` is the family's cross-validated forecast error (RMS, value units) when the family
     was chosen by time-series cross-validation
     (``None`` when the series was too short to hold anything out).
@@ -107,6 +109,8 @@ class CurveFit:
     direction: Direction
     params: dict[str, float]
     residual_std: float
+    #: Growth of the forecast error per epoch beyond the last observation (value units per epoch).
+    drift_std: float
     holdout_error: float | None
     n_points: int
     first_epoch: float
@@ -136,28 +140,53 @@ class CurveFit:
         """Whether the fitted curve ever gets to ``target`` (strictly better than the plateau)."""
         return self._sign() * target > self.params["c"]
 
-    def epoch_reaching(self, target: float, *, shift: float = 0.0) -> float | None:
-        """First epoch at which the curve reaches ``target``; ``None`` if the plateau is short of it.
+    def band(self, epochs: ArrayLike) -> NDArray[np.float64]:
+        """Standard deviation of the prediction at each epoch: the residual spread, growing with the
+        distance beyond the last observed epoch."""
+        h = np.maximum(np.asarray(epochs, dtype=float) - self.last_epoch, 0.0)
+        return np.sqrt(self.residual_std**2 + (self.drift_std * h) ** 2)
 
-        ``shift`` moves the curve by that many value units towards *worse* (positive) or better
-        (negative); it is how the interval is computed. Epochs already observed count: a target
-        the curve already passes at ``first_epoch`` returns ``first_epoch``.
+    def epoch_reaching(self, target: float, *, quantile_z: float = 0.0) -> float | None:
+        """First epoch at which the curve reaches ``target``; ``None`` if it never does.
+
+        ``quantile_z`` reads the curve at that many standard deviations of its band towards worse
+        (positive: pessimistic) or better (negative: optimistic); 0 is the median prediction. Epochs
+        already observed count: a target the curve already passes at ``first_epoch`` returns it.
         """
-        zt = self._sign() * target - shift
-        p = self.params
-        c = p["c"]
-        if zt <= c:
-            return None
-        k = FAMILIES[self.family].epoch_at(p, zt)
+        zt = self._sign() * target
         span = max(self.last_epoch - self.first_epoch, 1.0)
-        if not math.isfinite(k) or k > self.last_epoch + SEARCH_HORIZON_FACTOR * span:
+        horizon = self.last_epoch + SEARCH_HORIZON_FACTOR * span
+        if quantile_z == 0.0 or (self.drift_std == 0.0 and self.residual_std == 0.0):
+            if zt <= self.params["c"]:
+                return None
+            k = FAMILIES[self.family].epoch_at(self.params, zt)
+            if not math.isfinite(k) or k > horizon:
+                return None
+            return max(k, self.first_epoch)
+
+        # With a band that widens over the horizon there is no closed form: scan, then bisect.
+        def gap(kk: NDArray[np.float64]) -> NDArray[np.float64]:
+            return self._z(kk) + quantile_z * self.band(kk) - zt
+
+        grid = self.first_epoch + (horizon - self.first_epoch + 1.0) ** np.linspace(0.0, 1.0, 600) - 1.0
+        below = np.flatnonzero(gap(grid) <= 0)
+        if below.size == 0:
             return None
-        return max(k, self.first_epoch)
+        i = int(below[0])
+        if i == 0:
+            return self.first_epoch
+        lo, hi = float(grid[i - 1]), float(grid[i])
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            if gap(np.array([mid]))[0] <= 0:
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     def epoch_interval(self, target: float, z: float = INTERVAL_Z) -> tuple[float | None, float | None]:
-        """(optimistic, pessimistic) epochs to ``target`` from a ``±z·residual_std`` band on the curve."""
-        s = z * self.residual_std
-        return self.epoch_reaching(target, shift=-s), self.epoch_reaching(target, shift=s)
+        """(optimistic, pessimistic) epochs to ``target`` at ``±z`` standard deviations of the band."""
+        return self.epoch_reaching(target, quantile_z=-z), self.epoch_reaching(target, quantile_z=z)
 
     def convergence_epoch(self, tolerance: float) -> float:
         """First epoch at which improvement per epoch drops below ``tolerance`` (value units/epoch)."""
@@ -392,18 +421,22 @@ def _fit(
     # Time-series cross-validation: from several forecast origins, fit on the points before and score
     # the prediction of every point after (RMS, badness units).
     cv: dict[str, float] = {}
+    forecast: dict[str, tuple[Arr, Arr]] = {}  # per family: forecast errors and their horizons
     origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
     if n >= MIN_POINTS_FOR_HOLDOUT and origins:
         for name, fitter in fitters.items():
             errs: list[float] = []
+            pairs: list[tuple[Arr, Arr]] = []
             for o in origins:
                 got = fitter(k[:o], z[:o], w[:o], c_floor)
                 if got is None:
                     break
                 err = z[o:] - _predict_z(name, got[0], k[o:])
                 errs.append(float(np.sqrt(np.mean(err**2))))
+                pairs.append((err, k[o:] - k[o - 1]))
             else:
                 cv[name] = float(np.mean(errs))
+                forecast[name] = (np.concatenate([e for e, _ in pairs]), np.concatenate([h for _, h in pairs]))
 
     # Among the families that forecast about as well as the best (within LATE_TOLERANCE), take the
     # one with the most improvement left: measured on real curves, the usual failure is a plateau
@@ -433,13 +466,21 @@ def _fit(
     family = next(iter(fits))
     params, sse = _to_value_units(family, fits[family][0], shift, scale), fits[family][1]
     dof = max(n - 3, 1)
-    residual_std = scale * math.sqrt(sse / float(w.sum()) * n / dof)
+    sd_u = math.sqrt(sse / float(w.sum()) * n / dof)
+    residual_std = scale * sd_u
+    # How fast forecast errors grow with the horizon, from the cross-validation of this family:
+    # err^2 ~ sd^2 + (drift * h)^2, so drift^2 = mean(max(err^2 - sd^2, 0) / h^2).
+    drift = 0.0
+    if family in forecast:
+        err, h = forecast[family]
+        drift = scale * math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
     cv_value_units = {name: scale * e for name, e in cv.items()}
     return CurveFit(
         family=family,  # type: ignore[arg-type]
         direction=direction,
         params=params,
         residual_std=residual_std,
+        drift_std=drift,
         holdout_error=cv_value_units.get(family),
         n_points=n,
         first_epoch=float(k[0]),

@@ -124,14 +124,14 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     if max_left is not None:
         max_left = max(max_left, 0.0)
 
-    # A deadline is judged at the snapshot's confidence: the curve shifted towards worse by that
-    # normal quantile of its residual spread (0 at the median).
-    shift = NormalDist().inv_cdf(settings.deadline_confidence) * curve.residual_std if curve is not None else 0.0
+    # A deadline is judged at the snapshot's confidence: the curve read at that normal quantile of
+    # its prediction band, towards worse (0 at the median).
+    quantile = NormalDist().inv_cdf(settings.deadline_confidence)
 
     def left_to(value: float) -> float | None:
         if curve is None:
             return None
-        k = curve.epoch_reaching(value, shift=shift)
+        k = curve.epoch_reaching(value, quantile_z=quantile)
         if k is None:
             return None
         # Not reached in the data (the caller checked): at least one more epoch to show it.

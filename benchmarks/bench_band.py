@@ -1,0 +1,58 @@
+"""Calibration of the learning-curve prediction band on every measured curve. Prints; asserts nothing.
+
+For each curve of the Pollux/AdaptDL artifact (``../shared/data``) and observed share 25 % / 50 %:
+fit on the observed epochs, then count how many of the *future* measured points fall inside the
+model's 80 % band (``±1.2816·band(k)``). A calibrated band covers about 80 %.
+
+    python benchmarks/bench_band.py [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from models import CurveFit, fit_learning_curve
+
+DIRECTION = {
+    "cifar10": "higher",
+    "imagenet": "higher",
+    "bert": "higher",
+    "ncf": "higher",
+    "deepspeech2": "lower",
+    "yolov3": "lower",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    args = ap.parse_args()
+    traces = args.data / "adaptdl-osdi21" / "traces"
+    if not traces.is_dir():
+        raise SystemExit(f"bench_band: no traces at {traces} (use --data)")
+    print("observed  curves  mean coverage of the 80% band  median  (constant residual band, for contrast)")
+    for share in (0.25, 0.5):
+        cover, flat = [], []
+        for path in sorted(traces.glob("*/validation-*.csv")):
+            direction = DIRECTION[path.parent.name]
+            with path.open() as fh:
+                v = np.array([float(r["metric"]) for r in csv.DictReader(fh)])
+            n = round(share * v.size)
+            if n < 3 or n >= v.size:
+                continue
+            fit = fit_learning_curve(np.arange(1, n + 1), v[:n], direction)  # type: ignore[arg-type]
+            if not isinstance(fit, CurveFit):
+                continue
+            k = np.arange(n + 1, v.size + 1)
+            miss = np.abs(v[n:] - fit.predict(k))
+            cover.append(float(np.mean(miss <= 1.2816 * fit.band(k))))
+            flat.append(float(np.mean(miss <= 1.2816 * fit.residual_std)))
+        print(f"{share:8.0%}  {len(cover):6d}  {np.mean(cover):30.1%}  {np.median(cover):6.1%}  ({np.mean(flat):.1%})")
+
+
+if __name__ == "__main__":
+    main()
