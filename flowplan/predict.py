@@ -104,8 +104,8 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
     lo, hi = fit.epoch_interval(target)
     end = horizon if horizon is not None else max(2.0 * last, (at or 0.0) * 1.2, 10.0)
     grid = np.arange(1, int(math.floor(end)) + 1, dtype=float)
-    band = 1.2816 * fit.band(grid)  # 80% two-sided, widening with the horizon
     pred = fit.predict(grid)
+    low, high = fit.interval_at(grid)  # 80% two-sided, widening with the horizon
     out.update(
         family=fit.family,
         params=fit.params,
@@ -117,8 +117,8 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
         residual_std=fit.residual_std,
         holdout_error=fit.holdout_error,
         predicted=[
-            {"epoch": float(e), "metric": float(v), "low": float(v - b), "high": float(v + b)}
-            for e, v, b in zip(grid, pred, band, strict=True)
+            {"epoch": float(e), "metric": float(v), "low": float(lo), "high": float(hi)}
+            for e, v, lo, hi in zip(grid, pred, low, high, strict=True)
         ],
     )
     return out

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -117,6 +117,9 @@ class CurveFit:
     last_epoch: float
     last_value: float
     candidates: dict[str, float] = field(default_factory=dict)
+    #: The metric's natural range, as inferred for the fit ([0, 1] for fractions, [0, inf) for
+    #: non-negative metrics); band ends are clipped to it.
+    value_range: tuple[float, float] = (-math.inf, math.inf)
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -145,6 +148,12 @@ class CurveFit:
         distance beyond the last observed epoch."""
         h = np.maximum(np.asarray(epochs, dtype=float) - self.last_epoch, 0.0)
         return np.sqrt(self.residual_std**2 + (self.drift_std * h) ** 2)
+
+    def interval_at(self, epochs: ArrayLike, z: float = INTERVAL_Z) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(low, high) of the ``±z`` band at each epoch, clipped to the metric's natural range."""
+        mid, sd = self.predict(epochs), self.band(epochs)
+        lo, hi = self.value_range
+        return np.clip(mid - z * sd, lo, hi), np.clip(mid + z * sd, lo, hi)
 
     def epoch_reaching(self, target: float, *, quantile_z: float = 0.0) -> float | None:
         """First epoch at which the curve reaches ``target``; ``None`` if it never does.
@@ -394,7 +403,12 @@ def fit_learning_curve(
 
     # Choose the family on the held-out tail when there are enough points.
     # Natural bounds of the metric, as a floor on the plateau in z (badness) units.
-    if direction == "higher" and v.min() >= 0.0 and v.max() <= 1.0:
+    value_range = (-math.inf, math.inf)
+    if v.min() >= 0.0 and v.max() <= 1.0:
+        value_range = (0.0, 1.0)  # a fraction (accuracy, F1, hit rate)
+    elif v.min() >= 0.0:
+        value_range = (0.0, math.inf)  # a non-negative metric (loss, WER)
+    if direction == "higher" and value_range[1] == 1.0:
         floor_z = -1.0  # a fraction cannot exceed 1
     elif direction == "lower" and v.min() >= 0.0:
         floor_z = 0.0  # a non-negative metric stays non-negative
@@ -403,7 +417,8 @@ def fit_learning_curve(
     c_floor = (floor_z - shift) / scale
     chosen = {name: FAMILIES[name].fit for name in (families or tuple(FAMILIES))}
     with np.errstate(all="ignore"):
-        return _fit(k, z, w, n, direction, v, shift, scale, c_floor, chosen)
+        got = _fit(k, z, w, n, direction, v, shift, scale, c_floor, chosen)
+    return replace(got, value_range=value_range) if isinstance(got, CurveFit) else got
 
 
 def _fit(
