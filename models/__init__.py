@@ -5,16 +5,19 @@ The lowest layer: imports nothing from the rest of FlowPlan and no I/O framework
 
 from models.curves import FAMILIES, CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.growth import growth_efficiency
-from models.speed import SpeedModel, SpeedObservation, fit_speed_model
+from models.speed import PSSpeedModel, PSSpeedObservation, SpeedModel, SpeedObservation, fit_ps_speed_model, fit_speed_model
 
 __all__ = [
     "CannotPredict",
     "CurveFit",
     "Direction",
     "FAMILIES",
+    "PSSpeedModel",
+    "PSSpeedObservation",
     "SpeedModel",
     "SpeedObservation",
     "fit_learning_curve",
+    "fit_ps_speed_model",
     "fit_speed_model",
     "growth_efficiency",
 ]

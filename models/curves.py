@@ -36,7 +36,7 @@ Bounds (each one keeps a thin or noisy history from predicting the impossible):
 - the exponential's rate is at most :data:`MAX_RATE_PER_SPAN` e-foldings over the observed span, so
   a few early points cannot claim the curve is already flat.
 
-The family is chosen by *time-series cross-validation*: from forecast origins at 50%, 65% and 80%
+The family is chosen by *time-series cross-validation*: from forecast origins at 60% and 80%
 of the observed points, each family is fitted on the points before and scored on predicting every
 point after. Among the families within :data:`LATE_TOLERANCE` of the best score, the one with the
 most improvement left wins: on the measured curves the usual failure is a plateau predicted too
@@ -62,7 +62,7 @@ Arr = NDArray[np.float64]
 MIN_POINTS = 3
 #: Forecast origins (shares of the observed points) of the time-series cross-validation that picks
 #: the family, used when there are at least MIN_POINTS_FOR_HOLDOUT points.
-CV_ORIGINS = (0.5, 0.65, 0.8)
+CV_ORIGINS = (0.6, 0.8)
 MIN_POINTS_FOR_HOLDOUT = 6
 #: Families whose cross-validated error is within this factor of the best count as equally good;
 #: among them the one with the most improvement left wins.

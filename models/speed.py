@@ -1,20 +1,89 @@
 """Speed models: seconds per epoch as a function of the allocation.
 
-The model is linear in its parameters, each non-negative and in seconds per epoch::
+Two families, each fitted from observed epoch times, each with a documented prior that answers when
+there are few observations (0, 1 or 2) and that keeps every prediction positive and finite.
 
-    t(cores, gpus) = serial + cpu_work / cores + gpu_work / gpus          (gpus >= 1)
-    t(cores, 0)    = serial + (cpu_work + GPU_ON_CPU_SLOWDOWN * gpu_work) / cores
+Data-parallel (one replica, a CPU share and 0..G GPUs on one node): :class:`SpeedModel`
+---------------------------------------------------------------------------------------
 
-``serial``   [s/epoch]: work no extra resource speeds up (synchronisation, I/O, Python overhead);
-``cpu_work`` [core·s/epoch]: work spread over the CPU share (one core = 1000 millicores);
-``gpu_work`` [GPU·s/epoch]: work spread over the GPUs.
+Linear in its four parameters, each non-negative::
 
-For a CPU-only job this is Amdahl's law, ``t = t1 * (f + (1 - f) / cores)`` with serial fraction
-``f = serial / t1``. Parameters are fitted by non-negative least squares on relative error (each
-observation row divided by its measured time, so a 10 s epoch counts as much as a 1,000 s one),
-together with *prior rows*: pseudo-observations drawn from a prior curve scaled to the data. With
-no observations the prior alone answers; with one it fixes the scale and the prior fixes the shape;
-with many the data outweighs the prior.
+    t(c, g) = serial + cpu_work / c + gpu_work / g + sync * log2(g)                       (g >= 1)
+    t(c, 0) = serial + cpu_work / c + gpu_work * max(GPU_ON_CPU_SLOWDOWN / c, 1)
+
+with ``c = cpu_millis / 1000`` cores (at least 0.001) and ``g`` GPUs. Units and meaning:
+
+- ``serial``   [s/epoch]: work that no extra resource speeds up (I/O waits, Python overhead);
+- ``cpu_work`` [core·s/epoch]: work spread over the CPU share (data loading, augmentation);
+- ``gpu_work`` [GPU·s/epoch]: work spread over the GPUs (forward/backward passes);
+- ``sync``     [s/epoch per doubling of the GPUs]: synchronisation cost of data-parallel training that
+  grows with the GPU count: the latency part of a tree / recursive-doubling all-reduce takes
+  ``log2(g)`` rounds, and waiting for the slowest of ``g`` replicas grows about as ``log g``.
+
+For a CPU-only job this is Amdahl's law, ``t = t1 * (f + (1 - f) / c)`` with serial fraction
+``f = serial / t1`` (``t1 = serial + cpu_work``, the time on one core). Shape in the GPU count: with
+``sync > 0``, ``t`` falls while ``g < g* = ln(2) * gpu_work / sync`` and *rises* (slowly) after it
+(:attr:`SpeedModel.best_gpus`); more GPUs than ``g*`` are real waste, which the planner sees and will not
+choose. ``t`` is non-increasing in the CPU share everywhere and in ``g`` for ``0 <= g <= g*``
+(``t(c, 0) >= t(c, 1)`` because GPU work on CPUs never runs faster than on one GPU: the
+``max(.., 1)``). ``GPU_ON_CPU_SLOWDOWN`` says how much slower GPU work runs on one core than on one GPU.
+``fit_speed_model(..., with_sync=False)`` fits the three-parameter model (``sync = 0``).
+
+Why ``log2(g)`` and not Optimus' ``(g - 1) / g`` (ring all-reduce) or a term linear in ``g``: measured on
+the Pollux step-time tables (``benchmarks/bench_speed.py``, fit on 1, 2, 4 replicas), ``(g - 1) / g``
+is, for ``g >= 1``, a combination of the ``serial`` and ``1/g`` columns (it cannot be told apart from
+them and adds nothing but the option of ``t`` rising with ``g``), and a linear term, fitted on a few
+noisy small-``g`` points, extrapolates badly (p90 error up to 3.3x at 6-64 replicas, against at most
+1x for ``log2``); ``log2`` is identifiable, gives the model an optimum, and grows slowly past it.
+
+Fitting: non-negative least squares (``scipy.optimize.nnls``) on *relative* error (each observation
+row divided by its measured time, so a 10 s epoch counts as much as a 1,000 s one), together with
+*prior rows*: pseudo-observations from the prior shape scaled through the observations (geometric
+mean), at a spread of allocations around the observed ones, each weighing ``PRIOR_WEIGHT`` of one
+observation (shrinking as ``1 / n`` beyond ``PRIOR_FULL_WEIGHT_UP_TO`` distinct allocations). No
+observations: the prior at ``default_epoch_seconds`` on one core (one core + one GPU for GPU jobs).
+One distinct allocation: the prior scaled through it (it says nothing about shape). Two or more:
+fitted, the prior only filling in what the data leave open.
+
+Parameter-server jobs (``w`` workers, ``s`` servers): :class:`PSSpeedModel`
+-------------------------------------------------------------------------
+
+One interface (``seconds_per_epoch(workers, servers)``, ``theta``, ``source``, ``relative_rmse``) over
+two forms, chosen with ``fit_ps_speed_model(observations, form=...)``; ``w`` and ``s`` are clamped to
+at least 1 (a parameter-server job has both):
+
+``"optimus"`` (Peng et al., EuroSys 2018), time per step, here per epoch (every θ is multiplied by
+the steps per epoch, so all are in seconds per epoch)::
+
+    t(w, s) = θ0 * M / w + θ1 + θ2 * w / s + θ3 * w + θ4 * s,    θ >= 0
+
+``θ0`` [s/epoch per sample of batch]: computation, ``M`` the (global) batch size (``batch_size``,
+default 1, then ``θ0*M`` is one coefficient); ``θ1`` [s/epoch]: constant overhead; ``θ2``: push/pull of
+the parameters, bottlenecked by the servers' bandwidth; ``θ3``: per-worker overhead at the servers;
+``θ4``: per-server overhead. Fitted by NNLS on relative error with prior rows, as above.
+
+``"coach"`` (Coach, Umeå University thesis 2021), speed in epochs per second::
+
+    h(w, s) = -θ2 * (w - θ0)^2 - θ3 * (s - θ1)^2 + θ4,    t = 1 / max(h, COACH_MIN_SPEED_FRACTION * θ4)
+
+``θ0``, ``θ1`` [workers, servers]: the fastest allocation; ``θ2`` [epochs/s per worker²], ``θ3``
+[epochs/s per server²]: curvature (>= 0); ``θ4`` [epochs/s] (> 0): the peak speed. A concave quadratic
+goes negative far from its peak; the speed is floored at ``COACH_MIN_SPEED_FRACTION`` of the peak
+there, so times stay finite (and large: the planner will not choose such allocations). Fitted by
+bounded least squares (``scipy.optimize.least_squares``, trust-region reflective) on the relative
+error of the speed, with the same kind of prior rows.
+
+Priors of the parameter-server forms (shape only; the scale comes from the observations, or from
+``default_epoch_seconds`` at one worker and one server with none): Optimus ``PRIOR_OPTIMUS_SPLIT`` at
+(1, 1), whose best allocation is 9 workers and 4 servers, 3.1x faster than (1, 1);
+Coach: peak at ``max(PRIOR_COACH_PEAK, 2 x the largest observed)`` workers / servers (a scheduler grows
+a job from small, so observations are assumed below the peak), a single worker at the peak server count
+runs at ``PRIOR_COACH_EDGE_SPEED[0]`` of the peak and a single server at the peak worker count at
+``PRIOR_COACH_EDGE_SPEED[1]``. These are deliberately pessimistic about scaling: the planner should not
+hand a wide gang to a job it has never seen scale.
+
+Observations with a non-finite or non-positive time, or a non-positive CPU share / worker or server
+count, are ignored.
 """
 
 from __future__ import annotations
@@ -22,25 +91,59 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 #: Prior serial fraction of a CPU-only job (Amdahl's f); a typical data-parallel CPU trainer.
 PRIOR_CPU_SERIAL_FRACTION = 0.10
-#: Prior split of a GPU job's epoch at one GPU and one core: serial / CPU-bound / GPU-bound.
+#: Prior split of a GPU job's epoch at one GPU and one core: serial / CPU-bound / GPU-bound
+#: (fractions of t(1 core, 1 GPU)).
 PRIOR_GPU_SPLIT = (0.05, 0.10, 0.85)
-#: How much slower GPU work runs when a GPU job is given no GPU (rough: one core vs one GPU).
+#: Prior synchronisation cost per doubling of the GPU count, as a fraction of t(1 core, 1 GPU); with
+#: the split above the prior's 8 GPUs are 3.2x faster than one and its best GPU count is
+#: ln(2) * 0.85 / 0.02 ~ 29.
+PRIOR_GPU_SYNC_FRACTION = 0.02
+#: How much slower GPU work runs on one core than on one GPU (when a GPU job is given no GPU).
 GPU_ON_CPU_SLOWDOWN = 20.0
-#: Weight of each prior row relative to one observation.
+#: Weight of each prior row relative to one observation ...
 PRIOR_WEIGHT = 0.25
-#: Seconds per epoch at one core (one GPU for GPU jobs) assumed when nothing was observed.
+#: ... with up to this many distinct observed allocations; beyond, it shrinks as 1 / (distinct count),
+#: so that plentiful data are not pulled towards the prior's shape.
+PRIOR_FULL_WEIGHT_UP_TO = 4
+#: Seconds per epoch at one core (one GPU for GPU jobs; one worker + one server for PS jobs)
+#: assumed when nothing was observed.
 DEFAULT_EPOCH_SECONDS = 60.0
+
+#: Optimus prior: (θ0*M, θ1, θ2, θ3, θ4) as fractions of t(1 worker, 1 server).
+PRIOR_OPTIMUS_SPLIT = (0.90, 0.03, 0.04, 0.002, 0.02)
+#: Coach prior: smallest assumed peak (workers, servers).
+PRIOR_COACH_PEAK = (8.0, 4.0)
+#: Coach prior: speed at 1 worker (at the peak server count) and at 1 server (at the peak worker
+#: count), as fractions of the peak speed. The form is additive, so 1 worker + 1 server runs at
+#: 0.45 + 0.85 - 1 = 0.30 of the peak (about the Optimus prior's gain from (1, 1) to its best).
+PRIOR_COACH_EDGE_SPEED = (0.45, 0.85)
+#: Floor of the Coach speed, as a fraction of its peak θ4 (keeps times finite far from the peak).
+COACH_MIN_SPEED_FRACTION = 0.02
+
+PSForm = Literal["optimus", "coach"]
+
+
+def _rel_rmse(pred: Sequence[float] | np.ndarray, seen: Sequence[float] | np.ndarray) -> float:
+    p = np.asarray(pred, dtype=float)
+    s = np.asarray(seen, dtype=float)
+    return float(np.sqrt(np.mean(np.square((p - s) / s))))
+
+
+# --------------------------------------------------------------------------------------------------
+# Data-parallel: CPU share and GPUs
+# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SpeedObservation:
-    """One measured epoch time at an allocation."""
+    """One measured epoch time [s] at an allocation (CPU share in millicores, GPU count)."""
 
     cpu_millis: int
     gpus: int
@@ -49,7 +152,7 @@ class SpeedObservation:
 
 @dataclass(frozen=True)
 class SpeedModel:
-    """Fitted speed model; see the module docstring for the formula."""
+    """Fitted data-parallel speed model; see the module docstring for the formula and units."""
 
     serial: float
     cpu_work: float
@@ -59,93 +162,284 @@ class SpeedModel:
     source: str
     #: Root-mean-square relative error on the observations (``None`` without observations).
     relative_rmse: float | None = None
+    #: Synchronisation cost [s/epoch] per doubling of the GPU count.
+    sync: float = 0.0
 
-    def seconds_per_epoch(self, cpu_millis: int, gpus: int) -> float:
+    def seconds_per_epoch(self, cpu_millis: float, gpus: float) -> float:
         cores = max(cpu_millis, 1) / 1000.0
         if gpus >= 1:
-            return self.serial + self.cpu_work / cores + self.gpu_work / gpus
-        return self.serial + (self.cpu_work + GPU_ON_CPU_SLOWDOWN * self.gpu_work) / cores
+            return self.serial + self.cpu_work / cores + self.gpu_work / gpus + self.sync * math.log2(gpus)
+        return self.serial + self.cpu_work / cores + self.gpu_work * max(GPU_ON_CPU_SLOWDOWN / cores, 1.0)
 
     def seconds_per_epoch_many(self, cpu_millis: np.ndarray, gpus: np.ndarray) -> np.ndarray:
-        cores = np.maximum(cpu_millis, 1) / 1000.0
+        cores = np.maximum(np.asarray(cpu_millis, dtype=float), 1.0) / 1000.0
         g = np.asarray(gpus, dtype=float)
-        with np.errstate(divide="ignore"):
-            gpu_term = np.where(g >= 1, self.gpu_work / np.maximum(g, 1), GPU_ON_CPU_SLOWDOWN * self.gpu_work / cores)
-        return self.serial + self.cpu_work / cores + gpu_term
+        gg = np.maximum(g, 1.0)
+        on_gpu = self.gpu_work / gg + self.sync * np.log2(gg)
+        on_cpu = self.gpu_work * np.maximum(GPU_ON_CPU_SLOWDOWN / cores, 1.0)
+        return self.serial + self.cpu_work / cores + np.where(g >= 1, on_gpu, on_cpu)
+
+    @property
+    def best_gpus(self) -> float:
+        """GPU count g* = ln(2) * gpu_work / sync beyond which more GPUs make an epoch slower (inf without sync)."""
+        if self.sync <= 0:
+            return math.inf
+        return max(1.0, math.log(2.0) * self.gpu_work / self.sync)
+
+    @property
+    def serial_fraction(self) -> float:
+        """Amdahl's serial fraction on one core (and one GPU for GPU jobs): serial / t(1000, 1)."""
+        t1 = self.serial + self.cpu_work + self.gpu_work
+        return self.serial / t1 if t1 > 0 else 0.0
 
 
 def _features(cpu_millis: float, gpus: float) -> list[float]:
     cores = max(cpu_millis, 1.0) / 1000.0
     if gpus >= 1:
-        return [1.0, 1.0 / cores, 1.0 / gpus]
-    return [1.0, 1.0 / cores, GPU_ON_CPU_SLOWDOWN / cores]
+        return [1.0, 1.0 / cores, 1.0 / gpus, math.log2(gpus)]
+    return [1.0, 1.0 / cores, max(GPU_ON_CPU_SLOWDOWN / cores, 1.0), 0.0]
 
 
-def _prior(uses_gpu: bool, scale: float) -> tuple[float, float, float]:
+def _prior(uses_gpu: bool, scale: float, with_sync: bool = True) -> tuple[float, float, float, float]:
+    """Prior (serial, cpu_work, gpu_work, sync) with t(1 core[, 1 GPU]) = scale."""
     if uses_gpu:
         s, c, g = PRIOR_GPU_SPLIT
-        return s * scale, c * scale, g * scale
+        return s * scale, c * scale, g * scale, (PRIOR_GPU_SYNC_FRACTION * scale if with_sync else 0.0)
     f = PRIOR_CPU_SERIAL_FRACTION
-    return f * scale, (1.0 - f) * scale, 0.0
+    return f * scale, (1.0 - f) * scale, 0.0, 0.0
+
+
+def _model(theta: Sequence[float], n: int, source: str, rmse: float | None = None) -> SpeedModel:
+    serial, cpu_work, gpu_work, sync = (float(x) for x in theta)
+    return SpeedModel(serial, cpu_work, gpu_work, n, source, rmse, sync)
+
+
+def _prior_weight(n_distinct: int) -> float:
+    return PRIOR_WEIGHT * min(1.0, PRIOR_FULL_WEIGHT_UP_TO / max(n_distinct, 1))
+
+
+def _usable(o: SpeedObservation) -> bool:
+    return math.isfinite(o.seconds_per_epoch) and o.seconds_per_epoch > 0 and o.cpu_millis > 0 and o.gpus >= 0
 
 
 def fit_speed_model(
-    observations: Sequence[SpeedObservation], *, uses_gpu: bool, default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS
+    observations: Sequence[SpeedObservation],
+    *,
+    uses_gpu: bool,
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+    with_sync: bool = True,
 ) -> SpeedModel:
-    """Fit :class:`SpeedModel` to observations (non-finite or non-positive times are ignored)."""
-    obs = [o for o in observations if math.isfinite(o.seconds_per_epoch) and o.seconds_per_epoch > 0 and o.cpu_millis > 0]
+    """Fit :class:`SpeedModel` to observations (see the module docstring; bad observations are ignored).
+
+    ``uses_gpu=False``: a CPU-only job (``gpu_work = sync = 0``); ``with_sync=False``: no sync term.
+    """
+    sync_on = uses_gpu and with_sync
+    obs = [o for o in observations if _usable(o)]
     if not obs:
-        s, c, g = _prior(uses_gpu, default_epoch_seconds)
-        return SpeedModel(s, c, g, 0, "prior")
+        return _model(_prior(uses_gpu, default_epoch_seconds, sync_on), 0, "prior")
 
     # Scale the prior so that it passes through the geometric mean of the observations.
-    unit = SpeedModel(*_prior(uses_gpu, 1.0), 0, "prior")
+    unit = _model(_prior(uses_gpu, 1.0, sync_on), 0, "prior")
     ratios = [o.seconds_per_epoch / unit.seconds_per_epoch(o.cpu_millis, o.gpus) for o in obs]
     scale = float(np.exp(np.mean(np.log(ratios))))
-    prior = SpeedModel(*_prior(uses_gpu, scale), 0, "prior")
+    prior_theta = _prior(uses_gpu, scale, sync_on)
+    prior = _model(prior_theta, 0, "prior")
+    times = [o.seconds_per_epoch for o in obs]
     distinct = {(o.cpu_millis, o.gpus) for o in obs}
     if len(distinct) == 1:
         # One allocation says nothing about the shape: the prior scaled through it is the answer.
-        rel1 = [(prior.seconds_per_epoch(o.cpu_millis, o.gpus) - o.seconds_per_epoch) / o.seconds_per_epoch for o in obs]
-        return SpeedModel(
-            prior.serial, prior.cpu_work, prior.gpu_work, len(obs), "scaled-prior", float(np.sqrt(np.mean(np.square(rel1))))
-        )
+        pred = [prior.seconds_per_epoch(o.cpu_millis, o.gpus) for o in obs]
+        return _model(prior_theta, len(obs), "scaled-prior", _rel_rmse(pred, times))
 
     rows: list[list[float]] = []
     rhs: list[float] = []
     for o in obs:
-        f = _features(o.cpu_millis, o.gpus)
-        rows.append([x / o.seconds_per_epoch for x in f])
+        rows.append([x / o.seconds_per_epoch for x in _features(o.cpu_millis, o.gpus)])
         rhs.append(1.0)
     # Prior rows at a spread of allocations around the observed ones, so the shape is pinned
-    # where the data says nothing.
+    # where the data says nothing (GPU counts up to 4x the median, where a sync cost shows).
+    pw = _prior_weight(len(distinct))
     ref_cpu = float(np.median([o.cpu_millis for o in obs]))
     ref_gpu = max(1, int(np.median([o.gpus for o in obs]))) if uses_gpu else 0
     for mult in (0.25, 1.0, 4.0):
-        for gmult in (0.5, 1.0, 2.0) if uses_gpu else (0.0,):
+        for gmult in (0.5, 1.0, 4.0) if uses_gpu else (0.0,):
             cpu = ref_cpu * mult
             gpu = max(1, round(ref_gpu * gmult)) if uses_gpu else 0
-            t = prior.seconds_per_epoch(int(cpu), gpu)
-            f = _features(cpu, gpu)
-            rows.append([PRIOR_WEIGHT * x / t for x in f])
-            rhs.append(PRIOR_WEIGHT)
+            t = prior.seconds_per_epoch(cpu, gpu)
+            rows.append([pw * x / t for x in _features(cpu, gpu)])
+            rhs.append(pw)
     a = np.array(rows)
     b = np.array(rhs)
-    if not uses_gpu:
-        a = a[:, :2]
-    theta, _ = nnls(a, b)
-    serial, cpu_work = float(theta[0]), float(theta[1])
-    gpu_work = float(theta[2]) if uses_gpu else 0.0
-    model = SpeedModel(serial, cpu_work, gpu_work, len(obs), "fitted" if len(distinct) > 1 else "scaled-prior")
-    if model.seconds_per_epoch(int(ref_cpu), ref_gpu) <= 0:
+    n_params = 4 if sync_on else 3 if uses_gpu else 2
+    theta, _ = nnls(a[:, :n_params], b)
+    full = [float(x) for x in theta] + [0.0] * (4 - n_params)
+    model = _model(full, len(obs), "fitted")
+    if not model.seconds_per_epoch(ref_cpu, ref_gpu) > 0:
         # Degenerate fit (all-zero parameters); the scaled prior is the honest answer.
-        model = SpeedModel(prior.serial, prior.cpu_work, prior.gpu_work, len(obs), "scaled-prior")
-    rel = [(model.seconds_per_epoch(o.cpu_millis, o.gpus) - o.seconds_per_epoch) / o.seconds_per_epoch for o in obs]
-    return SpeedModel(
-        model.serial,
-        model.cpu_work,
-        model.gpu_work,
-        model.n_observations,
-        model.source,
-        float(np.sqrt(np.mean(np.square(rel)))),
-    )
+        model = _model(prior_theta, len(obs), "scaled-prior")
+    pred = [model.seconds_per_epoch(o.cpu_millis, o.gpus) for o in obs]
+    return _model((model.serial, model.cpu_work, model.gpu_work, model.sync), len(obs), model.source, _rel_rmse(pred, times))
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter-server jobs: workers and servers
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PSSpeedObservation:
+    """One measured epoch time [s] of a parameter-server job at ``workers`` workers and ``servers`` servers."""
+
+    workers: int
+    servers: int
+    seconds_per_epoch: float
+
+
+@dataclass(frozen=True)
+class PSSpeedModel:
+    """Fitted parameter-server speed model, ``form`` "optimus" or "coach"; formulas in the module docstring."""
+
+    form: PSForm
+    #: (θ0, θ1, θ2, θ3, θ4) of the form, in the units of the module docstring.
+    theta: tuple[float, float, float, float, float]
+    n_observations: int
+    #: "prior" (nothing observed), "scaled-prior" (one distinct allocation) or "fitted".
+    source: str
+    #: Root-mean-square relative error of seconds per epoch on the observations (``None`` without any).
+    relative_rmse: float | None = None
+    #: Batch size M of the Optimus form (1: θ0 is the whole computation coefficient).
+    batch_size: float = 1.0
+
+    def seconds_per_epoch_many(self, workers: np.ndarray, servers: np.ndarray) -> np.ndarray:
+        w = np.maximum(np.asarray(workers, dtype=float), 1.0)
+        s = np.maximum(np.asarray(servers, dtype=float), 1.0)
+        t0, t1, t2, t3, t4 = self.theta
+        if self.form == "optimus":
+            return t0 * self.batch_size / w + t1 + t2 * w / s + t3 * w + t4 * s
+        h = -t2 * (w - t0) ** 2 - t3 * (s - t1) ** 2 + t4
+        return 1.0 / np.maximum(h, COACH_MIN_SPEED_FRACTION * t4)
+
+    def seconds_per_epoch(self, workers: float, servers: float) -> float:
+        return float(self.seconds_per_epoch_many(np.array([workers]), np.array([servers]))[0])
+
+    def epochs_per_second(self, workers: float, servers: float) -> float:
+        return 1.0 / self.seconds_per_epoch(workers, servers)
+
+
+def _theta5(x: Sequence[float] | np.ndarray) -> tuple[float, float, float, float, float]:
+    return (float(x[0]), float(x[1]), float(x[2]), float(x[3]), float(x[4]))
+
+
+def _optimus_features(w: float, s: float, batch_size: float) -> list[float]:
+    w, s = max(w, 1.0), max(s, 1.0)
+    return [batch_size / w, 1.0, w / s, w, s]
+
+
+def _ps_prior(form: PSForm, seconds_11: float, peak: tuple[float, float], batch_size: float) -> PSSpeedModel:
+    """Prior model with t(1 worker, 1 server) = seconds_11."""
+    if form == "optimus":
+        f0, f1, f2, f3, f4 = PRIOR_OPTIMUS_SPLIT
+        theta = (f0 / batch_size, f1, f2, f3, f4)
+        unit = PSSpeedModel(form, theta, 0, "prior", batch_size=batch_size)
+        k = seconds_11 / unit.seconds_per_epoch(1, 1)
+        return PSSpeedModel(form, _theta5([x * k for x in theta]), 0, "prior", None, batch_size)
+    pw, ps = peak
+    ew, es = PRIOR_COACH_EDGE_SPEED
+    # Unit peak speed; curvatures from the edge speeds; then scale so that t(1, 1) = seconds_11.
+    c2 = (1.0 - ew) / (pw - 1.0) ** 2 if pw > 1 else 0.0
+    c3 = (1.0 - es) / (ps - 1.0) ** 2 if ps > 1 else 0.0
+    unit = PSSpeedModel(form, (pw, ps, c2, c3, 1.0), 0, "prior")
+    k = unit.seconds_per_epoch(1, 1) / seconds_11  # speeds scale inversely with times
+    return PSSpeedModel(form, (pw, ps, c2 * k, c3 * k, k), 0, "prior", None, batch_size)
+
+
+def _scaled(model: PSSpeedModel, factor: float) -> PSSpeedModel:
+    """The same shape with every time multiplied by ``factor``."""
+    t = model.theta
+    if model.form == "optimus":
+        theta = _theta5([x * factor for x in t])
+    else:
+        theta = (t[0], t[1], t[2] / factor, t[3] / factor, t[4] / factor)
+    return PSSpeedModel(model.form, theta, model.n_observations, model.source, model.relative_rmse, model.batch_size)
+
+
+def _coach_speed(theta: np.ndarray, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    return -theta[2] * (w - theta[0]) ** 2 - theta[3] * (s - theta[1]) ** 2 + theta[4]
+
+
+def fit_ps_speed_model(
+    observations: Sequence[PSSpeedObservation],
+    form: PSForm = "optimus",
+    *,
+    batch_size: float = 1.0,
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+) -> PSSpeedModel:
+    """Fit a parameter-server speed model of ``form`` ("optimus" or "coach"); see the module docstring."""
+    if form not in ("optimus", "coach"):
+        raise ValueError(f"unknown parameter-server speed form {form!r} (expected 'optimus' or 'coach')")
+    if not (math.isfinite(batch_size) and batch_size > 0):
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    obs = [
+        o
+        for o in observations
+        if math.isfinite(o.seconds_per_epoch) and o.seconds_per_epoch > 0 and o.workers >= 1 and o.servers >= 1
+    ]
+    peak = PRIOR_COACH_PEAK
+    if obs:
+        peak = (max(peak[0], 2.0 * max(o.workers for o in obs)), max(peak[1], 2.0 * max(o.servers for o in obs)))
+    if not obs:
+        return _ps_prior(form, default_epoch_seconds, peak, batch_size)
+
+    unit = _ps_prior(form, 1.0, peak, batch_size)
+    times = np.array([o.seconds_per_epoch for o in obs])
+    w = np.array([float(o.workers) for o in obs])
+    s = np.array([float(o.servers) for o in obs])
+    scale = float(np.exp(np.mean(np.log(times / unit.seconds_per_epoch_many(w, s)))))
+    prior = _scaled(unit, scale)
+    distinct = {(o.workers, o.servers) for o in obs}
+    if len(distinct) == 1:
+        rmse = _rel_rmse(prior.seconds_per_epoch_many(w, s), times)
+        return PSSpeedModel(form, prior.theta, len(obs), "scaled-prior", rmse, batch_size)
+
+    # Prior pseudo-observations around the observed allocations.
+    ref_w = float(np.median(w))
+    ref_s = float(np.median(s))
+    grid = [(max(1.0, round(ref_w * wm)), max(1.0, round(ref_s * sm))) for wm in (0.5, 1.0, 2.0) for sm in (0.5, 1.0, 2.0)]
+    prior_w = np.array([g[0] for g in grid])
+    prior_s = np.array([g[1] for g in grid])
+    pwt = _prior_weight(len(distinct))
+    prior_t = prior.seconds_per_epoch_many(prior_w, prior_s)
+
+    if form == "optimus":
+        rows = [[x / t for x in _optimus_features(wi, si, batch_size)] for wi, si, t in zip(w, s, times, strict=True)]
+        rows += [
+            [pwt * x / t for x in _optimus_features(wi, si, batch_size)]
+            for wi, si, t in zip(prior_w, prior_s, prior_t, strict=True)
+        ]
+        rhs = [1.0] * len(obs) + [pwt] * len(prior_w)
+        theta, _ = nnls(np.array(rows), np.array(rhs))
+        fitted = PSSpeedModel(form, _theta5(theta), len(obs), "fitted", None, batch_size)
+    else:
+        # Work in units where the observed speeds are O(1): curvatures and peak scale by 1/scale.
+        y = 1.0 / (times / scale)
+        prior_y = 1.0 / (prior_t / scale)
+        x0 = np.array(prior.theta, dtype=float)
+        x0[2:] *= scale
+
+        def residuals(theta: np.ndarray) -> np.ndarray:
+            r_obs = (_coach_speed(theta, w, s) - y) / y
+            r_prior = pwt * (_coach_speed(theta, prior_w, prior_s) - prior_y) / prior_y
+            return np.concatenate([r_obs, r_prior])
+
+        lo = np.array([0.0, 0.0, 0.0, 0.0, 1e-9])
+        hi = np.array([np.inf] * 5)
+        res = least_squares(residuals, np.clip(x0, lo + 1e-12, None), bounds=(lo, hi), method="trf")
+        th = res.x.copy()
+        th[2:] /= scale
+        fitted = PSSpeedModel(form, _theta5(th), len(obs), "fitted", None, batch_size)
+
+    pred = fitted.seconds_per_epoch_many(w, s)
+    if not (np.isfinite(pred).all() and (pred > 0).all()):
+        fitted = PSSpeedModel(form, prior.theta, len(obs), "scaled-prior", None, batch_size)
+        pred = fitted.seconds_per_epoch_many(w, s)
+    return PSSpeedModel(form, fitted.theta, len(obs), fitted.source, _rel_rmse(pred, times), batch_size)
