@@ -225,102 +225,115 @@ def _recency_weights(k: NDArray[np.float64]) -> NDArray[np.float64]:
     return RECENCY_FLOOR + (1.0 - RECENCY_FLOOR) * (k - k[0]) / (k[-1] - k[0])
 
 
-def _fit_hyperbola(
-    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
-) -> tuple[dict[str, float], float] | None:
-    """Grid over the plateau ``c`` below every observation; ``1/(z-c) = a*k + b`` is linear."""
-    zmin = float(z.min())
-    span = float(z.max() - zmin)
-    scale = span if span > 0 else max(abs(zmin), 1.0)
+Fitted = tuple[dict[str, float], float] | None  # (parameters, weighted SSE), or no fit
+
+
+def _observed_stats(z: Arr, obs: NDArray[np.bool_]) -> tuple[Arr, Arr]:
+    """Per weight row: the best (lowest) observed z and the observed range."""
+    zmin = np.where(obs, z, np.inf).min(1)
+    zmax = np.where(obs, z, -np.inf).max(1)
+    return zmin, zmax - zmin
+
+
+def _pick(sse: Arr, params: dict[str, Arr]) -> list[Fitted]:
+    """Best grid row per weight row (``sse`` and every parameter are (O, G) arrays)."""
+    out: list[Fitted] = []
+    for o in range(sse.shape[0]):
+        i = int(np.argmin(sse[o]))
+        if not math.isfinite(float(sse[o, i])):
+            out.append(None)
+        else:
+            out.append(({name: float(v[o, i]) for name, v in params.items()}, float(sse[o, i])))
+    return out
+
+
+def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
+    """Grid over the plateau ``c`` below every observation; ``1/(z-c) = a*k + b`` is linear.
+
+    ``W`` holds one row of weights per fit (zero for points a fit must not see); every array below
+    carries that row axis first, then the grid axis.
+    """
+    obs = W > 0
+    zmin, span = _observed_stats(z, obs)
+    scale = np.where(span > 0, span, np.maximum(np.abs(zmin), 1.0))
     # Gaps between the best observation and the plateau, from 0.1 % to MAX_PLATEAU_GAP ranges, and
     # never past the floor (a fraction above 1, a negative loss).
-    top = min(MAX_PLATEAU_GAP * scale, zmin - c_floor) if math.isfinite(c_floor) else MAX_PLATEAU_GAP * scale
-    if top <= 1e-9 * scale:
-        return None
-    lo = min(1e-3 * scale, top)
-    gaps = lo * (top / lo) ** _UNIT  # geometric from lo to top
-    c = zmin - gaps  # (G,)
-    y = 1.0 / (z[None, :] - c[:, None])  # (G, n), all positive
+    top = np.minimum(MAX_PLATEAU_GAP * scale, zmin - c_floor) if math.isfinite(c_floor) else MAX_PLATEAU_GAP * scale
+    usable = top > 1e-9 * scale
+    top = np.where(usable, top, scale)
+    lo = np.minimum(1e-3 * scale, top)
+    gaps = lo[:, None] * (top / lo)[:, None] ** _UNIT[None, :]  # (O, G), geometric from lo to top
+    c = zmin[:, None] - gaps
+    diff = np.where(obs[:, None, :], z[None, None, :] - c[:, :, None], 1.0)  # (O, G, n), > 0 where seen
+    y = 1.0 / diff
     # Weighted linear regression of y on k for every grid row at once. Weighting by (z-c)^2 turns the
     # error in y back into the error in z to first order (dy = dz / (z-c)^2).
-    ww = w[None, :] * (z[None, :] - c[:, None]) ** 2
-    sw = ww.sum(1)
-    mk = (ww * k).sum(1) / sw
-    my = (ww * y).sum(1) / sw
-    cov = (ww * (k - mk[:, None]) * (y - my[:, None])).sum(1)
-    var = (ww * (k - mk[:, None]) ** 2).sum(1)
+    ww = W[:, None, :] * diff**2
+    sw = ww.sum(2)
+    mk = (ww * k).sum(2) / sw
+    my = (ww * y).sum(2) / sw
+    cov = (ww * (k - mk[..., None]) * (y - my[..., None])).sum(2)
+    var = (ww * (k - mk[..., None]) ** 2).sum(2)
     a = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
     b = my - a * mk
     # Bounds: the curve must improve (a > 0) and start finite (b > 0).
     a = np.maximum(a, 1e-12)
     b = np.maximum(b, 1e-12)
-    zhat = c[:, None] + 1.0 / (a[:, None] * k[None, :] + b[:, None])
-    sse = (w[None, :] * (z[None, :] - zhat) ** 2).sum(1)
-    sse = np.where(np.isfinite(sse), sse, np.inf)
-    i = int(np.argmin(sse))
-    if not math.isfinite(float(sse[i])):
-        return None
-    return {"a": float(a[i]), "b": float(b[i]), "c": float(c[i])}, float(sse[i])
+    zhat = c[..., None] + 1.0 / (a[..., None] * k + b[..., None])
+    sse = (W[:, None, :] * (z - zhat) ** 2).sum(2)
+    sse = np.where(np.isfinite(sse) & usable[:, None], sse, np.inf)
+    return _pick(sse, {"a": a, "b": b, "c": c})
 
 
-def _linear_plateau_fit(
-    basis: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """For every grid row ``g``, the weighted least-squares ``z ≈ c + d·basis[g]`` with ``d >= 0``.
+def _linear_plateau_fit(basis: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr, Arr]:
+    """For every weight row and grid row, the weighted least-squares ``z ≈ c + d·basis`` with ``d >= 0``.
 
-    Returns ``(c, d, sse)`` per row; rows whose plateau breaks a bound get ``sse = inf``.
+    ``basis`` is (G, n) or (O, G, n). Returns ``(c, d, sse)`` as (O, G) arrays; combinations whose
+    plateau breaks a bound get ``sse = inf``.
     """
-    sw = w.sum()
-    mb = (w * basis).sum(1) / sw
-    mz = float((w * z).sum() / sw)
-    cov = (w * (basis - mb[:, None]) * (z - mz)).sum(1)
-    var = (w * (basis - mb[:, None]) ** 2).sum(1)
+    Wg = W[:, None, :]
+    sw = W.sum(1)[:, None]
+    mb = (Wg * basis).sum(2) / sw
+    mz = ((W * z).sum(1) / W.sum(1))[:, None]
+    cov = (Wg * (basis - mb[..., None]) * (z - mz[..., None])).sum(2)
+    var = (Wg * (basis - mb[..., None]) ** 2).sum(2)
     d = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
     d = np.maximum(d, 0.0)  # the curve must improve: d > 0
     c = mz - d * mb
-    sse = (w[None, :] * (z[None, :] - (c[:, None] + d[:, None] * basis)) ** 2).sum(1)
-    zmin = float(z.min())
-    allowed = (c >= c_floor) & (c >= zmin - MAX_PLATEAU_GAP * max(float(np.ptp(z)), 1e-12)) & (d > 0)
+    sse = (Wg * (z - (c[..., None] + d[..., None] * basis)) ** 2).sum(2)
+    zmin, span = _observed_stats(z, W > 0)
+    allowed = (c >= c_floor) & (c >= (zmin - MAX_PLATEAU_GAP * np.maximum(span, 1e-12))[:, None]) & (d > 0)
     return c, d, np.where(allowed, sse, np.inf)
 
 
-def _fit_exponential(
-    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
-) -> tuple[dict[str, float], float] | None:
+def _fit_exponential(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
     """Grid over the rate ``r``; ``z = c + d*exp(-r*k)`` is linear in ``(c, d)``."""
-    span = max(float(k[-1] - k[0]), 1.0)
-    r = (0.05 / span) * (MAX_RATE_PER_SPAN / 0.05) ** _UNIT  # geometric over rates, (G,)
-    e = np.exp(-r[:, None] * (k[None, :] - k[0]))  # (G, n), shifted for conditioning
-    c, d0, sse = _linear_plateau_fit(e, z, w, c_floor)
-    i = int(np.argmin(sse))
-    if not math.isfinite(float(sse[i])):
-        return None
+    last = np.where(W > 0, k, -np.inf).max(1)
+    span = np.maximum(last - k[0], 1.0)
+    r = (0.05 / span)[:, None] * (MAX_RATE_PER_SPAN / 0.05) ** _UNIT[None, :]  # (O, G), geometric over rates
+    e = np.exp(-r[..., None] * (k - k[0]))  # (O, G, n), shifted for conditioning
+    c, d0, sse = _linear_plateau_fit(e, z, W, c_floor)
     # Undo the shift: d*exp(-r*(k-k0)) = (d*exp(r*k0)) * exp(-r*k).
-    d = float(d0[i] * math.exp(min(r[i] * k[0], 700.0)))
-    return {"c": float(c[i]), "d": d, "r": float(r[i])}, float(sse[i])
+    d = d0 * np.exp(np.minimum(r * k[0], 700.0))
+    return _pick(sse, {"c": c, "d": d, "r": r})
 
 
 #: Power-law exponents searched (``z = c + d·(k+1)^-alpha``), from very slow to fast decay.
 _ALPHAS = 0.05 * (4.0 / 0.05) ** _UNIT
 
 
-def _fit_power(
-    k: NDArray[np.float64], z: NDArray[np.float64], w: NDArray[np.float64], c_floor: float
-) -> tuple[dict[str, float], float] | None:
+def _fit_power(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
     """Grid over the exponent ``alpha``; ``z = c + d*(k+1)^-alpha`` is linear in ``(c, d)``."""
     basis = (k[None, :] + 1.0) ** (-_ALPHAS[:, None])
-    c, d, sse = _linear_plateau_fit(basis, z, w, c_floor)
-    i = int(np.argmin(sse))
-    if not math.isfinite(float(sse[i])):
-        return None
-    return {"c": float(c[i]), "d": float(d[i]), "alpha": float(_ALPHAS[i])}, float(sse[i])
+    c, d, sse = _linear_plateau_fit(basis, z, W, c_floor)
+    return _pick(sse, {"c": c, "d": d, "alpha": np.broadcast_to(_ALPHAS, c.shape)})
 
 
 @dataclass(frozen=True)
 class _Family:
     """One curve family: its fit, its formula, and the closed forms the predictions need."""
 
-    fit: Callable[[Arr, Arr, Arr, float], tuple[dict[str, float], float] | None]
+    fit: Callable[[Arr, Arr, Arr, float], list[Fitted]]  # (k, z, weight rows, floor) -> one fit per row
     z: Callable[[dict[str, float], Arr], Arr]  # the curve in badness units
     epoch_at: Callable[[dict[str, float], float], float]  # epoch where z = zt (for zt > c)
     flat_from: Callable[[dict[str, float], float], float]  # first epoch with |dz/dk| < tol
@@ -431,50 +444,50 @@ def _fit(
     shift: float,
     scale: float,
     c_floor: float,
-    fitters: dict[str, Callable[[Arr, Arr, Arr, float], tuple[dict[str, float], float] | None]],
+    fitters: dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]],
 ) -> CurveFit | CannotPredict:
     # Time-series cross-validation: from several forecast origins, fit on the points before and score
     # the prediction of every point after (RMS, badness units).
     cv: dict[str, float] = {}
     forecast: dict[str, tuple[Arr, Arr]] = {}  # per family: forecast errors and their horizons
+    full: dict[str, Fitted] = {}  # per family: the fit on every point
     origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
     if n >= MIN_POINTS_FOR_HOLDOUT and origins:
+        # One weight row per forecast origin (points after it unseen), plus one with every point:
+        # each family is fitted for all of them in a single call.
+        seen = np.arange(n)[None, :] < np.array([*origins, n])[:, None]
+        rows = np.where(seen, w, 0.0)
         for name, fitter in fitters.items():
+            *got, full[name] = fitter(k, z, rows, c_floor)
+            if any(g is None for g in got):
+                continue
             errs: list[float] = []
             pairs: list[tuple[Arr, Arr]] = []
-            for o in origins:
-                got = fitter(k[:o], z[:o], w[:o], c_floor)
-                if got is None:
-                    break
-                err = z[o:] - _predict_z(name, got[0], k[o:])
+            for o, g in zip(origins, got, strict=True):
+                assert g is not None
+                err = z[o:] - _predict_z(name, g[0], k[o:])
                 errs.append(float(np.sqrt(np.mean(err**2))))
                 pairs.append((err, k[o:] - k[o - 1]))
-            else:
-                cv[name] = float(np.mean(errs))
-                forecast[name] = (np.concatenate([e for e, _ in pairs]), np.concatenate([h for _, h in pairs]))
+            cv[name] = float(np.mean(errs))
+            forecast[name] = (np.concatenate([e for e, _ in pairs]), np.concatenate([h for _, h in pairs]))
 
     # Among the families that forecast about as well as the best (within LATE_TOLERANCE), take the
     # one with the most improvement left: measured on real curves, the usual failure is a plateau
     # reached too early, not too late. Too few points to cross-validate: the power law.
-    order = (
-        sorted(cv, key=lambda nm: (cv[nm], nm)) if cv else [DEFAULT_FAMILY if DEFAULT_FAMILY in fitters else next(iter(fitters))]
-    )
+    fallback = DEFAULT_FAMILY if DEFAULT_FAMILY in fitters else next(iter(fitters))
+    order = sorted(cv, key=lambda nm: (cv[nm], nm)) if cv else [fallback]
     fits: dict[str, tuple[dict[str, float], float]] = {}
     if cv:
         best = cv[order[0]]
-        close = [nm for nm in order if cv[nm] <= LATE_TOLERANCE * best]
-        for nm in close:
-            got = fitters[nm](k, z, w, c_floor)
-            if got is not None:
-                fits[nm] = got
-        if fits:
-            latest = min(fits, key=lambda nm: (fits[nm][0]["c"], nm))  # lowest plateau in badness units
-            fits = {latest: fits[latest]}
+        close = {nm: f for nm in order if cv[nm] <= LATE_TOLERANCE * best and (f := full.get(nm)) is not None}
+        if close:
+            latest = min(close, key=lambda nm: (close[nm][0]["c"], nm))  # lowest plateau in badness units
+            fits = {latest: close[latest]}
     order += [name for name in fitters if name not in order]
     for name in order if not fits else ():
-        got = fitters[name](k, z, w, c_floor)
-        if got is not None:
-            fits[name] = got
+        one = full[name] if name in full else fitters[name](k, z, w[None, :], c_floor)[0]
+        if one is not None:
+            fits[name] = one
             break
     if not fits:
         return CannotPredict("no family fits these points", n)
