@@ -14,17 +14,9 @@ import csv
 from pathlib import Path
 
 import numpy as np
+from bench_curves import DIRECTIONS
 
 from models import CurveFit, fit_learning_curve
-
-DIRECTION = {
-    "cifar10": "higher",
-    "imagenet": "higher",
-    "bert": "higher",
-    "ncf": "higher",
-    "deepspeech2": "lower",
-    "yolov3": "lower",
-}
 
 
 def main() -> None:
@@ -38,7 +30,7 @@ def main() -> None:
     for share in (0.25, 0.5):
         cover, flat = [], []
         for path in sorted(traces.glob("*/validation-*.csv")):
-            direction = DIRECTION[path.parent.name]
+            direction = DIRECTIONS[path.parent.name]
             with path.open() as fh:
                 v = np.array([float(r["metric"]) for r in csv.DictReader(fh)])
             n = round(share * v.size)
