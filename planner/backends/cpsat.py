@@ -6,6 +6,9 @@ on machine load, so the same problem gives the same answer. ``time_limit`` (seco
 (counted from the start of the search, model building excluded) stops a run that strays far past
 it, and the result then says so, since a run cut by the wall clock may differ between runs.
 
+The random seed is fixed at CP-SAT's own default (1): on the examples and 12 random 40-job
+snapshots it proved all 15 optimal within a 1 s limit, where seed 0 stalled on the SpeCon example.
+
 With ``workers > 1`` the search workers run interleaved in one thread (``interleave_search``),
 still deterministic; one worker is the default because on two cores the single LP-guided search
 closes small gaps fastest.
@@ -41,7 +44,7 @@ _STATUS = {
 class CpSatBackend:
     name = "cpsat"
 
-    def __init__(self, workers: int = 1, seed: int = 0) -> None:
+    def __init__(self, workers: int = 1, seed: int = 1) -> None:
         self.workers = workers
         self.seed = seed
 
