@@ -1,0 +1,69 @@
+"""Schema migrations of the state store: one SQL script per version, applied in order, never edited.
+
+``MIGRATIONS[i]`` takes a database from version ``i`` to version ``i + 1``. A database records the
+version it is at in ``schema_version``; opening it applies every script it has not seen, all in one
+``BEGIN IMMEDIATE`` transaction (so two processes opening a fresh file at once cannot both migrate,
+and a failed migration leaves the database as it was). A database at a newer version than this code
+knows is refused (:class:`~store.errors.SchemaTooNew`): an older FlowPlan must not write to a schema
+it does not understand.
+
+To change the schema, APPEND a script; never edit or reorder the published ones. Times are Unix
+seconds (``REAL``) of the wall clock of the process that wrote the row; JSON columns hold the
+``flowplan/v1`` contract models as ``model_dump_json`` writes them.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: jobs, their metric history, their QoE targets, the plans made.
+    """
+    CREATE TABLE jobs (
+        id      TEXT PRIMARY KEY,
+        spec    TEXT,                        -- planner.snapshot.Job minus history (JSON), or NULL
+        fields  TEXT NOT NULL DEFAULT '{}',  -- other facts a writer keeps about the job (JSON object)
+        created REAL NOT NULL,
+        updated REAL NOT NULL
+    );
+    CREATE TABLE points (
+        job    TEXT NOT NULL,
+        epoch  REAL NOT NULL,                -- the idempotency key with job: a retried point is ignored
+        time   REAL NOT NULL,
+        loss   REAL,
+        metric REAL,
+        PRIMARY KEY (job, epoch)
+    ) WITHOUT ROWID;
+    CREATE TABLE targets (
+        job     TEXT PRIMARY KEY,
+        target  TEXT NOT NULL,               -- planner.snapshot.QoETarget (JSON)
+        updated REAL NOT NULL
+    );
+    CREATE TABLE plans (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        time     REAL NOT NULL,              -- the plan's (snapshot's) time
+        digest   TEXT NOT NULL,              -- sha256 of the snapshot it answers
+        plan     TEXT NOT NULL,              -- planner.plan.Plan (JSON)
+        snapshot TEXT,                       -- planner.snapshot.Snapshot (JSON), optional
+        created  REAL NOT NULL
+    );
+    """,
+    # 2: what the daemon needs to recover from a crash: the actions it set out to apply, and a small
+    # key-value table (log offsets and the like).
+    """
+    CREATE TABLE actions (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        plan_id  INTEGER NOT NULL REFERENCES plans(id),
+        job      TEXT NOT NULL,
+        kind     TEXT NOT NULL,
+        payload  TEXT NOT NULL,              -- the action as given (JSON object)
+        status   TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'failed')),
+        message  TEXT NOT NULL DEFAULT '',
+        created  REAL NOT NULL,
+        finished REAL
+    );
+    CREATE INDEX actions_pending ON actions (status) WHERE status = 'pending';
+    CREATE TABLE kv (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
+]
