@@ -1,0 +1,226 @@
+"""One simulation run: a scenario, a policy and a seed through the shared control loop; its results.
+
+:func:`simulate` builds the :class:`~adapters.sim.cluster.SimCluster`, drives it with
+:class:`~adapters.loop.ControlLoop` on the cluster's virtual clock until every job has finished
+(or the scenario's ``max_hours``), and measures the run (:class:`RunResult`): makespan, job
+completion times, time to tier 1, deadlines met, utilisation, migrations and resizes, planner time
+per interval, and the plans that failed the checker (never applied; there should be none).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters.loop import ControlLoop, Policy, Tick
+from adapters.sim.cluster import SimCluster
+from adapters.sim.scenario import JobSpec, Scenario
+from adapters.sim.truth import GroundTruth, TraceLibrary
+
+
+@dataclass
+class JobResult:
+    id: str
+    model: str
+    arrival: float
+    start: float | None
+    finish: float | None
+    jct: float | None
+    tier1_time: float | None  # from arrival
+    tier1_deadline: float | None
+    met_deadline: bool | None
+    epochs: float
+    migrations: int
+    resizes: int
+    pauses: int
+    lost_epochs: float
+    tag: bool
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    policy: str
+    seed: int
+    finished: bool
+    makespan: float | None
+    mean_jct: float | None
+    p95_jct: float | None
+    mean_tier1_time: float | None
+    qoe_met: int
+    qoe_total: int
+    qoe_share: float | None
+    cpu_utilisation: float | None
+    gpu_utilisation: float | None
+    migrations: int
+    resizes: int
+    pauses: int
+    intervals: int
+    plan_seconds_mean: float
+    plan_seconds_p95: float
+    plan_seconds_max: float
+    checker_failures: int
+    makespan_lower_bound: float
+    jobs: list[JobResult]
+    #: per interval: time, then per job (cpu_millis, gpus) held — for the allocation plot.
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    #: per job: [(time, predicted finish time)] from the plans (null when the policy predicts nothing).
+    eta: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def makespan_lower_bound(scenario: Scenario, jobs: list[JobSpec], library: TraceLibrary) -> float:
+    """The larger of: the job that ends last when run alone at its best allocation from its arrival,
+    and the total work at each job's most efficient allocation divided by the cluster's capacity
+    (CPU-core-seconds and GPU-seconds separately). Ignores start-up delays, so it is a true bound."""
+    if not jobs:
+        return 0.0
+    t0 = min(j.arrival for j in jobs)
+    longest = 0.0
+    cpu_work = gpu_work = 0.0
+    for s in jobs:
+        truth = GroundTruth(library, s.model, s.batch_size, s.kind, s.cpu_scale)
+        # Epochs needed: to the final tier by the measured curve (stop_at_target), else all epochs.
+        final = s.tier2 if s.tier2 is not None else s.tier1
+        reach = truth.first_epoch_reaching(final) if (scenario.stop_at_target and final is not None) else None
+        # With noisy reports a job may stop a little earlier; count from the smallest epoch it could stop at.
+        epochs = float(min(s.epochs, reach)) if reach is not None else float(s.epochs)
+        if scenario.noise > 0 and reach is not None:
+            epochs = max(1.0, epochs - 3)
+        gpu_counts = range(max(s.min_gpus, 1), s.max_gpus + 1) if s.kind == "gpu" else range(0, 1)
+        best_t = min(truth.epoch_seconds(s.max_cpu_millis, g) for g in gpu_counts)
+        longest = max(longest, s.arrival - t0 + epochs * best_t)
+        if s.kind == "gpu":
+            gpu_work += epochs * min(g * truth.epoch_seconds(s.min_cpu_millis, g) for g in gpu_counts)
+        else:
+            cpu_work += epochs * min(
+                (c / 1000.0) * truth.epoch_seconds(c, 0) for c in np.linspace(s.min_cpu_millis, s.max_cpu_millis, 16)
+            )
+    cpu_cap = sum(n.cpu_millis for n in scenario.nodes) / 1000.0
+    gpu_cap = sum(n.gpus for n in scenario.nodes)
+    work_bound = max(cpu_work / cpu_cap if cpu_cap else 0.0, gpu_work / gpu_cap if gpu_cap else 0.0)
+    return max(longest, work_bound)
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def simulate(
+    scenario: Scenario,
+    policy: Policy,
+    policy_name: str,
+    seed: int,
+    library: TraceLibrary,
+    *,
+    data: Path | None = None,
+    on_tick: Callable[[SimCluster, Tick], None] | None = None,
+    record_timeline: bool = True,
+) -> RunResult:
+    jobs = scenario.draw(seed, library, data)
+    cluster = SimCluster(scenario, jobs, library, seed)
+    plan_times: list[float] = []
+    failures = 0
+    timeline: list[dict[str, Any]] = []
+    eta: dict[str, list[tuple[float, float]]] = {}
+
+    def tick_hook(tick: Tick) -> None:
+        nonlocal failures
+        plan_times.append(tick.plan_seconds)
+        failures += int(bool(tick.violations))
+        if record_timeline:
+            timeline.append(
+                {
+                    "time": tick.time,
+                    "alloc": {
+                        j.spec.id: [j.cpu_millis, j.gpus]
+                        for j in cluster.jobs.values()
+                        if j.status == "running"
+                    },
+                }
+            )
+            for a in tick.plan.assignments:
+                if a.predictions.eta_finish is not None and math.isfinite(a.predictions.eta_finish):
+                    eta.setdefault(a.job, []).append((tick.time, a.predictions.eta_finish))
+        if on_tick is not None:
+            on_tick(cluster, tick)
+
+    loop = ControlLoop(cluster, policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook)
+
+    def stop(_: Tick) -> bool:
+        return cluster.done() or cluster.timed_out()
+
+    # The first observation happens at the first arrival; jobs arriving later are seen at the next interval.
+    count, _ = loop.run(until=stop)
+    # A run that ends exactly when the last job finished: advance to the last finish (already recorded).
+    results: list[JobResult] = []
+    for j in cluster.jobs.values():
+        s = j.spec
+        jct = None if j.finish is None else j.finish - s.arrival
+        t1 = None if j.tier1_time is None else j.tier1_time - s.arrival
+        met = None
+        if s.tier1_deadline is not None:
+            met = j.tier1_time is not None and j.tier1_time <= s.tier1_deadline
+        results.append(
+            JobResult(
+                id=s.id,
+                model=s.model,
+                arrival=s.arrival,
+                start=j.first_start,
+                finish=j.finish,
+                jct=jct,
+                tier1_time=t1,
+                tier1_deadline=s.tier1_deadline,
+                met_deadline=met,
+                epochs=round(j.progress, 6),
+                migrations=j.migrations,
+                resizes=j.resizes,
+                pauses=j.pauses,
+                lost_epochs=round(j.lost_epochs, 6),
+                tag=s.tag,
+            )
+        )
+    finished = all(r.finish is not None for r in results)
+    finishes = [r.finish for r in results if r.finish is not None]
+    makespan = (max(finishes) - cluster.t0) if finished and finishes else None
+    jcts = [r.jct for r in results if r.jct is not None]
+    t1s = [r.tier1_time for r in results if r.tier1_time is not None]
+    with_deadline = [r for r in results if r.met_deadline is not None]
+    n_met = sum(1 for r in with_deadline if r.met_deadline)
+    span = (max(finishes) - cluster.t0) if finishes else (cluster.t - cluster.t0)
+    cpu_cap = sum(n.cpu_millis for n in scenario.nodes) / 1000.0
+    gpu_cap = sum(n.gpus for n in scenario.nodes)
+    return RunResult(
+        scenario=scenario.name,
+        policy=policy_name,
+        seed=seed,
+        finished=finished,
+        makespan=makespan,
+        mean_jct=float(np.mean(jcts)) if finished and jcts else None,
+        p95_jct=_pct(jcts, 95) if finished else None,
+        mean_tier1_time=float(np.mean(t1s)) if t1s and len(t1s) == len(results) else None,
+        qoe_met=n_met,
+        qoe_total=len(with_deadline),
+        qoe_share=(n_met / len(with_deadline)) if with_deadline else None,
+        cpu_utilisation=(cluster.used_cpu_seconds / (cpu_cap * span)) if cpu_cap and span > 0 else None,
+        gpu_utilisation=(cluster.used_gpu_seconds / (gpu_cap * span)) if gpu_cap and span > 0 else None,
+        migrations=sum(r.migrations for r in results),
+        resizes=sum(r.resizes for r in results),
+        pauses=sum(r.pauses for r in results),
+        intervals=count,
+        plan_seconds_mean=float(np.mean(plan_times)) if plan_times else 0.0,
+        plan_seconds_p95=_pct(plan_times, 95) or 0.0,
+        plan_seconds_max=max(plan_times, default=0.0),
+        checker_failures=failures,
+        makespan_lower_bound=makespan_lower_bound(scenario, jobs, library),
+        jobs=results,
+        timeline=timeline,
+        eta=eta,
+    )

@@ -1,0 +1,429 @@
+"""Simulation scenarios: a cluster, jobs with ground truth from measured runs, and how they arrive.
+
+A scenario is a TOML file (see ``examples/scenarios/`` and ``docs/simulator.md``)::
+
+    name = "flowcon-1node"
+    paper = "FlowCon (ICPP 2019)"
+    metric = "job_jct"          # what the scenario is judged on (see METRICS)
+    baseline = "docker"         # the paper's baseline policy
+    headline = 42.06            # the paper's number for that comparison (percent, or a factor)
+    interval_seconds = 30
+
+    [[nodes]]
+    name = "host"
+    cpu_millis = 16000
+
+    [[jobs]]
+    id = "cifar10"
+    model = "cifar10"
+    batch_size = 128
+    kind = "cpu"
+    arrival = [0, 100]          # seconds: a number, or [low, high] drawn uniformly per seed
+    count = 2                   # cifar10-0, cifar10-1
+
+Jobs may also come from a trace (``[trace]``: a Pollux workload CSV or Philly samples). Everything
+is checked on load; a mistake raises :class:`ScenarioError` naming the field and the value.
+Drawing a concrete job list for one seed is :meth:`Scenario.draw`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters.sim.truth import METRICS, GroundTruth, TraceError, TraceLibrary
+
+#: Scenario metrics: name -> (what it measures, lower is better?)
+SCENARIO_METRICS: dict[str, tuple[str, bool]] = {
+    "makespan": ("time from the first arrival until every job has finished", True),
+    "mean_jct": ("mean job completion time (finish - arrival)", True),
+    "job_jct": ("largest completion-time reduction of one job without a longer makespan", True),
+    "tier1_time": ("mean time from arrival to reaching tier 1", True),
+    "qoe_met": ("number of jobs reaching tier 1 by its deadline", False),
+}
+
+_POLICY_NAMES = ("flowplan", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be simulated; the message names the field and the value."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpu_millis: int
+    gpus: int = 0
+    memory_mib: int = 0
+    gpu_type: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One concrete simulated job (after drawing arrivals)."""
+
+    id: str
+    model: str
+    batch_size: int
+    kind: str
+    arrival: float
+    epochs: int
+    min_cpu_millis: int
+    max_cpu_millis: int
+    min_gpus: int
+    max_gpus: int
+    memory_mib: int
+    checkpoint_seconds: float
+    restart_seconds: float
+    priority: float
+    resizable: bool
+    tier1: float | None
+    tier1_deadline: float | None
+    tier2: float | None
+    tier2_deadline: float | None
+    cpu_scale: float
+    tag: bool = False  # the job a "job_jct" scenario is about (FlowCon's "specific job")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    paper: str
+    metric: str
+    baseline: str
+    headline: float | None
+    headline_text: str
+    interval_seconds: float
+    migration_budget: int
+    deadline_confidence: float
+    noise: float
+    stop_at_target: bool
+    max_hours: float
+    nodes: tuple[NodeSpec, ...]
+    job_table: tuple[dict[str, Any], ...]
+    trace: dict[str, Any] | None
+    path: str = ""
+    policies: tuple[str, ...] = field(default=_POLICY_NAMES)
+
+    # ------------------------------------------------------------------------------------------
+    def draw(self, seed: int, library: TraceLibrary, data: Path | None = None) -> list[JobSpec]:
+        """The concrete jobs of one run: arrivals drawn from ``seed``, tiers and deadlines from the truth."""
+        rng = np.random.default_rng(seed)
+        rows: list[dict[str, Any]] = []
+        for i, row in enumerate(self.job_table):
+            for k in range(int(row.get("count", 1))):
+                r = dict(row)
+                r["id"] = f"{row['id']}-{k}" if int(row.get("count", 1)) > 1 else row["id"]
+                r["_where"] = f"jobs[{i}]"
+                rows.append(r)
+        if self.trace is not None:
+            rows.extend(_trace_rows(self.trace, rng, data))
+        jobs = [_job(r, rng, library, self) for r in rows]
+        jobs.sort(key=lambda j: (j.arrival, j.id))
+        return jobs
+
+
+def _num(v: Any, where: str, *, lo: float | None = None, hi: float | None = None, integer: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ScenarioError(f"{where}: expected a number, got {v!r}")
+    x = float(v)
+    if not math.isfinite(x):
+        raise ScenarioError(f"{where}: {v!r} is not a finite number")
+    if integer and x != int(x):
+        raise ScenarioError(f"{where}: expected a whole number, got {v!r}")
+    if lo is not None and x < lo:
+        raise ScenarioError(f"{where}: {v!r} is below the minimum {lo:g}")
+    if hi is not None and x > hi:
+        raise ScenarioError(f"{where}: {v!r} is above the maximum {hi:g}")
+    return x
+
+
+def _tier_value(truth: GroundTruth, share: float) -> float:
+    """A tier as a share of the final measured value: ``share × final`` when higher is better, ``final / share`` otherwise."""
+    final = truth.curve.values[-1]
+    return final * share if truth.direction == "higher" else final / share
+
+
+def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc: Scenario) -> JobSpec:
+    where = r.pop("_where")
+    model = r["model"]
+    try:
+        truth = GroundTruth(library, model, int(r["batch_size"]), r["kind"], float(r.get("cpu_scale", 1.0)))
+        curve = truth.curve
+    except TraceError as e:
+        raise ScenarioError(f"{where}.{e}") from None
+    arr = r.get("arrival", 0.0)
+    if isinstance(arr, list):
+        lo, hi = (_num(x, f"{where}.arrival", lo=0) for x in arr)
+        arrival = float(rng.uniform(lo, hi)) if hi > lo else lo
+    else:
+        arrival = _num(arr, f"{where}.arrival", lo=0)
+    arrival += float(r.get("_offset", 0.0))
+    epochs = int(r.get("epochs", curve.epochs))
+    if epochs > curve.epochs:
+        raise ScenarioError(
+            f"{where}.epochs: {epochs} is beyond the {curve.epochs}-epoch measured curve of {model} at batch {truth.batch}"
+        )
+    gpu = r["kind"] == "gpu"
+    min_cpu = int(r.get("min_cpu_millis", 1000 if gpu else 500))
+    max_cpu = int(r.get("max_cpu_millis", min_cpu))
+    min_g = int(r.get("min_gpus", 1 if gpu else 0))
+    max_g = int(r.get("max_gpus", min_g))
+    if min_cpu > max_cpu:
+        raise ScenarioError(f"{where}.min_cpu_millis: {min_cpu} exceeds max_cpu_millis {max_cpu}")
+    if min_g > max_g:
+        raise ScenarioError(f"{where}.min_gpus: {min_g} exceeds max_gpus {max_g}")
+    if gpu and min_g < 1:
+        raise ScenarioError(f"{where}.min_gpus: a gpu job needs at least 1 GPU, got {min_g}")
+    # Deadlines: factor x the time the job needs alone at its largest allocation, from its arrival.
+    best = truth.epoch_seconds(max_cpu, max_g)
+    restart = float(r.get("restart_seconds", 10.0))
+    tiers: dict[str, float | None] = {}
+    for t in ("tier1", "tier2"):
+        share = r.get(t, 1.0 if t == "tier1" else None)  # no tier: train to the measured final value
+        tiers[t] = tiers[f"{t}_deadline"] = None
+        if share is None:
+            continue
+        value = _tier_value(truth, share)
+        tiers[t] = round(value, 4)
+        factor = r.get(f"{t}_deadline")
+        if factor is not None:
+            reach = truth.first_epoch_reaching(value)
+            if reach is None:
+                raise ScenarioError(f"{where}.{t}: share {share} is never reached by the measured curve")
+            tiers[f"{t}_deadline"] = round(arrival + factor * (restart + reach * best), 1)
+    return JobSpec(
+        id=r["id"],
+        model=model,
+        batch_size=truth.batch,
+        kind=r["kind"],
+        arrival=round(arrival, 3),
+        epochs=epochs,
+        min_cpu_millis=min_cpu,
+        max_cpu_millis=max_cpu,
+        min_gpus=min_g,
+        max_gpus=max_g,
+        memory_mib=int(r.get("memory_mib", 0)),
+        checkpoint_seconds=float(r.get("checkpoint_seconds", 10.0)),
+        restart_seconds=restart,
+        priority=float(r.get("priority", 1.0)),
+        resizable=bool(r.get("resizable", not gpu)),
+        tier1=tiers["tier1"],
+        tier1_deadline=tiers["tier1_deadline"],
+        tier2=tiers["tier2"],
+        tier2_deadline=tiers["tier2_deadline"],
+        cpu_scale=float(r.get("cpu_scale", 1.0)),
+        tag=bool(r.get("tag", False)),
+    )
+
+
+_JOB_KEYS = {
+    "id", "model", "batch_size", "kind", "arrival", "count", "epochs", "min_cpu_millis", "max_cpu_millis", "min_gpus",
+    "max_gpus", "memory_mib", "checkpoint_seconds", "restart_seconds", "priority", "resizable", "tier1",
+    "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag",
+}  # fmt: skip
+
+
+def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise ScenarioError(f"{where}: expected a table, got {row!r}")
+    unknown = sorted(set(row) - _JOB_KEYS)
+    if unknown:
+        raise ScenarioError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(sorted(_JOB_KEYS))})")
+    for key in (("id", "model", "batch_size") if need_id else ("model", "batch_size")):
+        if key not in row:
+            raise ScenarioError(f"{where}.{key}: missing")
+    if "model" in row and row["model"] not in METRICS:
+        raise ScenarioError(f"{where}.model: unknown model {row['model']!r} (known: {', '.join(sorted(METRICS))})")
+    kind = row.setdefault("kind", "gpu")
+    if kind not in ("cpu", "gpu"):
+        raise ScenarioError(f"{where}.kind: {kind!r} is not 'cpu' or 'gpu'")
+    _num(row["batch_size"], f"{where}.batch_size", lo=1, integer=True)
+    for key in ("min_cpu_millis", "max_cpu_millis"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=1, hi=10**7, integer=True)
+    for key in ("min_gpus", "max_gpus"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=0, hi=4, integer=True)
+    for key in ("count", "epochs"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=1, hi=100_000, integer=True)
+    for key in ("memory_mib",):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=0, integer=True)
+    for key in ("checkpoint_seconds", "restart_seconds"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=0, hi=86400)
+    if "priority" in row:
+        _num(row["priority"], f"{where}.priority", lo=0.01, hi=100)
+    if "cpu_scale" in row:
+        _num(row["cpu_scale"], f"{where}.cpu_scale", lo=0.001, hi=1000)
+    for key in ("tier1", "tier2"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=0.01, hi=1.0)
+    for key in ("tier1_deadline", "tier2_deadline"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=0.01, hi=1000)
+    if "tier2" in row and "tier1" not in row:
+        raise ScenarioError(f"{where}.tier2: given without tier1")
+    if "tier1" in row and "tier2" in row and row["tier2"] < row["tier1"]:
+        raise ScenarioError(f"{where}.tier2: {row['tier2']} is below tier1 {row['tier1']} (tiers are shares of the final value)")
+    arr = row.get("arrival", 0.0)
+    if isinstance(arr, list):
+        if len(arr) != 2:
+            raise ScenarioError(f"{where}.arrival: a range must be [low, high], got {arr!r}")
+        lo, hi = (_num(x, f"{where}.arrival", lo=0) for x in arr)
+        if hi < lo:
+            raise ScenarioError(f"{where}.arrival: range {arr!r} has high below low")
+    else:
+        _num(arr, f"{where}.arrival", lo=0)
+    return row
+
+
+def _trace_rows(trace: dict[str, Any], rng: np.random.Generator, data: Path | None) -> list[dict[str, Any]]:
+    """Jobs from a Pollux workload CSV (``workload``) or sampled from Philly (``philly``)."""
+    if data is None:
+        raise ScenarioError("trace: this scenario reads a trace from the data folder; pass --data ../shared/data")
+    defaults = dict(trace.get("job", {}))
+    limit = int(trace.get("limit", 10**9))
+    scale = float(trace.get("time_scale", 1.0))
+    rows: list[dict[str, Any]] = []
+    if "workload" in trace:
+        path = data / str(trace["workload"])
+        if not path.is_file():
+            raise ScenarioError(f"trace.workload: file not found: {path}")
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                if len(rows) >= limit:
+                    break
+                gpus = min(int(r["num_replicas"]), 4)
+                row = {**defaults, "id": r["name"], "model": r["application"], "batch_size": int(r["batch_size"]),
+                       "kind": "gpu", "arrival": float(r["time"]) * scale, "max_gpus": gpus}  # fmt: skip
+                row.setdefault("min_gpus", 1)
+                row["_where"] = f"trace.workload row {r['name']}"
+                rows.append(row)
+    elif "philly" in trace:
+        path = data / str(trace["philly"])
+        if not path.is_file():
+            raise ScenarioError(f"trace.philly: file not found: {path}")
+        with path.open(newline="") as f:
+            all_rows = [(float(r["timestamp"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
+        all_rows.sort()
+        n = min(limit, len(all_rows))
+        start = int(rng.integers(0, max(1, len(all_rows) - n)))
+        window = all_rows[start : start + n]
+        t0 = window[0][0] if window else 0.0
+        default_mix = [["cifar10", 128], ["yolov3", 64], ["deepspeech2", 40], ["imagenet", 800], ["ncf", 1024], ["bert", 96]]
+        mix = trace.get("models", default_mix)
+        for k, (ts, g) in enumerate(window):
+            model, batch = mix[int(rng.integers(0, len(mix)))]
+            row = {**defaults, "id": f"philly-{k}", "model": model, "batch_size": int(batch), "kind": "gpu",
+                   "arrival": (ts - t0) * scale, "max_gpus": max(1, min(g, 4))}  # fmt: skip
+            row.setdefault("min_gpus", 1)
+            row["_where"] = f"trace.philly row {start + k}"
+            rows.append(row)
+    else:
+        raise ScenarioError("trace: needs 'workload' (a Pollux workload CSV) or 'philly' (the Philly trace CSV)")
+    for r in rows:
+        _check_job_row({k: v for k, v in r.items() if k != "_where"}, r["_where"])
+        if r["max_gpus"] < r["min_gpus"]:
+            r["min_gpus"] = r["max_gpus"]
+    return rows
+
+
+def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
+    known = {
+        "name", "description", "paper", "metric", "baseline", "headline", "headline_text", "interval_seconds",
+        "migration_budget", "deadline_confidence", "noise", "stop_at_target", "max_hours", "nodes", "jobs", "trace",
+        "policies",
+    }  # fmt: skip
+    for key in doc:
+        if key not in known:
+            raise ScenarioError(f"{key}: unknown field (known: {', '.join(sorted(known))})")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("name: missing or not a string")
+    metric = doc.get("metric", "makespan")
+    if metric not in SCENARIO_METRICS:
+        raise ScenarioError(f"metric: unknown metric {metric!r} (known: {', '.join(SCENARIO_METRICS)})")
+    baseline = doc.get("baseline", "docker")
+    policies = tuple(doc.get("policies", _POLICY_NAMES))
+    for p in (baseline, *policies):
+        if p not in _POLICY_NAMES:
+            raise ScenarioError(f"baseline/policies: unknown policy {p!r} (known: {', '.join(_POLICY_NAMES)})")
+    nodes: list[NodeSpec] = []
+    raw_nodes = doc.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ScenarioError("nodes: a scenario needs at least one [[nodes]] table")
+    for i, n in enumerate(raw_nodes):
+        w = f"nodes[{i}]"
+        if not isinstance(n, dict) or "name" not in n or "cpu_millis" not in n:
+            raise ScenarioError(f"{w}: needs 'name' and 'cpu_millis'")
+        count = int(_num(n.get("count", 1), f"{w}.count", lo=1, hi=10_000, integer=True))
+        cpu = int(_num(n["cpu_millis"], f"{w}.cpu_millis", lo=1, hi=10**7, integer=True))
+        gpus = int(_num(n.get("gpus", 0), f"{w}.gpus", lo=0, hi=1024, integer=True))
+        mem = int(_num(n.get("memory_mib", 0), f"{w}.memory_mib", lo=0, integer=True))
+        for k in range(count):
+            nodes.append(NodeSpec(f"{n['name']}-{k}" if count > 1 else str(n["name"]), cpu, gpus, mem, n.get("gpu_type")))
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise ScenarioError("nodes: duplicate node names")
+    jobs_raw = doc.get("jobs", [])
+    if not isinstance(jobs_raw, list):
+        raise ScenarioError("jobs: expected an array of tables [[jobs]]")
+    table = tuple(_check_job_row(dict(r) if isinstance(r, dict) else r, f"jobs[{i}]") for i, r in enumerate(jobs_raw))
+    ids = [r["id"] for r in table]
+    if len(set(ids)) != len(ids):
+        dup = next(x for x in ids if ids.count(x) > 1)
+        raise ScenarioError(f"jobs: duplicate job id {dup!r}")
+    trace = doc.get("trace")
+    if trace is not None and not isinstance(trace, dict):
+        raise ScenarioError("trace: expected a table [trace]")
+    if not table and trace is None:
+        raise ScenarioError("jobs: a scenario needs [[jobs]] or a [trace]")
+    headline = doc.get("headline")
+    return Scenario(
+        name=name,
+        description=str(doc.get("description", "")),
+        paper=str(doc.get("paper", "")),
+        metric=metric,
+        baseline=baseline,
+        headline=None if headline is None else _num(headline, "headline"),
+        headline_text=str(doc.get("headline_text", "")),
+        interval_seconds=_num(doc.get("interval_seconds", 60.0), "interval_seconds", lo=1, hi=86400),
+        migration_budget=int(_num(doc.get("migration_budget", 4), "migration_budget", lo=0, hi=10**6, integer=True)),
+        deadline_confidence=_num(doc.get("deadline_confidence", 0.5), "deadline_confidence", lo=0.5, hi=0.99),
+        noise=_num(doc.get("noise", 0.003), "noise", lo=0, hi=0.5),
+        stop_at_target=bool(doc.get("stop_at_target", True)),
+        max_hours=_num(doc.get("max_hours", 72.0), "max_hours", lo=0.01, hi=24 * 365),
+        nodes=tuple(nodes),
+        job_table=table,
+        trace=trace,
+        path=path,
+        policies=policies,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: file not found") from None
+    except OSError as e:
+        raise ScenarioError(f"{p}: cannot read ({e.strerror})") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{p}: not valid TOML ({e})") from None
+    try:
+        return parse_scenario(doc, str(p))
+    except ScenarioError as e:
+        raise ScenarioError(f"{p}: {e}") from None

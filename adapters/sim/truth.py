@@ -1,0 +1,227 @@
+"""Ground truth for simulated jobs, from measured training runs (the Pollux/AdaptDL artifact).
+
+A :class:`TraceLibrary` holds, per model, the measured validation curves at each global batch size
+(one value per epoch, with the optimizer steps per epoch) and the measured step times of
+data-parallel training on one node (replicas 1-4 at several local batch sizes). From them a
+:class:`GroundTruth` answers, for one simulated job:
+
+- ``metric(epoch)``: the measured curve, linearly interpolated between epochs;
+- ``epoch_seconds(cpu_millis, gpus)``: the time of one epoch at an allocation.
+
+  *GPU jobs*: steps per epoch × the measured step time with ``gpus`` replicas at the local batch
+  ``batch / gpus`` (log-log interpolation between measured batches; counts above 4 are not
+  measured and are capped at 4).
+  *CPU jobs*: an Amdahl curve ``T1 · (s / min(c, 1) + (1 − s) / c)`` for ``c`` cores, where ``T1``
+  is the measured one-replica epoch time times ``cpu_scale`` and the serial fraction ``s`` is
+  fitted to the model's measured replica scaling at that batch.
+
+The library reads the CSVs from a data folder (``../shared/data``) or, when none is given, from a
+compact copy bundled with the package (``adapters/sim/data/traces.json``, Apache-2.0, built by
+``examples/bundle_traces.py``), so the embedded default scenario runs on a fresh machine.
+Policies never see any of this: the simulator shows them only noisy metric reports and timings.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+BUNDLED = Path(__file__).resolve().parent / "data" / "traces.json"
+
+#: Metric of each model's validation trace: (metric name, direction, MetricPoint field).
+METRICS: dict[str, tuple[str, str, str]] = {
+    "cifar10": ("accuracy", "higher", "metric"),  # ResNet-18, top-1
+    "imagenet": ("accuracy", "higher", "metric"),  # ResNet-50, top-1
+    "bert": ("f1", "higher", "metric"),  # SQuAD fine-tuning
+    "deepspeech2": ("wer", "lower", "metric"),  # word error rate (%)
+    "yolov3": ("loss", "lower", "loss"),  # validation loss
+    "ncf": ("hit_rate", "higher", "metric"),  # hit rate
+}
+
+MAX_MEASURED_GPUS = 4
+
+
+class TraceError(ValueError):
+    """A model or batch size the measured data does not have."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    model: str
+    batch: int
+    steps_per_epoch: float
+    values: tuple[float, ...]
+
+    @property
+    def epochs(self) -> int:
+        return len(self.values)
+
+
+class TraceLibrary:
+    """Measured curves and step times, keyed by model."""
+
+    def __init__(self, curves: dict[str, dict[int, Curve]], steps: dict[str, dict[int, list[tuple[float, float]]]], source: str):
+        self.curves = curves
+        self.steps = steps
+        self.source = source
+
+    # -- loading -----------------------------------------------------------------------------
+    @classmethod
+    def from_dir(cls, data: Path) -> TraceLibrary:
+        traces = Path(data) / "adaptdl-osdi21" / "traces"
+        if not traces.is_dir():
+            raise TraceError(f"data: no folder {traces} (expected the AdaptDL traces of ../shared/data)")
+        curves: dict[str, dict[int, Curve]] = {}
+        steps: dict[str, dict[int, list[tuple[float, float]]]] = {}
+        for model in sorted(METRICS):
+            mdir = traces / model
+            curves[model] = {}
+            for f in sorted(mdir.glob("validation-*.csv")):
+                batch = int(f.stem.split("-")[1])
+                its: list[int] = []
+                vals: list[float] = []
+                with f.open(newline="") as fh:
+                    for r in csv.DictReader(fh):
+                        it = int(r["iteration"])
+                        if its and it == its[-1]:
+                            continue  # the bert traces repeat their last row
+                        its.append(it)
+                        vals.append(float(r["metric"]))
+                per_epoch = statistics.median(b - a for a, b in zip([0, *its], its, strict=False))
+                curves[model][batch] = Curve(model, batch, float(per_epoch), tuple(vals))
+            table: dict[int, list[tuple[float, float]]] = {}
+            with (mdir / "placements.csv").open(newline="") as fh:
+                for r in csv.DictReader(fh):
+                    p = r["placement"]
+                    if len(p) == 1:
+                        table.setdefault(int(p), []).append((float(r["local_bsz"]), float(r["step_time"])))
+            steps[model] = {k: sorted(v) for k, v in sorted(table.items())}
+        return cls(curves, steps, str(data))
+
+    @classmethod
+    def bundled(cls) -> TraceLibrary:
+        raw = json.loads(BUNDLED.read_text())
+        curves = {
+            m: {int(b): Curve(m, int(b), c["steps_per_epoch"], tuple(c["values"])) for b, c in per.items()}
+            for m, per in raw["curves"].items()
+        }
+        steps = {m: {int(r): [(a, b) for a, b in pts] for r, pts in per.items()} for m, per in raw["steps"].items()}
+        return cls(curves, steps, "bundled copy of the AdaptDL traces (adapters/sim/data/traces.json)")
+
+    @classmethod
+    def load(cls, data: Path | None) -> TraceLibrary:
+        return cls.bundled() if data is None else cls.from_dir(data)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "source": "Pollux/AdaptDL OSDI'21 artifact, simulator/traces (Apache-2.0); see adapters/sim/data/README.md",
+                "curves": {
+                    m: {str(b): {"steps_per_epoch": c.steps_per_epoch, "values": list(c.values)} for b, c in per.items()}
+                    for m, per in self.curves.items()
+                },
+                "steps": {m: {str(r): [list(p) for p in pts] for r, pts in per.items()} for m, per in self.steps.items()},
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    # -- lookups -----------------------------------------------------------------------------
+    def curve(self, model: str, batch: int) -> Curve:
+        if model not in self.curves:
+            raise TraceError(f"model: unknown model '{model}' (known: {', '.join(sorted(self.curves))})")
+        per = self.curves[model]
+        if batch not in per:
+            measured = ", ".join(map(str, sorted(per)))
+            raise TraceError(f"batch_size: no measured curve for {model} at batch {batch} (measured: {measured})")
+        return per[batch]
+
+    def step_time(self, model: str, replicas: int, local_batch: float) -> float:
+        """Measured step time with ``replicas`` GPUs on one node at ``local_batch`` (log-log interpolated).
+
+        Above the largest measured local batch the batch is split into ``k`` accumulation micro-steps.
+        """
+        pts = self.steps[model][replicas]
+        lo, hi = pts[0][0], pts[-1][0]
+        k = 1
+        if local_batch > hi:
+            k = math.ceil(local_batch / hi)
+            local_batch /= k
+        b = max(local_batch, lo)
+        xs = [p[0] for p in pts]
+        i = bisect.bisect_left(xs, b)
+        if i < len(xs) and xs[i] == b:
+            return k * pts[i][1]
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        w = (math.log(b) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return k * math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """What really happens to one simulated job: its curve and its speed at any allocation."""
+
+    library: TraceLibrary
+    model: str
+    batch: int
+    kind: str  # "cpu" | "gpu"
+    cpu_scale: float = 1.0
+
+    @cached_property
+    def curve(self) -> Curve:
+        return self.library.curve(self.model, self.batch)
+
+    @property
+    def direction(self) -> str:
+        return METRICS[self.model][1]
+
+    def metric(self, epoch: float) -> float:
+        """The measured value after ``epoch`` epochs (interpolated; clamped to the measured range)."""
+        v = self.curve.values
+        e = min(max(epoch, 1.0), float(len(v)))
+        i = int(math.floor(e)) - 1
+        if i >= len(v) - 1:
+            return v[-1]
+        w = e - (i + 1)
+        return v[i] + w * (v[i + 1] - v[i])
+
+    def first_epoch_reaching(self, value: float) -> int | None:
+        for i, x in enumerate(self.curve.values):
+            if (x >= value) if self.direction == "higher" else (x <= value):
+                return i + 1
+        return None
+
+    def _gpu_epoch_seconds(self, gpus: int) -> float:
+        g = min(max(gpus, 1), MAX_MEASURED_GPUS)
+        return self.curve.steps_per_epoch * self.library.step_time(self.model, g, self.batch / g)
+
+    @cached_property
+    def serial_fraction(self) -> float:
+        """Amdahl serial fraction fitted (least squares, in [0, 1]) to the measured 1-4 replica times."""
+        t1 = self._gpu_epoch_seconds(1)
+        rs = np.array([r for r in range(1, MAX_MEASURED_GPUS + 1) if r in self.library.steps[self.model]], dtype=float)
+        ratio = np.array([self._gpu_epoch_seconds(int(r)) / t1 for r in rs])
+        # ratio = s + (1 - s)/r  =>  ratio - 1/r = s (1 - 1/r)
+        x = 1.0 - 1.0 / rs
+        y = ratio - 1.0 / rs
+        s = float(np.dot(x, y) / np.dot(x, x)) if np.dot(x, x) > 0 else 0.0
+        return min(max(s, 0.0), 1.0)
+
+    def epoch_seconds(self, cpu_millis: int, gpus: int) -> float:
+        """Seconds for one epoch at this allocation (per replica; ``inf`` when it cannot run)."""
+        if self.kind == "gpu":
+            return self._gpu_epoch_seconds(gpus) if gpus >= 1 else math.inf
+        c = cpu_millis / 1000.0
+        if c <= 0:
+            return math.inf
+        t1 = self._gpu_epoch_seconds(1) * self.cpu_scale
+        s = self.serial_fraction
+        return t1 * (s / min(c, 1.0) + (1.0 - s) / c)
