@@ -1,0 +1,62 @@
+"""Scheduling policies: FlowPlan's integer program and the baselines it is compared with.
+
+Every policy is an object with a ``name`` and ``__call__(snapshot) -> Plan`` (:class:`Policy`); it sees
+only the snapshot, may keep state between the calls of one run, and every plan it returns passes
+:func:`planner.check_plan`. :data:`POLICIES` maps each name to a factory (fresh state per run);
+:func:`make_policy` builds one with options::
+
+    from planner.policies import make_policy
+    policy = make_policy("flowcon", alpha=0.03)
+    plan = policy(snapshot)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from planner.policies.common import Decision, Policy
+from planner.policies.docker import DockerPolicy
+from planner.policies.fifo import FifoPolicy
+from planner.policies.flowcon import FlowConPolicy
+from planner.policies.flowplan import FlowPlanPolicy
+from planner.policies.kubernetes import KubernetesPolicy
+from planner.policies.specon import SpeConPolicy
+
+_FACTORIES: dict[str, Callable[..., Policy]] = {
+    "flowplan": FlowPlanPolicy,
+    "docker": DockerPolicy,
+    "kubernetes": KubernetesPolicy,
+    "fifo": FifoPolicy,
+    "flowcon": FlowConPolicy,
+    "specon": SpeConPolicy,
+}
+
+#: Policy name -> factory of a fresh policy (default options).
+POLICIES: dict[str, Callable[[], Policy]] = dict(_FACTORIES)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """A fresh policy ``name`` with ``options`` (e.g. ``solver``/``time_limit`` for flowplan, ``alpha``
+    for flowcon); a ``ValueError`` names an unknown policy or option."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise ValueError(f"policy: unknown policy {name!r} (known: {', '.join(sorted(_FACTORIES))})")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise ValueError(f"policy {name}: unknown option(s) {', '.join(sorted(options))} ({exc})") from exc
+
+
+__all__ = [
+    "POLICIES",
+    "Decision",
+    "DockerPolicy",
+    "FifoPolicy",
+    "FlowConPolicy",
+    "FlowPlanPolicy",
+    "KubernetesPolicy",
+    "Policy",
+    "SpeConPolicy",
+    "make_policy",
+]

@@ -1,0 +1,389 @@
+"""What every scheduling policy shares: the Policy protocol, a ledger of free resources, water-filling,
+the observations a policy may read from a job, and the one function that turns decisions into a Plan.
+
+A policy decides, per active job, a :class:`Decision` (node, CPU and GPUs per replica, one sentence
+why, optionally its own predictions). :func:`build_plan` derives the action from the job's state
+(start / wait for pending jobs; keep / resize / migrate / pause for running ones), fills the Plan
+contract honestly (no prediction where the policy makes none, objective terms it has no notion of
+left at zero, counts of migrations and resizes) and runs the independent checker: a policy whose plan
+breaks a hard rule is a bug, raised as :class:`planner.errors.PlanCheckError`.
+
+Everything here reads only the snapshot: a policy never sees ground truth.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from models import SpeedObservation
+from planner.check import check_plan
+from planner.core import snapshot_digest
+from planner.errors import PlanCheckError
+from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Plan, PlanSummary, Predictions, SolverReport, Unserved
+from planner.snapshot import Job, Node, Snapshot
+
+Direction = Literal["higher", "lower"]
+
+
+class Policy(Protocol):
+    """A scheduling policy: one plan per control interval from the snapshot alone.
+
+    It may keep state between calls (it sees the successive snapshots of one run), must not do I/O,
+    and must be deterministic: the same sequence of snapshots gives the same plans (all fields but
+    ``solver.seconds``, the measured wall time).
+    """
+
+    name: str
+
+    def __call__(self, snapshot: Snapshot) -> Plan: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a policy wants for one job: where (``None``: not running), how much per replica, and why."""
+
+    node: str | None
+    cpu_millis: int = 0
+    gpus: int = 0
+    why: str = ""
+    predictions: Predictions | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs and nodes: what a policy may observe
+# --------------------------------------------------------------------------------------------------
+
+
+def active_jobs(snapshot: Snapshot) -> list[Job]:
+    return [j for j in snapshot.jobs if j.status != "finished"]
+
+
+def submission_order(jobs: Iterable[Job]) -> list[Job]:
+    """Oldest first: by ``submitted`` (unknown: by first report, else last), then by id."""
+
+    def key(j: Job) -> tuple[float, str]:
+        if j.submitted is not None:
+            return (j.submitted, j.id)
+        first = min((p.time for p in j.history), default=math.inf)
+        return (first, j.id)
+
+    return sorted(jobs, key=key)
+
+
+def held(job: Job) -> tuple[int, int]:
+    """What a running job keeps when a policy leaves it alone: its allocation, brought within its
+    bounds when it can resize live (a job that cannot resize keeps exactly what it has)."""
+    assert job.allocation is not None
+    cpu, gpus = job.allocation.cpu_millis, job.allocation.gpus
+    if job.resizable:
+        cpu = min(max(cpu, job.min_cpu_millis), job.max_cpu_millis)
+        gpus = min(max(gpus, job.min_gpus), job.max_gpus)
+    return cpu, gpus
+
+
+def may_arrive(node: Node, job: Job) -> bool:
+    """Whether ``job`` may start on (or move to) ``node`` at all: schedulable, GPU type, labels, and
+    an empty node would hold its minimum."""
+    if not node.schedulable:
+        return False
+    if job.gpu_type is not None and node.gpu_type != job.gpu_type:
+        return False
+    if any(node.labels.get(k) != v for k, v in job.node_selector.items()):
+        return False
+    r = job.replicas
+    return job.min_cpu_millis * r <= node.cpu_millis and job.min_gpus * r <= node.gpus and job.memory_mib * r <= node.memory_mib
+
+
+def cores(millis: int) -> str:
+    return f"{millis / 1000:g} CPU"
+
+
+def describe(job: Job, cpu: int, gpus: int) -> str:
+    """``4 CPU + 1 GPU x2``: an allocation per replica, as the explanations print it."""
+    return cores(cpu) + (f" + {gpus} GPU" if gpus else "") + (f" x{job.replicas}" if job.replicas > 1 else "")
+
+
+def metric_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, Direction]:
+    """Times, epochs and values of the series the job is judged on, oldest first, and its direction.
+
+    With a target: the target's metric. Without: the loss if the job reports one, else its quality
+    metric, read as higher-is-better unless its trend says otherwise (as the planner's outlook does).
+    """
+    target = job.target
+    if target is not None:
+        use_loss, direction = target.metric == "loss", target.direction
+    else:
+        use_loss = any(p.loss is not None for p in job.history)
+        direction = "lower" if use_loss else "higher"
+    pts = sorted((p.time, p.epoch, p.loss if use_loss else p.metric) for p in job.history)
+    rows = [(t, e, v) for t, e, v in pts if v is not None]
+    arr = np.array(rows, dtype=float).reshape(-1, 3)
+    if target is None and not use_loss and arr.shape[0] >= 3:
+        third = max(1, arr.shape[0] // 3)
+        direction = "higher" if arr[-third:, 2].mean() >= arr[:third, 2].mean() else "lower"
+    return arr[:, 0], arr[:, 1], arr[:, 2], direction
+
+
+def epoch_of(job: Job) -> float:
+    return float(max((p.epoch for p in job.history), default=0.0))
+
+
+def _tier_reached(job: Job) -> bool:
+    if job.target is None:
+        return False
+    _, _, values, direction = metric_series(job)
+    if values.size == 0:
+        return False
+    t = job.target.tier1.value
+    return bool(values.max() >= t) if direction == "higher" else bool(values.min() <= t)
+
+
+#: Newest history points used to derive a speed at the current allocation.
+SPEED_WINDOW = 6
+
+
+def observed_speeds(job: Job) -> list[SpeedObservation]:
+    """The job's reported speeds, or, without any, the recent history at its current allocation."""
+    obs = [SpeedObservation(s.cpu_millis, s.gpus, s.seconds_per_epoch) for s in job.speed]
+    if obs or job.status != "running" or job.allocation is None or len(job.history) < 2:
+        return obs
+    pts = heapq.nlargest(SPEED_WINDOW, ((p.time, p.epoch) for p in job.history))[::-1]
+    dt, de = pts[-1][0] - pts[0][0], pts[-1][1] - pts[0][1]
+    if dt > 0 and de > 0:
+        obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, dt / de))
+    return obs
+
+
+# --------------------------------------------------------------------------------------------------
+# Resources
+# --------------------------------------------------------------------------------------------------
+
+
+class Ledger:
+    """Free CPU / GPU / memory and container counts per node while a policy hands resources out."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
+        self.free: dict[str, list[int]] = {n.name: [n.cpu_millis, n.gpus, n.memory_mib] for n in snapshot.nodes}
+        self.containers: dict[str, int] = {n.name: 0 for n in snapshot.nodes}
+        self.jobs_on: dict[str, list[str]] = {n.name: [] for n in snapshot.nodes}
+
+    def fits(self, node: str, job: Job, cpu: int, gpus: int) -> bool:
+        f, r = self.free[node], job.replicas
+        return cpu * r <= f[0] and gpus * r <= f[1] and job.memory_mib * r <= f[2]
+
+    def take(self, node: str, job: Job, cpu: int, gpus: int) -> None:
+        f, r = self.free[node], job.replicas
+        f[0] -= cpu * r
+        f[1] -= gpus * r
+        f[2] -= job.memory_mib * r
+        self.containers[node] += r
+        self.jobs_on[node].append(job.id)
+
+    def give(self, node: str, job: Job, cpu: int, gpus: int) -> None:
+        f, r = self.free[node], job.replicas
+        f[0] += cpu * r
+        f[1] += gpus * r
+        f[2] += job.memory_mib * r
+        self.containers[node] -= r
+        self.jobs_on[node].remove(job.id)
+
+    def share_free(self, node: str) -> float:
+        """Fraction of the node's CPU still free (1 for a node without CPU)."""
+        cap = self.nodes[node].cpu_millis
+        return self.free[node][0] / cap if cap else 1.0
+
+
+def water_fill(capacity: float, lows: list[int], highs: list[int], replicas: list[int], weights: list[float]) -> list[int] | None:
+    """Per-replica shares ``s_j = clamp(lam * w_j, low_j, high_j)`` with ``sum r_j * s_j <= capacity``, the
+    level ``lam`` as high as capacity allows (integers, rounded down); ``None`` when even the lows do
+    not fit. Equal weights give the equal split a fair-share scheduler (CFS) converges to.
+    """
+    n = len(lows)
+    if n == 0:
+        return []
+    lo = np.asarray(lows, dtype=float)
+    hi = np.maximum(np.asarray(highs, dtype=float), lo)
+    r = np.asarray(replicas, dtype=float)
+    w = np.maximum(np.asarray(weights, dtype=float), 0.0)
+    if float(r @ lo) > capacity:
+        return None
+    if float(r @ hi) <= capacity:
+        return [int(x) for x in hi]
+    # f(lam) = sum r * clamp(lam * w, lo, hi) is piecewise linear and non-decreasing: find the
+    # segment where it crosses the capacity, then solve the linear piece exactly.
+    pos = w > 0
+    breaks = np.unique(np.concatenate([lo[pos] / w[pos], hi[pos] / w[pos], [0.0]]))
+
+    def f(lam: float) -> float:
+        return float(r @ np.clip(lam * w, lo, hi))
+
+    k = int(np.searchsorted([f(b) for b in breaks], capacity, side="right"))
+    a = breaks[k - 1]
+    free_mask = pos & (a * w >= lo) & (a * w < hi)
+    fixed = float(r @ np.clip(a * w, lo, hi)) - float((r * w)[free_mask].sum()) * a
+    slope = float((r * w)[free_mask].sum())
+    lam = (capacity - fixed) / slope if slope > 0 else a
+    shares = np.floor(np.clip(lam * w, lo, hi) + 1e-6)
+    shares = np.maximum(shares, lo)
+    # Rounding up by the 1e-6 guard may overshoot by a few millis: take them back from the largest.
+    over = float(r @ shares) - capacity
+    order = np.argsort(-shares, kind="stable")
+    i = 0
+    while over > 0 and i < 10 * n:
+        j = int(order[i % n])
+        if shares[j] - 1 >= lo[j]:
+            shares[j] -= 1
+            over -= r[j]
+        i += 1
+    return [int(x) for x in shares]
+
+
+# --------------------------------------------------------------------------------------------------
+# Decisions -> Plan
+# --------------------------------------------------------------------------------------------------
+
+
+def no_prediction(job: Job, policy: str) -> Predictions:
+    """The predictions of a policy that makes none: only what is observed (epoch, deadlines, tier 1)."""
+    t = job.target
+    return Predictions(
+        seconds_per_epoch=None,
+        epoch=epoch_of(job),
+        tier1_deadline=t.tier1.deadline if t is not None else None,
+        tier2_deadline=t.tier2.deadline if t is not None and t.tier2 is not None else None,
+        tier1_reached=_tier_reached(job),
+        basis=f"no prediction: {policy} does not predict progress",
+    )
+
+
+def _action(job: Job, d: Decision) -> Action:
+    if d.node is None:
+        return "pause" if job.status == "running" else "wait"
+    if job.status != "running":
+        return "start"
+    assert job.allocation is not None
+    if d.node != job.node:
+        return "migrate"
+    if (d.cpu_millis, d.gpus) == (job.allocation.cpu_millis, job.allocation.gpus):
+        return "keep"
+    return "resize" if job.resizable else "migrate"
+
+
+def _lost(job: Job, action: Action) -> float:
+    if action == "start":
+        return job.restart_seconds
+    if action == "migrate":
+        return job.checkpoint_seconds + job.restart_seconds
+    if action == "pause":
+        return job.checkpoint_seconds
+    return 0.0
+
+
+def build_plan(
+    snapshot: Snapshot,
+    policy: str,
+    decisions: Mapping[str, Decision],
+    *,
+    started: float,
+    message: str,
+) -> Plan:
+    """The Plan for ``decisions`` (one per active job), checked; ``started`` is ``time.perf_counter()``
+    at the start of the policy call (for ``solver.seconds``)."""
+    assignments: list[Assignment] = []
+    unserved: list[Unserved] = []
+    migrations = resizes = 0
+    lost_total = 0.0
+    for job in active_jobs(snapshot):
+        d = decisions[job.id]
+        action = _action(job, d)
+        lost = _lost(job, action)
+        lost_total += lost
+        migrations += int(action == "migrate")
+        resizes += int(action == "resize")
+        why = d.why or ("runs" if d.node is not None else "waits")
+        if d.node is None:
+            unserved.append(Unserved(job=job.id, reason=why))
+        prev = (
+            Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
+            if job.status == "running" and job.allocation is not None
+            else None
+        )
+        assignments.append(
+            Assignment(
+                job=job.id,
+                node=d.node,
+                cpu_millis=d.cpu_millis if d.node is not None else 0,
+                gpus=d.gpus if d.node is not None else 0,
+                replicas=job.replicas,
+                action=action,
+                previous=prev,
+                lost_seconds=lost,
+                predictions=d.predictions or no_prediction(job, policy),
+                explanation=why,
+            )
+        )
+    etas = [a.predictions.eta_finish for a in assignments]
+    known = [e - snapshot.time for e in etas if e is not None]
+    terms = ObjectiveTerms(
+        total=0.0,
+        unserved_cost=0.0,
+        qoe_cost=0.0,
+        makespan_cost=0.0,
+        completion_cost=0.0,
+        churn_cost=0.0,
+        tier1_met=sum(a.predictions.tier1_satisfied is True for a in assignments),
+        tier1_missed=sum(a.predictions.tier1_satisfied is False for a in assignments),
+        tier2_met=sum(a.predictions.tier2_satisfied is True for a in assignments),
+        tier2_missed=sum(a.predictions.tier2_satisfied is False for a in assignments),
+        makespan_seconds=max(known) if known and len(known) == len(etas) else None,
+        total_completion_seconds=float(sum(known)),
+        migrations=migrations,
+        resizes=resizes,
+        lost_seconds=lost_total,
+    )
+    plan = Plan(
+        time=snapshot.time,
+        snapshot_digest=snapshot_digest(snapshot),
+        assignments=assignments,
+        unserved=unserved,
+        objective=terms,
+        solver=SolverReport(
+            name=policy,
+            status="trivial" if not assignments else "feasible",
+            seconds=time.perf_counter() - started,
+            gap=None,
+            time_limit=0.0,
+            variables=0,
+            message=message,
+        ),
+        summary=PlanSummary(
+            active_jobs=len(assignments),
+            placed=len(assignments) - len(unserved),
+            unserved=len(unserved),
+            finished_jobs=sum(1 for j in snapshot.jobs if j.status == "finished"),
+        ),
+    )
+    violations = check_plan(snapshot, plan)
+    if violations:
+        raise PlanCheckError([f"policy {policy}: {v}" for v in violations])
+    return plan
+
+
+def stay_decisions(snapshot: Snapshot, ledger: Ledger, policy_why: str) -> dict[str, Decision]:
+    """Every running job keeps its node and :func:`held` allocation (charged to ``ledger``); pending
+    jobs are left out for the policy to place."""
+    out: dict[str, Decision] = {}
+    for job in active_jobs(snapshot):
+        if job.status == "running" and job.node is not None:
+            cpu, gpus = held(job)
+            ledger.take(job.node, job, cpu, gpus)
+            out[job.id] = Decision(job.node, cpu, gpus, f"keeps {describe(job, cpu, gpus)} on {job.node} ({policy_why})")
+    return out
