@@ -1,0 +1,575 @@
+"""The Docker adapter: Docker hosts as FlowPlan nodes, labelled containers as jobs.
+
+What it assumes (read before relying on it):
+
+- **One container per job.** A job is a container with a ``flowplan.job`` label
+  (:mod:`adapters.docker.labels`). Several containers with the same job id happen only after an
+  interrupted migration or a host that came back; :meth:`DockerAdapter.observe` then uses the running
+  one (or the newest) and :meth:`DockerAdapter.reconcile` removes the others.
+- **Container state is the job state.** ``running``/``paused`` → running; ``created`` → pending (a
+  submitted job waiting to be placed); exited with 75 (checkpointed, see ``examples/jobs``), 143 or 137
+  (stopped by a signal) → pending again; exited with 0 → finished; any other exit → finished, and the
+  reason is logged.
+- **Checkpoints live on a volume every host mounts at the same path** (NFS, or one directory when
+  the engines share a machine, as in the tests). The adapter never copies checkpoints itself.
+- **The same image exists on every host** (a registry, or ``docker load`` on each). A migration to a
+  host without it fails with ``not_found`` and the job restarts where it was.
+- **Eventual consistency, partial failure.** Each change is carried out on its own; a failure is an
+  :class:`~adapters.base.Outcome` with an error kind, never an exception, and the next interval
+  observes the result and plans again. Changes are idempotent: repeating one that already took
+  effect is a no-op that reports ``ok``.
+
+Migration (and every re-create: a GPU change, a start on another host): SIGTERM asks the job to
+checkpoint and exit; the adapter waits up to ``checkpoint_timeout`` seconds. If the job does not exit
+in time, nothing else happens (it keeps running: an error of kind ``transient``). Then the container
+is created on the target with the same image, command, environment, mounts and labels and started;
+only then is the old one removed. If creating or starting fails, the new container is removed and
+the old one started again where it was (it resumes from its checkpoint). So a job is never running
+twice, and never left stopped by a failure the adapter can still act on.
+
+A host whose engine cannot be reached is a node with ``schedulable: false`` and the label
+``flowplan.io/down`` (the error). After ``down_grace`` seconds its migratable jobs are reported as
+pending (from the container specification remembered when they were last seen), so the planner can
+start them elsewhere; the others are left out. Unmanaged containers (bad labels) are named in their
+host's node labels, ``flowplan.io/unmanaged.<container>``: the reason, and in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from adapters.base import Change, Clock, Outcome, WallClock
+from adapters.docker.engine import ContainerView, Host, HostSpec, recreate_spec, view
+from adapters.docker.errors import DockerAdapterError, LabelError
+from adapters.docker.gpu import gpu_request
+from adapters.docker.labels import JobLabels, parse_labels
+from adapters.docker.memory import MemoryStore, ProgressStore
+from adapters.docker.progress import LogCursor, read_lines
+from planner.snapshot import Allocation, Job, MetricPoint, Node, Settings, Snapshot, SpeedPoint
+
+log = logging.getLogger("flowplan.docker")
+
+#: Exit codes after which a job can resume from its checkpoint (75 = EX_TEMPFAIL, "checkpointed").
+RESUMABLE_EXITS = (75, 137, 143)
+DOWN_LABEL = "flowplan.io/down"
+UNMANAGED_PREFIX = "flowplan.io/unmanaged."
+
+
+@dataclass
+class Placed:
+    """Where a job's container is, as last observed."""
+
+    host: str
+    container: ContainerView
+    labels: JobLabels
+    duplicates: list[tuple[str, ContainerView]] = field(default_factory=list)
+
+
+@dataclass
+class Observation:
+    """Everything :meth:`DockerAdapter.observe` learned besides the snapshot itself."""
+
+    placed: dict[str, Placed] = field(default_factory=dict)
+    unmanaged: dict[str, str] = field(default_factory=dict)  # "host/container" -> reason
+    down: dict[str, str] = field(default_factory=dict)  # host -> error
+    cpu_usage: dict[str, float] = field(default_factory=dict)  # job -> cores used over the last interval
+    failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
+
+
+class DockerAdapter:
+    """Observe and change jobs on one or more Docker hosts (see the module docstring for what it assumes)."""
+
+    def __init__(
+        self,
+        hosts: Sequence[HostSpec],
+        *,
+        store: ProgressStore | None = None,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+        checkpoint_timeout: float = 60.0,
+        down_grace: float = 60.0,
+        read_stats: bool = True,
+        timeout: float = 10.0,
+    ) -> None:
+        names = [h.name for h in hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"hosts: duplicate host name in {names}")
+        self.hosts = {h.name: Host(h, timeout=timeout) for h in hosts}
+        self.store: ProgressStore = store if store is not None else MemoryStore()
+        self.clock = clock or WallClock()
+        self.settings = settings or Settings()
+        self.checkpoint_timeout = checkpoint_timeout
+        self.down_grace = down_grace
+        self.read_stats = read_stats
+        self.last = Observation()
+        self._info: dict[str, dict[str, Any]] = {}
+        self._down_since: dict[str, float] = {}
+        self._usage: dict[str, tuple[float, float]] = {}  # container id -> (cpu seconds, time)
+        self._drained: set[str] = set()
+
+    # -- persistent per-job state (in the store's key-value table) ------------------------------
+
+    def _kv_json(self, key: str) -> Any:
+        text = self.store.get_kv(key)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def _set_kv_json(self, key: str, value: Any) -> None:
+        self.store.set_kv(key, json.dumps(value, allow_nan=False))
+
+    # -- observe ---------------------------------------------------------------------------------
+
+    def observe(self) -> Snapshot:
+        """The hosts now: one node per host, one job per labelled container (see the module docstring)."""
+        now = self.clock.now()
+        obs = Observation()
+        nodes: list[Node] = []
+        found: dict[str, list[tuple[str, ContainerView, JobLabels]]] = {}
+        for name, host in self.hosts.items():
+            node_labels: dict[str, str] = {}
+            try:
+                if name not in self._info:
+                    self._info[name] = host.info()
+                containers = host.job_containers()
+                self._down_since.pop(name, None)
+            except DockerAdapterError as exc:
+                host.close()
+                self._down_since.setdefault(name, now)
+                obs.down[name] = f"{exc.kind}: {exc.message}"
+                log.warning("host %s is unavailable: %s", name, obs.down[name])
+                nodes.append(self._node(name, {DOWN_LABEL: obs.down[name][:200]}, schedulable=False))
+                continue
+            for c in containers:
+                try:
+                    parsed = parse_labels(c.labels, created=c.created)
+                except LabelError as exc:
+                    obs.unmanaged[f"{name}/{c.name}"] = str(exc)
+                    node_labels[UNMANAGED_PREFIX + c.name] = str(exc)[:200]
+                    log.warning("container %s on %s is unmanaged: %s", c.name, name, exc)
+                    continue
+                if parsed is not None and c.state not in ("removing", "dead"):
+                    found.setdefault(parsed.job_id, []).append((name, c, parsed))
+            nodes.append(self._node(name, node_labels, schedulable=True))
+
+        jobs: list[Job] = []
+        for job_id in sorted(found):
+            placed = self._primary(found[job_id])
+            obs.placed[job_id] = placed
+            job = self._job(placed, obs, now)
+            if job is not None:
+                jobs.append(job)
+        jobs.extend(self._jobs_of_down_hosts(obs, set(found), now))
+        self.last = obs
+        return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
+
+    def _node(self, name: str, labels: dict[str, str], *, schedulable: bool) -> Node:
+        spec = self.hosts[name].spec
+        info = self._info.get(name, {})
+        cpu = spec.cpu_millis if spec.cpu_millis is not None else int(info.get("NCPU", 0)) * 1000
+        mem = int(info.get("MemTotal", 0)) // 2**20
+        return Node(name=name, cpu_millis=cpu, gpus=spec.gpus, memory_mib=mem, labels=labels, schedulable=schedulable)
+
+    @staticmethod
+    def _primary(candidates: list[tuple[str, ContainerView, JobLabels]]) -> Placed:
+        """The container that is the job: the running one (newest start first), else the newest created."""
+
+        def rank(t: tuple[str, ContainerView, JobLabels]) -> tuple[int, float]:
+            c = t[1]
+            return (
+                1 if c.state in ("running", "paused", "restarting") else 0,
+                c.started or c.created if c.state == "running" else c.created,
+            )
+
+        ordered = sorted(candidates, key=rank, reverse=True)
+        host, c, labels = ordered[0]
+        return Placed(host, c, labels, [(h, o) for h, o, _ in ordered[1:]])
+
+    def _status(self, c: ContainerView) -> str:
+        if c.state in ("running", "paused", "restarting"):
+            return "running"
+        if c.state == "created":
+            return "pending"
+        return "pending" if c.exit_code in RESUMABLE_EXITS else "finished"
+
+    def _job(self, placed: Placed, obs: Observation, now: float) -> Job | None:
+        c, host = placed.container, placed.host
+        job_id = placed.labels.job_id
+        status = self._status(c)
+        if status == "finished" and c.exit_code != 0:
+            obs.failed[job_id] = c.exit_code
+            log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
+        self._remember(job_id, host, c)
+        self._read_progress(job_id, host, c)
+        if status == "running" and self.read_stats:
+            usage = self._cpu_usage(host, c)
+            if usage is not None:
+                obs.cpu_usage[job_id] = usage
+        fields = dict(placed.labels.fields)
+        history = self.store.history(job_id)
+        speed = self._speeds(job_id, c, history, status)
+        delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
+        allocation = None
+        if status == "running":
+            node_cpu = self._node(host, {}, schedulable=True).cpu_millis
+            cpu = c.cpu_millis()
+            allocation = Allocation(
+                cpu_millis=cpu if cpu is not None else min(fields["max_cpu_millis"], node_cpu), gpus=c.gpu_count
+            )
+        return Job(
+            id=job_id,
+            status=status,
+            node=host if status == "running" else None,
+            allocation=allocation,
+            history=list(history),
+            speed=speed,
+            delivered=delivered,
+            **fields,
+        )
+
+    def _remember(self, job_id: str, host: str, c: ContainerView) -> None:
+        """Keep what a re-create needs, so the job can be started elsewhere if its host goes down."""
+        key = f"docker.spec.{job_id}"
+        minimal = {"host": host, "id": c.id, "state": c.state, "exit": c.exit_code, "raw": _minimal_raw(c.raw)}
+        old = self._kv_json(key)
+        if old is None or old.get("id") != c.id or old.get("state") != c.state or old.get("host") != host:
+            self._set_kv_json(key, minimal)
+        if old is None:
+            known = self._kv_json("docker.jobs") or []
+            if job_id not in known:
+                self._set_kv_json("docker.jobs", [*known, job_id])
+
+    def _read_progress(self, job_id: str, host: str, c: ContainerView) -> None:
+        if c.id in self._drained:
+            return
+        key = f"docker.log.{c.id}"
+        cursor = LogCursor.from_dict(self._kv_json(key))
+        if c.state == "created":
+            return
+        from adapters.docker.progress import parse_timestamp
+
+        since = parse_timestamp(cursor.since)[0] if cursor.since else None
+        try:
+            raw = self.hosts[host].logs(c.id, since)
+        except DockerAdapterError as exc:
+            log.warning("job %s: cannot read logs of %s: %s", job_id, c.name, exc)
+            return
+        stopped = c.state not in ("running", "paused", "restarting")
+        last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
+        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped)
+        points = []
+        for p in progress.points:
+            try:
+                points.append(MetricPoint(**p))
+            except ValueError:
+                continue
+        if points:
+            self.store.add_points(job_id, points)
+        for ev in progress.events:
+            if ev.get("event") == "delivered":
+                self._set_kv_json(f"docker.delivered.{job_id}", True)
+        self._set_kv_json(key, cursor.as_dict())
+        if stopped:
+            self._drained.add(c.id)
+
+    def _cpu_usage(self, host: str, c: ContainerView) -> float | None:
+        try:
+            sample = self.hosts[host].cpu_usage(c.id)
+        except DockerAdapterError:
+            return None
+        if sample is None:
+            return None
+        prev = self._usage.get(c.id)
+        self._usage[c.id] = sample
+        if prev is None or sample[1] <= prev[1]:
+            return None
+        return max(0.0, (sample[0] - prev[0]) / (sample[1] - prev[1]))
+
+    def _speeds(self, job_id: str, c: ContainerView, history: Sequence[MetricPoint], status: str) -> list[SpeedPoint]:
+        """Observed seconds per epoch, per CPU share: from epochs finished in this container since its last change."""
+        key = f"docker.speed.{job_id}"
+        table: dict[str, float] = self._kv_json(key) or {}
+        cpu = c.cpu_millis()
+        changed = self._kv_json(f"docker.changed.{job_id}") or {}
+        if status == "running" and cpu is not None and c.started is not None:
+            since = max(c.started, float(changed.get("time", 0.0)) if changed.get("container") == c.id else c.started)
+            pts = [p for p in history if p.time >= since]
+            # The first epoch after a change straddles it; the rest ran entirely at ``cpu``.
+            gaps = [(b.time - a.time) / (b.epoch - a.epoch) for a, b in zip(pts[1:], pts[2:], strict=False) if b.epoch > a.epoch]
+            if gaps:
+                table[str(cpu)] = float(median(gaps[-5:]))
+                self._set_kv_json(key, table)
+        out = []
+        for k, v in sorted(table.items(), key=lambda kv: int(kv[0])):
+            if int(k) >= 1 and math.isfinite(v) and v > 0:
+                out.append(SpeedPoint(cpu_millis=int(k), gpus=c.gpu_count, seconds_per_epoch=v))
+        return out
+
+    def _jobs_of_down_hosts(self, obs: Observation, seen: set[str], now: float) -> list[Job]:
+        """Jobs last seen on a host that is down: pending after ``down_grace`` if they can migrate."""
+        out: list[Job] = []
+        if not obs.down:
+            return out
+        for job_id in self._kv_json("docker.jobs") or []:
+            if job_id in seen:
+                continue
+            rec = self._kv_json(f"docker.spec.{job_id}") or {}
+            host = rec.get("host")
+            if host not in obs.down or rec.get("state") not in ("running", "created", "exited", "paused"):
+                continue
+            c = view(rec["raw"])
+            if rec.get("state") == "exited" and rec.get("exit") not in RESUMABLE_EXITS:
+                continue
+            try:
+                parsed = parse_labels(c.labels, created=c.created)
+            except LabelError:
+                continue
+            if parsed is None:
+                continue
+            if not parsed.fields.get("migratable", True) or now - self._down_since.get(host, now) < self.down_grace:
+                log.info("job %s is on host %s, which is down: left out", job_id, host)
+                continue
+            obs.placed[job_id] = Placed(host, c, parsed)
+            history = self.store.history(job_id)
+            out.append(
+                Job(
+                    id=job_id,
+                    status="pending",
+                    history=list(history),
+                    speed=self._speeds(job_id, c, history, "pending"),
+                    delivered=bool(self._kv_json(f"docker.delivered.{job_id}")),
+                    **parsed.fields,
+                )
+            )
+        return out
+
+    # -- apply -----------------------------------------------------------------------------------
+
+    def apply(self, changes: Sequence[Change]) -> list[Outcome]:
+        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data."""
+        outcomes = []
+        for change in changes:
+            try:
+                message = self._apply_one(change)
+                outcomes.append(Outcome(change, True, None, message))
+                log.info("%s: %s", change.key(), message)
+            except DockerAdapterError as exc:
+                outcomes.append(Outcome(change, False, exc.kind, exc.message))
+                log.warning("%s failed (%s): %s", change.key(), exc.kind, exc.message)
+        return outcomes
+
+    def _apply_one(self, ch: Change) -> str:
+        if ch.replicas != 1:
+            raise DockerAdapterError("invalid", f"job {ch.job}: gangs (replicas={ch.replicas}) are not supported on Docker")
+        placed = self.last.placed.get(ch.job)
+        if placed is None:
+            raise DockerAdapterError("not_found", f"job {ch.job}: no container seen for it")
+        if ch.node is not None and ch.node not in self.hosts:
+            raise DockerAdapterError("invalid", f"job {ch.job}: unknown host {ch.node!r}")
+        if ch.kind == "resize":
+            return self._resize(ch, placed)
+        if ch.kind == "start":
+            return self._start(ch, placed)
+        if ch.kind == "pause":
+            return self._pause(ch, placed)
+        if ch.kind == "migrate":
+            return self._migrate(ch, placed)
+        if ch.kind == "deliver":
+            return self._deliver(ch, placed)
+        raise DockerAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+
+    def _fresh(self, placed: Placed) -> ContainerView:
+        return self.hosts[placed.host].inspect(placed.container.id)
+
+    def _mark_changed(self, job: str, container: str) -> None:
+        self._set_kv_json(f"docker.changed.{job}", {"time": self.clock.now(), "container": container})
+
+    def _resize(self, ch: Change, placed: Placed) -> str:
+        if ch.node != placed.host:
+            raise DockerAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but it runs on {placed.host}")
+        c = self._fresh(placed)
+        if c.gpu_count != ch.gpus:
+            return self._recreate(ch, placed, c, ch.node)
+        if c.cpu_millis() == ch.cpu_millis:
+            return f"already at {ch.cpu_millis}m"
+        mech = self.hosts[placed.host].set_cpu(c, ch.cpu_millis)
+        self._mark_changed(ch.job, c.id)
+        return f"cpu {c.cpu_millis()}m -> {ch.cpu_millis}m ({mech})"
+
+    def _start(self, ch: Change, placed: Placed) -> str:
+        assert ch.node is not None
+        host = self.hosts[ch.node]
+        if placed.host in self.last.down or placed.host != ch.node:
+            return self._recreate(ch, placed, placed.container, ch.node, stop_first=placed.host not in self.last.down)
+        c = self._fresh(placed)
+        if c.state == "running":
+            return "already running"
+        if c.gpu_count != ch.gpus:
+            return self._recreate(ch, placed, c, ch.node, stop_first=False)
+        if c.cpu_millis() != ch.cpu_millis:
+            host.set_cpu(c, ch.cpu_millis)
+        host.start(c.id)
+        self._drained.discard(c.id)
+        self._mark_changed(ch.job, c.id)
+        return f"started on {ch.node} at {ch.cpu_millis}m"
+
+    def _checkpoint_stop(self, host: Host, c: ContainerView) -> int:
+        """Ask the job to checkpoint and exit (SIGTERM); wait for it. A timeout leaves it running."""
+        if c.state not in ("running", "paused", "restarting"):
+            return c.exit_code
+        if c.state == "paused":
+            host.api().unpause(c.id)
+        host.signal(c.id, "SIGTERM")
+        try:
+            code = host.wait(c.id, self.checkpoint_timeout)
+        except DockerAdapterError as exc:
+            if exc.kind == "transient":
+                raise DockerAdapterError(
+                    "transient", f"{c.name} did not checkpoint within {self.checkpoint_timeout:g} s; left running"
+                ) from exc
+            raise
+        return code
+
+    def _pause(self, ch: Change, placed: Placed) -> str:
+        c = self._fresh(placed)
+        code = self._checkpoint_stop(self.hosts[placed.host], c)
+        return f"checkpointed and stopped (exit {code})"
+
+    def _migrate(self, ch: Change, placed: Placed) -> str:
+        assert ch.node is not None
+        c = self._fresh(placed)
+        if placed.host == ch.node and c.gpu_count == ch.gpus and c.state == "running":
+            # A restart in place with a new share (a job that cannot resize live).
+            pass
+        return self._recreate(ch, placed, c, ch.node)
+
+    def _deliver(self, ch: Change, placed: Placed) -> str:
+        c = self._fresh(placed)
+        if c.state != "running":
+            raise DockerAdapterError("conflict", f"job {ch.job}: cannot deliver, container is {c.state}")
+        self.hosts[placed.host].signal(c.id, "SIGUSR1")
+        return "asked to deliver (SIGUSR1)"
+
+    def _recreate(self, ch: Change, placed: Placed, c: ContainerView, target_name: str, *, stop_first: bool = True) -> str:
+        """Checkpoint-stop ``c``, create and start it on ``target_name``, remove the old one (see the module docstring)."""
+        source = self.hosts[placed.host]
+        target = self.hosts[target_name]
+        target.info()  # the target must answer before anything is stopped
+        gpu = gpu_request(ch.gpus, self._held_gpus(target_name, exclude=c.id), target.spec.gpus) if ch.gpus else None
+        spec = recreate_spec(c, ch.cpu_millis, gpu)
+        if stop_first:
+            code = self._checkpoint_stop(source, c)
+            self._read_progress(ch.job, placed.host, self._fresh(placed))
+            if code not in RESUMABLE_EXITS and code != 0:
+                log.warning("job %s: %s exited with %d while checkpointing", ch.job, c.name, code)
+        name = c.name if target_name != placed.host else _next_name(c.name)
+        new_id: str | None = None
+        try:
+            new_id = target.create(spec, name)
+            target.start(new_id)
+        except DockerAdapterError as exc:
+            if new_id is not None:
+                try:
+                    target.remove(new_id, force=True)
+                except DockerAdapterError:
+                    pass
+            restarted = ""
+            if stop_first:
+                try:
+                    source.start(c.id)
+                    self._drained.discard(c.id)
+                    restarted = f"; restarted on {placed.host}"
+                except DockerAdapterError as exc2:
+                    restarted = f"; could not restart on {placed.host} either ({exc2.kind}: {exc2.message})"
+            raise DockerAdapterError(
+                exc.kind, f"job {ch.job}: re-create on {target_name} failed: {exc.message}{restarted}"
+            ) from exc
+        self._mark_changed(ch.job, new_id)
+        removed = "old container left (host down)"
+        if placed.host not in self.last.down:
+            try:
+                source.remove(c.id, force=False)
+                removed = f"removed {c.name} on {placed.host}"
+            except DockerAdapterError as exc:
+                removed = f"old container not removed ({exc.kind}: {exc.message})"
+        return f"re-created on {target_name} at {ch.cpu_millis}m/{ch.gpus}g; {removed}"
+
+    def _held_gpus(self, host: str, exclude: str) -> list[str]:
+        held: list[str] = []
+        for p in self.last.placed.values():
+            if p.host == host and p.container.id != exclude and p.container.state == "running":
+                held.extend(p.container.gpu_ids)
+        return held
+
+    # -- reconcile -------------------------------------------------------------------------------
+
+    def reconcile(self) -> list[str]:
+        """Remove the extra containers of jobs that have several (an interrupted migration, a host
+        that came back). Keeps the running one, or the newest; stops (with a checkpoint) a second
+        running one. Returns what it did, one line each."""
+        done: list[str] = []
+        for job_id, placed in self.last.placed.items():
+            for host_name, other in placed.duplicates:
+                if host_name in self.last.down:
+                    continue
+                host = self.hosts[host_name]
+                try:
+                    if other.state in ("running", "paused", "restarting"):
+                        self._checkpoint_stop(host, other)
+                    host.remove(other.id, force=False)
+                    done.append(
+                        f"{job_id}: removed duplicate {other.name} on {host_name} (kept {placed.container.name} on {placed.host})"
+                    )
+                except DockerAdapterError as exc:
+                    done.append(f"{job_id}: could not remove duplicate {other.name} on {host_name}: {exc.kind}: {exc.message}")
+        for line in done:
+            log.info("reconcile: %s", line)
+        return done
+
+    def close(self) -> None:
+        for h in self.hosts.values():
+            h.close()
+
+
+def _next_name(name: str) -> str:
+    base, sep, n = name.rpartition("-r")
+    if sep and n.isdigit():
+        return f"{base}-r{int(n) + 1}"
+    return f"{name}-r1"
+
+
+def _minimal_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """The parts of an ``inspect`` result a re-create and :func:`~adapters.docker.engine.view` need."""
+    cfg = raw.get("Config") or {}
+    hc = raw.get("HostConfig") or {}
+    keep_cfg = ("Image", "Cmd", "Entrypoint", "Env", "Labels", "WorkingDir", "User")
+    keep_hc = (
+        "Binds",
+        "Mounts",
+        "NetworkMode",
+        "Init",
+        "Memory",
+        "NanoCpus",
+        "CpuQuota",
+        "CpuPeriod",
+        "CpuShares",
+        "CpusetCpus",
+        "DeviceRequests",
+    )
+    return {
+        "Id": raw.get("Id", ""),
+        "Name": raw.get("Name", ""),
+        "Created": raw.get("Created"),
+        "State": {"Status": (raw.get("State") or {}).get("Status"), "ExitCode": (raw.get("State") or {}).get("ExitCode")},
+        "Config": {k: cfg.get(k) for k in keep_cfg},
+        "HostConfig": {k: hc.get(k) for k in keep_hc},
+    }

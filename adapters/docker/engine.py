@@ -1,0 +1,327 @@
+"""One Docker host: a thin, typed layer over docker-py's low-level client with errors translated.
+
+Every method either returns plain data or raises :class:`~adapters.docker.errors.DockerAdapterError`
+with a protocol error kind. Nothing here decides anything; :mod:`adapters.docker.observe` and
+:mod:`adapters.docker.apply` do.
+
+CPU limits, as measured on Docker 20.10 (cgroup v1) on this machine (``docs/docker.md``):
+
+- a container started with ``--cpus`` (``NanoCpus``) accepts a ``NanoCpus`` update but rejects a CFS
+  quota update ("Conflicting options: CPU Quota cannot be updated as NanoCPUs has already been set");
+- a container started with ``--cpu-quota/--cpu-period`` accepts a quota update but rejects a
+  ``NanoCpus`` update ("Nano CPUs cannot be updated as CPU Period has already been set");
+- a container started without a limit takes either, and is then bound to the one it took.
+
+:meth:`Host.set_cpu` therefore uses the mechanism the container already has. docker-py's
+``update_container`` has no ``NanoCpus`` argument, so that update goes to the same endpoint directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from adapters.docker.errors import DockerAdapterError, translate
+
+CpuMechanism = Literal["nano", "quota", "shares"]
+DEFAULT_PERIOD = 100_000  # CFS period in microseconds (the kernel's and Docker's default)
+API_VERSION = "1.41"  # Docker 20.10; newer engines accept it
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A Docker host as the operator names it: ``name=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]``.
+
+    ``cpu_millis`` / ``gpus`` override what the engine reports (several engines on one machine, or
+    a share of a machine); ``mechanism`` is how CPU is limited for containers that have no limit yet.
+    """
+
+    name: str
+    url: str
+    cpu_millis: int | None = None
+    gpus: int = 0
+    mechanism: CpuMechanism = "nano"
+
+    @classmethod
+    def parse(cls, text: str) -> HostSpec:
+        """Parse one ``--hosts`` item; raises ``ValueError`` naming the part that is wrong."""
+        head, *opts = text.split(",")
+        name, sep, url = head.partition("=")
+        if not sep:
+            name, url = "", head
+        url = url.strip()
+        if not (url.startswith("unix://") or url.startswith("tcp://") or url.startswith("ssh://")):
+            raise ValueError(f"host {text!r}: URL must start with unix://, tcp:// or ssh:// (got {url!r})")
+        if not name:
+            name = url.split("://", 1)[1].strip("/").replace("/", "-").replace(":", "-") or "local"
+        kw: dict[str, Any] = {}
+        for opt in opts:
+            key, _, value = opt.partition("=")
+            key = key.strip()
+            if key in ("cpu", "gpus"):
+                try:
+                    n = int(value)
+                except ValueError:
+                    raise ValueError(f"host {name}: {key}={value!r} is not a whole number") from None
+                if n < 0 or n > 10**9:
+                    raise ValueError(f"host {name}: {key}={value!r} is out of range")
+                kw["cpu_millis" if key == "cpu" else "gpus"] = n
+            elif key == "mechanism":
+                if value not in ("nano", "quota", "shares"):
+                    raise ValueError(f"host {name}: mechanism={value!r} (expected nano, quota or shares)")
+                kw["mechanism"] = value
+            else:
+                raise ValueError(f"host {name}: unknown option {key!r} (expected cpu, gpus or mechanism)")
+        from planner.snapshot import Node
+
+        try:
+            Node(name=name, cpu_millis=0)
+        except ValueError:
+            raise ValueError(f"host {text!r}: {name!r} is not a valid node name") from None
+        return cls(name=name, url=url, **kw)
+
+
+@dataclass
+class ContainerView:
+    """What the adapter needs to know about one container (from ``inspect``)."""
+
+    id: str
+    name: str
+    labels: dict[str, str]
+    state: str  # created | running | paused | restarting | removing | exited | dead
+    exit_code: int
+    created: float
+    started: float | None
+    nano_cpus: int
+    cpu_quota: int
+    cpu_period: int
+    cpu_shares: int
+    cpuset: str
+    gpu_ids: list[str]
+    gpu_count: int
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    def cpu_millis(self) -> int | None:
+        """The CPU limit in millicores, or ``None`` when it has none."""
+        if self.nano_cpus > 0:
+            return round(self.nano_cpus / 1e6)
+        if self.cpu_quota > 0:
+            return round(self.cpu_quota * 1000 / (self.cpu_period or DEFAULT_PERIOD))
+        return None
+
+    def mechanism(self) -> CpuMechanism | None:
+        if self.nano_cpus > 0:
+            return "nano"
+        if self.cpu_quota > 0 or self.cpu_period > 0:
+            return "quota"
+        return None
+
+
+def _time(text: str | None) -> float | None:
+    from adapters.docker.progress import parse_timestamp, to_seconds
+
+    if not text or text.startswith("0001-"):
+        return None
+    try:
+        return to_seconds(parse_timestamp(text))
+    except ValueError:
+        return None
+
+
+def view(data: dict[str, Any]) -> ContainerView:
+    hc = data.get("HostConfig") or {}
+    st = data.get("State") or {}
+    cfg = data.get("Config") or {}
+    ids: list[str] = []
+    count = 0
+    for req in hc.get("DeviceRequests") or []:
+        if ["gpu"] in (req.get("Capabilities") or []) or req.get("Driver") == "nvidia":
+            ids.extend(req.get("DeviceIDs") or [])
+            count += len(req.get("DeviceIDs") or []) or max(0, int(req.get("Count") or 0))
+    return ContainerView(
+        id=data["Id"],
+        name=str(data.get("Name", "")).lstrip("/"),
+        labels=dict(cfg.get("Labels") or {}),
+        state=str(st.get("Status", "unknown")),
+        exit_code=int(st.get("ExitCode") or 0),
+        created=_time(data.get("Created")) or 0.0,
+        started=_time(st.get("StartedAt")),
+        nano_cpus=int(hc.get("NanoCpus") or 0),
+        cpu_quota=int(hc.get("CpuQuota") or 0),
+        cpu_period=int(hc.get("CpuPeriod") or 0),
+        cpu_shares=int(hc.get("CpuShares") or 0),
+        cpuset=str(hc.get("CpusetCpus") or ""),
+        gpu_ids=ids,
+        gpu_count=count,
+        raw=data,
+    )
+
+
+@contextlib.contextmanager
+def _engine_errors() -> Iterator[None]:
+    try:
+        yield
+    except DockerAdapterError:
+        raise
+    except Exception as exc:  # docker-py, requests and socket errors: all translated here
+        raise translate(exc) from exc
+
+
+class Host:
+    """A connection to one Docker engine (created lazily; a dead engine is retried every call)."""
+
+    def __init__(self, spec: HostSpec, *, timeout: float = 10.0) -> None:
+        self.spec = spec
+        self.timeout = timeout
+        self._api: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def api(self) -> Any:
+        if self._api is None:
+            import docker
+
+            with _engine_errors():
+                self._api = docker.APIClient(base_url=self.spec.url, version=API_VERSION, timeout=self.timeout)
+        return self._api
+
+    def close(self) -> None:
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                self._api.close()
+            self._api = None
+
+    def info(self) -> dict[str, Any]:
+        with _engine_errors():
+            return dict(self.api().info())
+
+    def job_containers(self) -> list[ContainerView]:
+        """Every container with a ``flowplan.job`` label, in any state."""
+        with _engine_errors():
+            api = self.api()
+            out = []
+            for summary in api.containers(all=True, filters={"label": "flowplan.job"}):
+                try:
+                    out.append(view(api.inspect_container(summary["Id"])))
+                except Exception as exc:  # removed between list and inspect: skip it
+                    if translate(exc).kind != "not_found":
+                        raise
+            return out
+
+    def inspect(self, container: str) -> ContainerView:
+        with _engine_errors():
+            return view(self.api().inspect_container(container))
+
+    def logs(self, container: str, since: float | None) -> bytes:
+        with _engine_errors():
+            kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "timestamps": True}
+            if since is not None and since > 0:
+                kwargs["since"] = int(since)  # whole seconds: lines at or before the cursor are dropped by the reader
+            return bytes(self.api().logs(container, **kwargs))
+
+    def cpu_usage(self, container: str) -> tuple[float, float] | None:
+        """(CPU seconds used so far, engine time) from one stats sample; ``None`` if not running."""
+        with _engine_errors():
+            s = self.api().stats(container, stream=False, one_shot=True)
+        total = ((s.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage")
+        read = s.get("read")
+        if total is None or not read or read.startswith("0001-"):
+            return None
+        t = _time(read)
+        return (total / 1e9, t) if t is not None else None
+
+    def set_cpu(self, c: ContainerView, cpu_millis: int, cpuset: str | None = None) -> CpuMechanism:
+        """Set the CPU limit with the mechanism the container already uses (see the module docstring)."""
+        mech = c.mechanism() or self.spec.mechanism
+        with _engine_errors():
+            api = self.api()
+            extra: dict[str, Any] = {"CpusetCpus": cpuset} if cpuset is not None else {}
+            if mech == "nano":
+                url = api._url("/containers/{0}/update", c.id)
+                api._result(api._post_json(url, data={"NanoCpus": int(cpu_millis) * 1_000_000, **extra}), True)
+            elif mech == "quota":
+                period = c.cpu_period or DEFAULT_PERIOD
+                api.update_container(c.id, cpu_quota=int(cpu_millis * period / 1000), cpu_period=period, cpuset_cpus=cpuset)
+            else:
+                api.update_container(c.id, cpu_shares=max(2, round(cpu_millis * 1024 / 1000)), cpuset_cpus=cpuset)
+        return mech
+
+    def start(self, container: str) -> None:
+        with _engine_errors():
+            self.api().start(container)
+
+    def signal(self, container: str, sig: str) -> None:
+        with _engine_errors():
+            self.api().kill(container, signal=sig)
+
+    def wait(self, container: str, timeout: float) -> int:
+        """Wait for the container to stop; its exit code. A timeout is a ``transient`` error."""
+        with _engine_errors():
+            res = self.api().wait(container, timeout=timeout)
+        return int(res.get("StatusCode", -1))
+
+    def remove(self, container: str, force: bool = False) -> None:
+        with _engine_errors():
+            self.api().remove_container(container, force=force)
+
+    def create(self, spec: dict[str, Any], name: str | None) -> str:
+        """Create a container from a :func:`recreate_spec`; its id."""
+        with _engine_errors():
+            api = self.api()
+            host_config = api.create_host_config(**spec["host_config"])
+            res = api.create_container(name=name, host_config=host_config, **spec["config"])
+            return str(res["Id"])
+
+
+def recreate_spec(c: ContainerView, cpu_millis: int, gpu_request: dict[str, Any] | None) -> dict[str, Any]:
+    """Everything needed to create ``c`` again elsewhere: image, command, environment, mounts, labels.
+
+    The CPU limit keeps the container's mechanism (``--cpus`` stays ``--cpus``); ``gpu_request``
+    replaces its device requests (``None``: keep none).
+    """
+    cfg = c.raw.get("Config") or {}
+    hc = c.raw.get("HostConfig") or {}
+    host_config: dict[str, Any] = {
+        "binds": list(hc.get("Binds") or []),
+        "network_mode": hc.get("NetworkMode") or "none",
+        "init": hc.get("Init"),
+    }
+    if hc.get("Memory"):
+        host_config["mem_limit"] = int(hc["Memory"])
+    mech = c.mechanism() or "nano"
+    if mech == "quota":
+        period = c.cpu_period or DEFAULT_PERIOD
+        host_config.update(cpu_quota=int(cpu_millis * period / 1000), cpu_period=period)
+    elif c.cpu_shares and not c.nano_cpus and not c.cpu_quota:
+        host_config["cpu_shares"] = max(2, round(cpu_millis * 1024 / 1000))
+    else:
+        host_config["nano_cpus"] = int(cpu_millis) * 1_000_000
+    if gpu_request is not None:
+        import docker.types
+
+        host_config["device_requests"] = [docker.types.DeviceRequest(**gpu_request)]
+    mounts = []
+    for m in hc.get("Mounts") or []:
+        import docker.types
+
+        mounts.append(
+            docker.types.Mount(
+                target=m["Target"], source=m.get("Source", ""), type=m.get("Type", "volume"), read_only=bool(m.get("ReadOnly"))
+            )
+        )
+    if mounts:
+        host_config["mounts"] = mounts
+    config: dict[str, Any] = {
+        "image": cfg.get("Image"),
+        "command": cfg.get("Cmd"),
+        "entrypoint": cfg.get("Entrypoint"),
+        "environment": list(cfg.get("Env") or []),
+        "labels": dict(cfg.get("Labels") or {}),
+        "working_dir": cfg.get("WorkingDir") or None,
+        "user": cfg.get("User") or None,
+    }
+    return {"config": config, "host_config": {k: v for k, v in host_config.items() if v is not None}}

@@ -1,0 +1,202 @@
+"""The ``flowplan.*`` container labels: which containers are jobs, and their bounds and targets.
+
+A container is a FlowPlan job when it carries ``flowplan.job=<job id>``. Every other key is optional:
+
+====================================  =========================================================
+label                                 meaning (the Snapshot field it fills)
+====================================  =========================================================
+``flowplan.job``                      job id (``Job.id``)
+``flowplan.min_cpu_millis``           ``Job.min_cpu_millis`` (default 250)
+``flowplan.max_cpu_millis``           ``Job.max_cpu_millis`` (default 1000)
+``flowplan.min_gpus`` / ``max_gpus``  GPU bounds (default 0)
+``flowplan.memory_mib``               ``Job.memory_mib``
+``flowplan.priority``                 ``Job.priority`` (default 1)
+``flowplan.resizable``                ``true``/``false``: CPU can change live (default true)
+``flowplan.migratable``               ``true``/``false``: can checkpoint and move (default true)
+``flowplan.checkpoint_seconds``       ``Job.checkpoint_seconds`` (default 10)
+``flowplan.restart_seconds``          ``Job.restart_seconds`` (default 10)
+``flowplan.gpu_type``                 ``Job.gpu_type``
+``flowplan.target.metric``            ``QoETarget.metric`` (``loss`` or the JSON lines' ``metric``)
+``flowplan.target.direction``         ``higher`` / ``lower``
+``flowplan.target.tier1``             tier-1 value (a target needs at least this)
+``flowplan.target.tier1.deadline``    tier-1 deadline, Unix seconds
+``flowplan.target.tier1.within``      tier-1 deadline, seconds after the container was created
+``flowplan.target.tier2``             tier-2 value; ``.deadline`` / ``.within`` as for tier 1
+``flowplan.target.max_epochs``        ``QoETarget.max_epochs``
+====================================  =========================================================
+
+Parsing is all or nothing: one bad value (a number that is not one, NaN, min above max, an unknown
+``flowplan.*`` key) makes the container *unmanaged*, with a :class:`LabelError` naming the label and
+its value. FlowPlan then leaves it alone rather than guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from adapters.docker.errors import LabelError
+from planner.snapshot import QoETarget
+
+PREFIX = "flowplan."
+JOB = "flowplan.job"
+
+_INTS = {
+    "min_cpu_millis": (1, 10**9),
+    "max_cpu_millis": (1, 10**9),
+    "min_gpus": (0, 10**6),
+    "max_gpus": (0, 10**6),
+    "memory_mib": (0, 10**9),
+}
+_FLOATS = {"priority": (0.01, 100.0), "checkpoint_seconds": (0.0, 86400.0), "restart_seconds": (0.0, 86400.0)}
+_BOOLS = ("resizable", "migratable")
+_TARGET = {
+    "target.metric",
+    "target.direction",
+    "target.tier1",
+    "target.tier1.deadline",
+    "target.tier1.within",
+    "target.tier2",
+    "target.tier2.deadline",
+    "target.tier2.within",
+    "target.max_epochs",
+}
+KNOWN = {"job", "gpu_type", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
+
+DEFAULTS: dict[str, Any] = {
+    "min_cpu_millis": 250,
+    "max_cpu_millis": 1000,
+    "checkpoint_seconds": 10.0,
+    "restart_seconds": 10.0,
+}
+
+
+@dataclass(frozen=True)
+class JobLabels:
+    """What a container's labels say about its job: ``fields`` go straight into ``planner.snapshot.Job``."""
+
+    job_id: str
+    fields: dict[str, Any]
+
+
+def _number(key: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise LabelError(f"label {PREFIX}{key}: not a number ({text!r})") from None
+    if not math.isfinite(v):
+        raise LabelError(f"label {PREFIX}{key}: must be finite ({text!r})")
+    return v
+
+
+def _ranged(key: str, text: str, lo: float, hi: float) -> float:
+    v = _number(key, text)
+    if not lo <= v <= hi:
+        raise LabelError(f"label {PREFIX}{key}: must be between {lo:g} and {hi:g} ({text!r})")
+    return v
+
+
+def parse_labels(labels: Mapping[str, str], created: float | None = None) -> JobLabels | None:
+    """The job a container's labels describe; ``None`` when it has no ``flowplan.job`` (not a job).
+
+    ``created`` (Unix seconds) anchors ``*.within`` deadlines and becomes ``Job.submitted``.
+    Raises :class:`LabelError` naming the first bad label.
+    """
+    if JOB not in labels:
+        return None
+    own = {k[len(PREFIX) :]: v for k, v in labels.items() if k.startswith(PREFIX)}
+    unknown = sorted(k for k in own if k not in KNOWN)
+    if unknown:
+        raise LabelError(f"label {PREFIX}{unknown[0]}: unknown FlowPlan label ({own[unknown[0]]!r})")
+    job_id = own["job"].strip()
+    from planner.snapshot import Job
+
+    fields: dict[str, Any] = dict(DEFAULTS)
+    for key, (lo, hi) in _INTS.items():
+        if key in own:
+            v = _ranged(key, own[key], lo, hi)
+            if v != int(v):
+                raise LabelError(f"label {PREFIX}{key}: must be a whole number ({own[key]!r})")
+            fields[key] = int(v)
+    for key, (flo, fhi) in _FLOATS.items():
+        if key in own:
+            fields[key] = _ranged(key, own[key], flo, fhi)
+    for key in _BOOLS:
+        if key in own:
+            text = own[key].strip().lower()
+            if text not in ("true", "false", "1", "0", "yes", "no"):
+                raise LabelError(f"label {PREFIX}{key}: expected true or false ({own[key]!r})")
+            fields[key] = text in ("true", "1", "yes")
+    if "gpu_type" in own:
+        fields["gpu_type"] = own["gpu_type"]
+    if created is not None and math.isfinite(created):
+        fields["submitted"] = created
+    target = _target(own, created)
+    if target is not None:
+        fields["target"] = target
+    try:
+        # Validate the id and every bound against the Snapshot contract now, so that a bad label
+        # is reported against this container instead of failing the whole snapshot later.
+        Job(id=job_id, status="pending", **fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "labels"
+        raise LabelError(
+            f"label {PREFIX}{'job' if where == 'id' else where}: {err['msg']} ({own.get(where, job_id)!r})"
+        ) from None
+    return JobLabels(job_id, fields)
+
+
+def _target(own: Mapping[str, str], created: float | None) -> QoETarget | None:
+    if not any(k.startswith("target.") for k in own):
+        return None
+    if "target.tier1" not in own:
+        raise LabelError(f"label {PREFIX}target.tier1: missing (other {PREFIX}target.* labels are set)")
+    direction = own.get("target.direction", "lower").strip()
+    if direction not in ("higher", "lower"):
+        raise LabelError(f"label {PREFIX}target.direction: expected higher or lower ({direction!r})")
+    tiers: dict[str, dict[str, float]] = {}
+    for tier in ("tier1", "tier2"):
+        key = f"target.{tier}"
+        if key not in own:
+            continue
+        t: dict[str, float] = {"value": _number(key, own[key])}
+        if f"{key}.deadline" in own and f"{key}.within" in own:
+            raise LabelError(f"label {PREFIX}{key}.within: give a deadline or a 'within', not both ({own[key + '.within']!r})")
+        if f"{key}.deadline" in own:
+            t["deadline"] = _number(f"{key}.deadline", own[f"{key}.deadline"])
+        elif f"{key}.within" in own:
+            within = _ranged(f"{key}.within", own[f"{key}.within"], 0.0, 10**9)
+            if created is None:
+                raise LabelError(
+                    f"label {PREFIX}{key}.within: the container's creation time is unknown ({own[key + '.within']!r})"
+                )
+            t["deadline"] = created + within
+        tiers[tier] = t
+    max_epochs = _ranged("target.max_epochs", own["target.max_epochs"], 1e-9, 1e6) if "target.max_epochs" in own else None
+    try:
+        return QoETarget(
+            metric=own.get("target.metric", "loss").strip() or "loss",
+            direction=direction,
+            tier1=tiers["tier1"],
+            tier2=tiers.get("tier2"),
+            max_epochs=max_epochs,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise LabelError(f"label {PREFIX}target: {err['msg']}") from None
+
+
+def job_labels(job_id: str, **fields: Any) -> dict[str, str]:
+    """The labels that describe a job (the inverse of :func:`parse_labels` for plain fields)."""
+    out = {JOB: job_id}
+    for key, value in fields.items():
+        name = key.replace("__", ".")
+        if name not in KNOWN:
+            raise ValueError(f"{key}: not a FlowPlan label")
+        out[PREFIX + name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out

@@ -1,0 +1,57 @@
+"""Where the adapter keeps metric histories and its own small state between intervals.
+
+The daemon passes the SQLite state store (``store.sqlite.StateStore``), so a restarted daemon keeps
+every history and reads no log twice; without one, :class:`MemoryStore` keeps the same in memory.
+Keys the adapter writes (values are JSON):
+
+- ``docker.log.<container id>``: the log cursor (last consumed timestamp);
+- ``docker.spec.<job>``: host, container id, state and the parts of ``inspect`` a re-create needs;
+- ``docker.jobs``: every job id ever seen (to find the jobs of a host that is down);
+- ``docker.speed.<job>``: observed seconds per epoch per CPU share;
+- ``docker.changed.<job>``: when the job's share last changed, and in which container;
+- ``docker.delivered.<job>``: the job reported its tier-1 delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from planner.snapshot import MetricPoint
+
+
+class ProgressStore(Protocol):
+    def add_points(self, job: str, points: Sequence[MetricPoint]) -> tuple[int, int]: ...
+
+    def history(self, job: str) -> list[MetricPoint]: ...
+
+    def get_kv(self, key: str) -> str | None: ...
+
+    def set_kv(self, key: str, value: str) -> None: ...
+
+
+class MemoryStore:
+    """A :class:`ProgressStore` in memory; points are idempotent by (job, epoch), like the SQLite store."""
+
+    def __init__(self) -> None:
+        self._points: dict[str, dict[float, MetricPoint]] = {}
+        self._kv: dict[str, str] = {}
+
+    def add_points(self, job: str, points: Sequence[MetricPoint]) -> tuple[int, int]:
+        mine = self._points.setdefault(job, {})
+        inserted = 0
+        for p in points:
+            if p.epoch not in mine:
+                mine[p.epoch] = p
+                inserted += 1
+        return inserted, len(points) - inserted
+
+    def history(self, job: str) -> list[MetricPoint]:
+        mine = self._points.get(job, {})
+        return [mine[e] for e in sorted(mine)]
+
+    def get_kv(self, key: str) -> str | None:
+        return self._kv.get(key)
+
+    def set_kv(self, key: str, value: str) -> None:
+        self._kv[key] = value

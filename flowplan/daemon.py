@@ -1,0 +1,199 @@
+"""``flowplan daemon``: observe → plan → diff → apply against Docker hosts, every interval, until stopped.
+
+    flowplan daemon --adapter docker --hosts a=unix:///var/run/docker.sock b=tcp://10.0.0.2:2375 \\
+        [--interval 30] [--dry-run] [--state flowplan-state.db]
+
+Metric histories, plans and actions go to the SQLite state store at ``--state``; a restarted daemon
+settles the actions its predecessor left pending (see :mod:`adapters.daemon`) and carries on.
+SIGTERM or Ctrl-C stop it after the interval in progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+DEFAULT_HOST = "local=unix:///var/run/docker.sock"
+
+
+class StoppableClock:
+    """The wall clock, with a sleep that a signal handler can cut short."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self.stop.wait(seconds)
+
+
+def _seconds(lo: float, hi: float) -> Any:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds, got {text}")
+        return v
+
+    return parse
+
+
+def _ticks(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return v
+
+
+def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``daemon`` and ``snapshot``."""
+    p.add_argument("--adapter", choices=["docker"], default="docker", help="cluster kind (default: docker)")
+    p.add_argument(
+        "--hosts",
+        nargs="+",
+        default=[DEFAULT_HOST],
+        metavar="NAME=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]",
+        help=f"Docker hosts, one per node (default: {DEFAULT_HOST})",
+    )
+    p.add_argument("--interval", type=_seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
+    p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "daemon",
+        help="apply plans to Docker hosts every interval (observe, plan, diff, apply)",
+        description="Run the control loop against Docker hosts: observe containers labelled flowplan.job, plan, "
+        "and apply only what changed. Histories, plans and actions are kept in the SQLite state store.",
+    )
+    add_adapter_arguments(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the actions it would take; change nothing")
+    p.add_argument("--policy", default="flowplan", help="scheduling policy (default: flowplan; see planner.policies)")
+    p.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="FlowPlan's backend (default: cpsat)")
+    p.add_argument("--time-limit", type=_seconds(0.01, 3600), default=1.0, metavar="S", help="solver time limit (default 1 s)")
+    p.add_argument("--max-ticks", type=_ticks, metavar="N", help="stop after N intervals (default: run until stopped)")
+    p.add_argument(
+        "--checkpoint-timeout", type=_seconds(1, 3600), default=60.0, metavar="S", help="wait this long for a job to checkpoint"
+    )
+    p.add_argument(
+        "--down-grace",
+        type=_seconds(0, 86400),
+        default=60.0,
+        metavar="S",
+        help="after a host has been unreachable this long, its migratable jobs are planned elsewhere (default 60 s)",
+    )
+    p.add_argument("--migration-budget", type=int, default=4, metavar="N", help="checkpoint-restarts per interval (default 4)")
+    p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
+    p.set_defaults(func=run_daemon)
+
+
+def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
+    """The adapter named by ``--adapter`` / ``--hosts``; a bad host is a usage error."""
+    from adapters.docker import DockerAdapter, HostSpec
+    from flowplan.cli import UsageError
+    from planner.snapshot import Settings
+
+    try:
+        specs = [HostSpec.parse(h) for h in args.hosts]
+    except ValueError as exc:
+        raise UsageError(f"--hosts: {exc}") from None
+    try:
+        budget = getattr(args, "migration_budget", 4)
+        settings = Settings(interval_seconds=args.interval, migration_budget=budget)
+    except ValueError as exc:
+        raise UsageError(f"--migration-budget {getattr(args, 'migration_budget', '')}: {str(exc).splitlines()[-1]}") from None
+    try:
+        return DockerAdapter(specs, store=store, settings=settings, **options)
+    except ValueError as exc:
+        raise UsageError(f"--hosts: {exc}") from None
+
+
+def open_store(path: str) -> Any:
+    from flowplan.cli import UsageError
+    from store import StateStore, StoreError
+
+    try:
+        return StateStore(path)
+    except (StoreError, OSError) as exc:
+        raise UsageError(f"--state {path}: {exc}") from None
+    except Exception as exc:  # sqlite3.DatabaseError: not a database
+        raise UsageError(f"--state {path}: cannot open the state store ({exc})") from None
+
+
+def _describe(tick: Any, dry_run: bool) -> str:
+    s = tick.snapshot
+    running = sum(1 for j in s.jobs if j.status == "running")
+    pending = sum(1 for j in s.jobs if j.status == "pending")
+    down = [n.name for n in s.nodes if not n.schedulable]
+    head = (
+        f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} jobs {len(s.jobs)} "
+        f"(running {running}, pending {pending}) plan {tick.plan_seconds:.2f} s" + (f" down: {','.join(down)}" if down else "")
+    )
+    if tick.violations:
+        return head + f"; plan REJECTED by the checker: {tick.violations[0]}"
+    parts = []
+    for i, c in enumerate(tick.changes):
+        what = f"{c.kind} {c.job}" + (f" on {c.node} {c.cpu_millis}m" if c.node else "") + (f" {c.gpus}g" if c.gpus else "")
+        if dry_run:
+            parts.append("would " + what)
+        elif i < len(tick.outcomes):
+            o = tick.outcomes[i]
+            parts.append(what + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
+    return head + ("; " + "; ".join(parts) if parts else "; no change")
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    from adapters.daemon import Daemon
+    from flowplan.cli import UsageError
+    from flowplan.render import render_table
+    from planner.policies import make_policy
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    options: dict[str, Any] = {"solver": args.solver, "time_limit": args.time_limit} if args.policy == "flowplan" else {}
+    try:
+        policy = make_policy(args.policy, **options)
+    except ValueError as exc:
+        raise UsageError(f"--policy: {exc}") from None
+    store = open_store(args.state)
+    clock = StoppableClock()
+    adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
+
+    def on_tick(tick: Any) -> None:
+        if args.dry_run:
+            sys.stdout.write(render_table(tick.plan, "docker"))
+        print(_describe(tick, args.dry_run), flush=True)
+
+    daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick)
+
+    def stop(signum: int, frame: object) -> None:
+        clock.stop.set()
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for line in daemon.recover():
+            print(f"recovered: {line}", flush=True)
+        daemon.run(max_ticks=args.max_ticks, until=lambda _t: clock.stop.is_set())
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        adapter.close()
+        store.close()
+    return 0

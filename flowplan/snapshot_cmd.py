@@ -1,0 +1,61 @@
+"""``flowplan snapshot``: write what the Docker hosts look like now, as a snapshot for ``flowplan plan``.
+
+    flowplan snapshot --adapter docker --hosts a=unix:///var/run/docker.sock --out now.json
+    flowplan plan now.json
+
+Histories come from the state store when ``--state`` names one the daemon keeps (the full history);
+otherwise from the containers' logs as they are now. Unmanaged containers and unreachable hosts are
+named in the nodes' labels (``flowplan.io/unmanaged.*``, ``flowplan.io/down``) and on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        help="write the current snapshot of Docker hosts (input for 'flowplan plan')",
+        description="Observe Docker hosts once and write the snapshot (JSON, apiVersion flowplan/v1).",
+    )
+    from flowplan.daemon import add_adapter_arguments
+
+    add_adapter_arguments(p)
+    p.set_defaults(state=None)
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.set_defaults(func=run_snapshot)
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    from adapters.docker import MemoryStore
+    from flowplan.cli import UsageError, _write
+    from flowplan.daemon import build_adapter, open_store
+
+    logging.basicConfig(level=logging.ERROR)  # warnings are printed below, once each
+    store: Any
+    if args.state is not None:
+        if not Path(args.state).is_file():
+            raise UsageError(f"--state {args.state}: no such file")
+        store = open_store(args.state)
+    else:
+        store = MemoryStore()
+    adapter = build_adapter(args, store, read_stats=False)
+    try:
+        snapshot = adapter.observe()
+    finally:
+        adapter.close()
+        if args.state is not None:
+            store.close()
+    for host, why in adapter.last.down.items():
+        print(f"flowplan: warning: host {host} is unavailable: {why}", file=sys.stderr)
+    for name, why in adapter.last.unmanaged.items():
+        print(f"flowplan: warning: {name} is unmanaged: {why}", file=sys.stderr)
+    _write(snapshot.model_dump_json(indent=2) + "\n", args.out)
+    if args.out:
+        print(f"wrote snapshot of {len(snapshot.nodes)} host(s), {len(snapshot.jobs)} job(s) to {args.out}", file=sys.stderr)
+    return 0
