@@ -21,7 +21,9 @@ from planner.policies.fifo import FifoPolicy
 from planner.policies.flowcon import FlowConPolicy
 from planner.policies.flowplan import FlowPlanPolicy
 from planner.policies.kubernetes import KubernetesPolicy
+from planner.policies.optimus import OptimusPolicy
 from planner.policies.specon import SpeConPolicy
+from planner.policies.tiresias import TiresiasPolicy
 
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     "flowplan": FlowPlanPolicy,
@@ -30,6 +32,8 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
     "fifo": FifoPolicy,
     "flowcon": FlowConPolicy,
     "specon": SpeConPolicy,
+    "optimus": OptimusPolicy,
+    "tiresias": TiresiasPolicy,
 }
 
 #: Policy name -> factory of a fresh policy (default options).
@@ -56,7 +60,9 @@ __all__ = [
     "FlowConPolicy",
     "FlowPlanPolicy",
     "KubernetesPolicy",
+    "OptimusPolicy",
     "Policy",
     "SpeConPolicy",
+    "TiresiasPolicy",
     "make_policy",
 ]

@@ -1,0 +1,239 @@
+"""Optimus-style greedy marginal-gain allocation.
+
+Source: Y. Peng et al., "Optimus: An Efficient Dynamic Resource Scheduler for Deep Learning
+Clusters", EuroSys 2018. Mechanism, per interval:
+
+- per job, fit the convergence curve ``1 / (a k + b) + c`` (the hyperbola family of
+  :func:`models.fit_learning_curve`, and only it) to the metric history, and read the remaining epochs:
+  to tier 2 if the job has one, else to convergence (improvement per epoch below the snapshot's
+  ``convergence_tolerance``), never before tier 1, capped by ``max_epochs``; without a fit (fewer than 3 points)
+  what ``max_epochs`` leaves, else :data:`UNKNOWN_REMAINING_EPOCHS`;
+- per job, fit the speed model (:func:`models.fit_speed_model`) to its observed epoch times, so the
+  remaining time at an allocation is ``remaining epochs x seconds per epoch``;
+- every job first gets its minimum (Optimus gives each job one worker and one server): running jobs
+  on their node, pending jobs in submission order on the eligible node with the most room;
+- then resources go one unit at a time (``cpu_unit_millis`` of CPU, or one GPU, per replica) to the job
+  whose remaining time falls the most per unit, as a share of its node's capacity of that resource,
+  until no unit fits or gains anything. Jobs are not moved (Optimus' placement packs tasks onto few
+  servers; here each job is one gang on one node, so it stays where it runs).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import CurveFit, SpeedModel, fit_learning_curve, fit_speed_model
+from planner.plan import Plan, Predictions
+from planner.policies.common import (
+    Decision,
+    Ledger,
+    active_jobs,
+    build_plan,
+    describe,
+    epoch_of,
+    held,
+    may_arrive,
+    metric_series,
+    observed_speeds,
+    submission_order,
+)
+from planner.snapshot import Job, Snapshot
+
+#: Remaining epochs assumed for a job with no fit and no ``max_epochs``.
+UNKNOWN_REMAINING_EPOCHS = 30.0
+#: Cap on the remaining epochs (a nearly flat fitted curve must not run forever).
+MAX_REMAINING_EPOCHS = 100_000.0
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """What Optimus predicts for one job."""
+
+    job: Job
+    remaining: float
+    to_tier1: float | None
+    to_tier2: float | None
+    speed: SpeedModel
+    basis: str
+
+    def seconds(self, cpu: int, gpus: int) -> float:
+        return self.remaining * self.speed.seconds_per_epoch(cpu, gpus)
+
+
+def _epochs_to(curve: CurveFit | None, value: float | None, epoch: float) -> float | None:
+    if curve is None or value is None:
+        return None
+    k = curve.epoch_reaching(value)
+    return None if k is None else max(k - epoch, 0.0)
+
+
+def job_model(job: Job, tolerance: float) -> JobModel:
+    _, epochs, values, direction = metric_series(job)
+    epoch = epoch_of(job)
+    fit = fit_learning_curve(epochs, values, direction, families=("hyperbola",))
+    curve = fit if isinstance(fit, CurveFit) else None
+    t = job.target
+    to1 = _epochs_to(curve, t.tier1.value if t is not None else None, epoch)
+    to2 = _epochs_to(curve, t.tier2.value if t is not None and t.tier2 is not None else None, epoch)
+    left_max = max(t.max_epochs - epoch, 0.0) if t is not None and t.max_epochs is not None else None
+    if to2 is not None:
+        remaining = to2
+    elif curve is not None:
+        remaining = max(curve.convergence_epoch(tolerance) - epoch, 0.0)
+    else:
+        remaining = left_max if left_max is not None else UNKNOWN_REMAINING_EPOCHS
+    if to1 is not None:
+        remaining = max(remaining, to1)
+    if left_max is not None:
+        remaining = min(remaining, left_max)
+    remaining = min(remaining, MAX_REMAINING_EPOCHS) if math.isfinite(remaining) else MAX_REMAINING_EPOCHS
+    speed = fit_speed_model(observed_speeds(job), uses_gpu=job.max_gpus > 0)
+    curve_note = f"hyperbola fit on {curve.n_points} points" if curve is not None else f"no hyperbola fit ({fit.reason})"  # type: ignore[union-attr]
+    basis = f"Optimus: {curve_note}; speed {speed.source} ({speed.n_observations} obs)"
+    return JobModel(job, remaining, to1, to2, speed, basis)
+
+
+def _predictions(m: JobModel, d: Decision, now: float) -> Predictions:
+    job, t = m.job, m.job.target
+    d1 = t.tier1.deadline if t is not None else None
+    d2 = t.tier2.deadline if t is not None and t.tier2 is not None else None
+    if d.node is None:
+        return Predictions(
+            seconds_per_epoch=None,
+            epoch=epoch_of(job),
+            epochs_to_tier1=m.to_tier1,
+            epochs_to_tier2=m.to_tier2,
+            epochs_to_finish=m.remaining,
+            tier1_deadline=d1,
+            tier2_deadline=d2,
+            basis=m.basis + "; not running this interval",
+        )
+    spe = m.speed.seconds_per_epoch(d.cpu_millis, d.gpus)
+    eta1 = now + m.to_tier1 * spe if m.to_tier1 is not None else None
+    eta2 = now + m.to_tier2 * spe if m.to_tier2 is not None else None
+    return Predictions(
+        seconds_per_epoch=spe,
+        epoch=epoch_of(job),
+        epochs_to_tier1=m.to_tier1,
+        epochs_to_tier2=m.to_tier2,
+        epochs_to_finish=m.remaining,
+        eta_tier1=eta1,
+        eta_tier2=eta2,
+        eta_finish=now + m.remaining * spe,
+        tier1_deadline=d1,
+        tier2_deadline=d2,
+        tier1_satisfied=(eta1 <= d1) if eta1 is not None and d1 is not None else None,
+        tier2_satisfied=(eta2 <= d2) if eta2 is not None and d2 is not None else None,
+        basis=m.basis,
+    )
+
+
+class OptimusPolicy:
+    """Optimus-style greedy allocator; see the module docstring."""
+
+    name = "optimus"
+
+    def __init__(self, cpu_unit_millis: int = 500) -> None:
+        if not cpu_unit_millis >= 1:
+            raise ValueError(f"cpu_unit_millis: must be >= 1, got {cpu_unit_millis!r}")
+        self.unit = int(cpu_unit_millis)
+
+    def __call__(self, snapshot: Snapshot) -> Plan:
+        t0 = time.perf_counter()
+        tol = snapshot.settings.convergence_tolerance
+        models = {j.id: job_model(j, tol) for j in active_jobs(snapshot)}
+        ledger = Ledger(snapshot)
+        alloc: dict[str, list[int]] = {}  # job id -> [cpu, gpus] per replica
+        where: dict[str, str] = {}
+        decisions: dict[str, Decision] = {}
+        for job in active_jobs(snapshot):
+            if job.status == "running" and job.node is not None:
+                cpu, gpus = held(job)
+                if job.resizable:
+                    cpu, gpus = job.min_cpu_millis, job.min_gpus
+                ledger.take(job.node, job, cpu, gpus)
+                alloc[job.id], where[job.id] = [cpu, gpus], job.node
+        for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
+            cands = [
+                (-min(ledger.share_free(n.name), _gpu_free(ledger, n.name) if job.min_gpus else 1.0), order, n.name)
+                for order, n in enumerate(snapshot.nodes)
+                if may_arrive(n, job) and ledger.fits(n.name, job, job.min_cpu_millis, job.min_gpus)
+            ]
+            if not cands:
+                need = describe(job, job.min_cpu_millis, job.min_gpus)
+                decisions[job.id] = Decision(None, why=f"waits: no node has room for its minimum {need}")
+                continue
+            name = min(cands)[2]
+            ledger.take(name, job, job.min_cpu_millis, job.min_gpus)
+            alloc[job.id], where[job.id] = [job.min_cpu_millis, job.min_gpus], name
+        self._grow(snapshot, ledger, models, alloc, where)
+        for job in active_jobs(snapshot):
+            if job.id in decisions:
+                decisions[job.id] = Decision(
+                    None, why=decisions[job.id].why, predictions=_predictions(models[job.id], decisions[job.id], snapshot.time)
+                )
+                continue
+            cpu, gpus = alloc[job.id]
+            node = where[job.id]
+            m = models[job.id]
+            fixed = job.status == "running" and not job.resizable
+            why = (
+                f"keeps {describe(job, cpu, gpus)} on {node} (cannot resize live)"
+                if fixed
+                else f"{describe(job, cpu, gpus)} on {node}: greedy marginal gain, {m.remaining:.1f} epochs left"
+            )
+            d = Decision(node, cpu, gpus, why)
+            decisions[job.id] = Decision(node, cpu, gpus, why, _predictions(m, d, snapshot.time))
+        return build_plan(
+            snapshot, self.name, decisions, started=t0, message="Optimus: hyperbola + speed fits, greedy marginal gain per unit"
+        )
+
+    def _grow(
+        self, snapshot: Snapshot, ledger: Ledger, models: dict[str, JobModel], alloc: dict[str, list[int]], where: dict[str, str]
+    ) -> None:
+        """Hand out units by largest remaining-time reduction per share of the node, while any fits."""
+        heap: list[tuple[float, str, int, int, int, int]] = []
+        jobs = {j.id: j for j in snapshot.jobs}
+
+        def push(jid: str) -> None:
+            job, m = jobs[jid], models[jid]
+            if job.status == "running" and not job.resizable:
+                return
+            cpu, gpus = alloc[jid]
+            node = ledger.nodes[where[jid]]
+            now = m.seconds(cpu, gpus)
+            steps = []
+            if cpu < job.max_cpu_millis and node.cpu_millis > 0:
+                nxt = min(cpu + self.unit, job.max_cpu_millis)
+                steps.append((nxt, gpus, (nxt - cpu) * job.replicas / node.cpu_millis))
+            if gpus < job.max_gpus and node.gpus > 0:
+                steps.append((cpu, gpus + 1, job.replicas / node.gpus))
+            for c, g, size in steps:
+                gain = now - m.seconds(c, g)
+                if gain > 0 and np.isfinite(gain):
+                    heapq.heappush(heap, (-gain / size, jid, cpu, gpus, c, g))
+
+        for jid in sorted(alloc):
+            push(jid)
+        while heap:
+            _, jid, cpu, gpus, c, g = heapq.heappop(heap)
+            if alloc[jid] != [cpu, gpus]:
+                continue  # stale: the job grew since
+            job, node = jobs[jid], where[jid]
+            ledger.give(node, job, cpu, gpus)
+            if ledger.fits(node, job, c, g):
+                ledger.take(node, job, c, g)
+                alloc[jid] = [c, g]
+                push(jid)
+            else:
+                ledger.take(node, job, cpu, gpus)
+
+
+def _gpu_free(ledger: Ledger, node: str) -> float:
+    cap = ledger.nodes[node].gpus
+    return ledger.free[node][1] / cap if cap else 0.0
