@@ -147,3 +147,13 @@ def random_snapshot(seed: int, n_nodes: int | None = None, n_jobs: int | None = 
     }
     data.update(overrides)
     return Snapshot.model_validate(data)
+
+
+@pytest.fixture(scope="session")
+def docker_engines() -> Any:
+    """The main Docker engine plus two private ones (tests/docker_env.py); fails in CI without an engine."""
+    from docker_env import start_engines
+
+    engines = start_engines(extra=2)
+    yield engines
+    engines.close()

@@ -1,0 +1,306 @@
+"""The Docker adapter's pure parts, without an engine: labels, log parsing, host specs, GPU requests, errors.
+
+Case matrix:
+
+- labels: not a job; defaults; every field; targets with absolute and relative deadlines; each kind
+  of bad value (not a number, NaN, out of range, min above max, unknown key, bad bool, bad id,
+  tier without tier1, both deadline and within) → LabelError naming the label and value;
+- logs: Loss-only; JSON-only; both (JSON wins, no double points); cursor skips what was read;
+  trailing Loss held back until final; events; garbage, NaN and negative epochs ignored;
+- host specs: good forms; each bad part named;
+- GPU requests: none, lowest free ids, not enough free → conflict (no GPU here: request construction only);
+- recreate_spec keeps the CPU mechanism and carries image, command, env, binds, labels, devices;
+- error classification for docker-py / requests exceptions;
+- daemon recovery: which recorded actions count as in effect.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.daemon import in_effect
+from adapters.docker import DockerAdapterError, HostSpec, LabelError, LogCursor, classify, gpu_request, parse_labels, read_lines
+from adapters.docker.engine import recreate_spec, view
+from planner.snapshot import Allocation, Job, Node, Snapshot
+
+# -- labels -----------------------------------------------------------------------------------
+
+GOOD = [
+    ("not-a-job", {"other": "x"}, None),
+    ("defaults", {"flowplan.job": "j1"}, {"min_cpu_millis": 250, "max_cpu_millis": 1000}),
+    (
+        "every-field",
+        {
+            "flowplan.job": "j2",
+            "flowplan.min_cpu_millis": "500",
+            "flowplan.max_cpu_millis": "2000",
+            "flowplan.priority": "3",
+            "flowplan.migratable": "false",
+            "flowplan.resizable": "True",
+            "flowplan.memory_mib": "1024",
+            "flowplan.checkpoint_seconds": "5",
+        },
+        {"min_cpu_millis": 500, "max_cpu_millis": 2000, "priority": 3.0, "migratable": False, "resizable": True, "memory_mib": 1024},
+    ),
+]
+
+
+@pytest.mark.parametrize("name,labels,expect", GOOD, ids=[g[0] for g in GOOD])
+def test_labels_parse(name: str, labels: dict[str, str], expect: dict | None) -> None:
+    parsed = parse_labels(labels, created=1000.0)
+    if expect is None:
+        assert parsed is None
+        return
+    assert parsed is not None
+    for k, v in expect.items():
+        assert parsed.fields[k] == v, k
+    assert parsed.fields["submitted"] == 1000.0
+    Job(id=parsed.job_id, status="pending", **parsed.fields)  # the fields fit the contract
+
+
+def test_labels_target_relative_and_absolute_deadlines() -> None:
+    parsed = parse_labels(
+        {
+            "flowplan.job": "t",
+            "flowplan.target.metric": "accuracy",
+            "flowplan.target.direction": "higher",
+            "flowplan.target.tier1": "0.9",
+            "flowplan.target.tier1.within": "600",
+            "flowplan.target.tier2": "0.95",
+            "flowplan.target.tier2.deadline": "5000",
+            "flowplan.target.max_epochs": "40",
+        },
+        created=1000.0,
+    )
+    assert parsed is not None
+    t = parsed.fields["target"]
+    assert (t.metric, t.direction, t.tier1.value, t.tier1.deadline) == ("accuracy", "higher", 0.9, 1600.0)
+    assert (t.tier2.value, t.tier2.deadline, t.max_epochs) == (0.95, 5000.0, 40.0)
+
+
+BAD = [
+    ("not-a-number", {"flowplan.min_cpu_millis": "lots"}, "flowplan.min_cpu_millis", "lots"),
+    ("nan", {"flowplan.priority": "NaN"}, "flowplan.priority", "NaN"),
+    ("inf", {"flowplan.max_cpu_millis": "inf"}, "flowplan.max_cpu_millis", "inf"),
+    ("out-of-range", {"flowplan.priority": "1000"}, "flowplan.priority", "1000"),
+    ("fraction", {"flowplan.max_gpus": "1.5"}, "flowplan.max_gpus", "1.5"),
+    ("min-above-max", {"flowplan.min_cpu_millis": "3000", "flowplan.max_cpu_millis": "1000"}, "min_cpu_millis", "3000"),
+    ("unknown-key", {"flowplan.cpus": "2"}, "flowplan.cpus", "2"),
+    ("bad-bool", {"flowplan.migratable": "maybe"}, "flowplan.migratable", "maybe"),
+    ("bad-id", {"flowplan.job": "has space"}, "flowplan.job", "has space"),
+    ("tier-without-tier1", {"flowplan.target.tier2": "0.9"}, "flowplan.target.tier1", "missing"),
+    ("bad-direction", {"flowplan.target.tier1": "1", "flowplan.target.direction": "up"}, "flowplan.target.direction", "up"),
+    (
+        "deadline-and-within",
+        {"flowplan.target.tier1": "1", "flowplan.target.tier1.deadline": "5", "flowplan.target.tier1.within": "5"},
+        "flowplan.target.tier1.within",
+        "5",
+    ),
+    (
+        "tiers-out-of-order",
+        {"flowplan.target.tier1": "0.9", "flowplan.target.tier2": "0.8", "flowplan.target.direction": "higher"},
+        "flowplan.target",
+        "tier2",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,labels,label,value", BAD, ids=[b[0] for b in BAD])
+def test_bad_labels_name_the_label_and_value(name: str, labels: dict[str, str], label: str, value: str) -> None:
+    with pytest.raises(LabelError) as err:
+        parse_labels({"flowplan.job": "j", **labels}, created=0.0)
+    text = str(err.value)
+    assert label in text and value in text, text
+    assert "\n" not in text
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+
+def _log(*lines: str, start: int = 0) -> bytes:
+    return "".join(f"2026-01-01T00:00:{start + i:02d}.{i:09d}Z {line}\n" for i, line in enumerate(lines)).encode()
+
+
+def test_loss_lines_numbered_after_last_epoch() -> None:
+    prog, cur = read_lines(_log("Loss: 2.0", "noise", "Loss: 1.5", "Loss: nan", "Loss: 1.2"), LogCursor(), 4.0, final=True)
+    assert [(p["epoch"], p["loss"]) for p in prog.points] == [(5.0, 2.0), (6.0, 1.5), (7.0, 1.2)]
+    assert prog.ignored == 1
+    assert cur.since.startswith("2026-01-01T00:00:04")
+
+
+def test_json_wins_over_loss_and_cursor_skips_read_lines() -> None:
+    raw = _log(
+        "Loss: 0.9",
+        json.dumps({"epoch": 1, "loss": 0.9, "metric": 0.5, "time": 10.0}),
+        "Loss: 0.7",
+        json.dumps({"epoch": 2, "loss": 0.7, "metric": 0.6}),
+        json.dumps({"event": "delivered", "epoch": 2}),
+        '{"epoch": -1, "loss": 1}',
+        '{"epoch": 3, "loss": NaN}',
+        "{not json",
+    )
+    prog, cur = read_lines(raw, LogCursor(), 0.0, final=False)
+    assert [(p["epoch"], p.get("metric")) for p in prog.points] == [(1.0, 0.5), (2.0, 0.6)]
+    assert prog.points[0]["time"] == 10.0 and prog.points[1]["time"] > 1.7e9  # log timestamp when JSON has none
+    assert [e["event"] for e in prog.events] == ["delivered"]
+    assert cur.json_seen
+    again, cur2 = read_lines(raw + _log(json.dumps({"epoch": 3, "loss": 0.6}), start=30), cur, 2.0, final=False)
+    assert [p["epoch"] for p in again.points] == [3.0]
+    assert cur2.since > cur.since
+
+
+def test_trailing_loss_line_held_back_until_final() -> None:
+    raw = _log("Loss: 1.0", "Loss: 0.8")
+    prog, cur = read_lines(raw, LogCursor(), 0.0, final=False)
+    assert [p["loss"] for p in prog.points] == [1.0]
+    prog2, _ = read_lines(raw, cur, 1.0, final=True)
+    assert [(p["epoch"], p["loss"]) for p in prog2.points] == [(2.0, 0.8)]
+
+
+def test_empty_and_garbage_logs() -> None:
+    for raw in (b"", b"\n\n", b"not a timestamp Loss: 1\n", "\u00ff\u00fe".encode("latin-1")):
+        prog, cur = read_lines(raw, LogCursor(), 0.0, final=True)
+        assert prog.points == [] and cur.since == ""
+
+
+# -- host specs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        ("a=unix:///var/run/docker.sock", HostSpec("a", "unix:///var/run/docker.sock")),
+        ("b=tcp://10.0.0.2:2375,cpu=4000,gpus=2", HostSpec("b", "tcp://10.0.0.2:2375", 4000, 2)),
+        ("unix:///run/d.sock", HostSpec("run-d.sock", "unix:///run/d.sock")),
+        ("c=unix:///s,mechanism=quota", HostSpec("c", "unix:///s", mechanism="quota")),
+    ],
+)
+def test_host_spec_parse(text: str, expect: HostSpec) -> None:
+    assert HostSpec.parse(text) == expect
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("a=http://x", "unix://"),
+        ("a=unix:///s,cpu=lots", "cpu='lots'"),
+        ("a=unix:///s,cpu=-1", "cpu='-1'"),
+        ("a=unix:///s,mechanism=magic", "mechanism='magic'"),
+        ("a=unix:///s,colour=red", "'colour'"),
+        ("bad name=unix:///s", "bad name"),
+    ],
+)
+def test_host_spec_errors(text: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=None) as err:
+        HostSpec.parse(text)
+    assert needle in str(err.value)
+
+
+# -- GPUs (request construction only: no GPU on this machine) ---------------------------------
+
+
+def test_gpu_requests() -> None:
+    assert gpu_request(0, [], 4) is None
+    req = gpu_request(2, ["0", "2"], 4)
+    assert req == {"driver": "nvidia", "device_ids": ["1", "3"], "capabilities": [["gpu"]]}
+    with pytest.raises(DockerAdapterError) as err:
+        gpu_request(3, ["0", "2"], 4)
+    assert err.value.kind == "conflict"
+
+
+def _inspect(**hc: object) -> dict:
+    return {
+        "Id": "abc",
+        "Name": "/job-a",
+        "Created": "2026-01-01T00:00:00.5Z",
+        "State": {"Status": "running", "ExitCode": 0, "StartedAt": "2026-01-01T00:00:01Z"},
+        "Config": {
+            "Image": "img:1",
+            "Cmd": ["python", "train.py"],
+            "Env": ["A=1"],
+            "Labels": {"flowplan.job": "a"},
+            "WorkingDir": "/w",
+        },
+        "HostConfig": {"Binds": ["/ckpt:/ckpt"], "NetworkMode": "none", **hc},
+    }
+
+
+@pytest.mark.parametrize(
+    "hc,key,value",
+    [
+        ({"NanoCpus": 2_000_000_000}, "nano_cpus", 500_000_000),
+        ({"CpuQuota": 200_000, "CpuPeriod": 100_000}, "cpu_quota", 50_000),
+        ({}, "nano_cpus", 500_000_000),
+    ],
+    ids=["nano-stays-nano", "quota-stays-quota", "unlimited-becomes-nano"],
+)
+def test_recreate_spec_keeps_mechanism_and_everything_else(hc: dict, key: str, value: int) -> None:
+    c = view(_inspect(**hc))
+    spec = recreate_spec(c, 500, {"driver": "nvidia", "device_ids": ["1"], "capabilities": [["gpu"]]})
+    assert spec["host_config"][key] == value
+    other = {"nano_cpus", "cpu_quota"} - {key}
+    assert not other & set(spec["host_config"])
+    assert spec["config"]["image"] == "img:1" and spec["config"]["command"] == ["python", "train.py"]
+    assert spec["config"]["environment"] == ["A=1"] and spec["config"]["labels"] == {"flowplan.job": "a"}
+    assert spec["host_config"]["binds"] == ["/ckpt:/ckpt"] and spec["host_config"]["network_mode"] == "none"
+    (dev,) = spec["host_config"]["device_requests"]
+    assert dev["DeviceIDs"] == ["1"] and dev["Capabilities"] == [["gpu"]] and dev["Driver"] == "nvidia"
+
+
+def test_view_reads_limits_and_gpus() -> None:
+    c = view(_inspect(CpuQuota=150_000, CpuPeriod=100_000, DeviceRequests=[{"Driver": "nvidia", "DeviceIDs": ["0", "1"]}]))
+    assert (c.cpu_millis(), c.mechanism(), c.gpu_count, c.gpu_ids, c.name) == (1500, "quota", 2, ["0", "1"], "job-a")
+    assert c.created == pytest.approx(1767225600.5)
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def _api_error(status: int, text: str) -> Exception:
+    import docker.errors
+    import requests
+
+    resp = requests.Response()
+    resp.status_code = status
+    cls = docker.errors.NotFound if status == 404 else docker.errors.APIError
+    return cls(text, response=resp, explanation=text)
+
+
+@pytest.mark.parametrize(
+    "make,kind",
+    [
+        (lambda: _api_error(404, "No such container: x"), "not_found"),
+        (lambda: _api_error(409, "name in use"), "conflict"),
+        (lambda: _api_error(400, "Conflicting options: CPU Quota cannot be updated as NanoCPUs has already been set"), "conflict"),
+        (lambda: _api_error(500, "boom"), "transient"),
+        (lambda: _api_error(400, "bad parameter"), "invalid"),
+        (lambda: __import__("requests").exceptions.ConnectionError("refused"), "engine_down"),
+        (lambda: __import__("requests").exceptions.ReadTimeout("slow"), "transient"),
+    ],
+    ids=["404", "409", "quota-on-nano", "500", "400", "connection", "timeout"],
+)
+def test_error_kinds(make, kind: str) -> None:
+    got, message = classify(make())
+    assert got == kind and message
+
+
+# -- daemon recovery --------------------------------------------------------------------------
+
+
+def test_in_effect() -> None:
+    snap = Snapshot(
+        time=0,
+        nodes=[Node(name="a", cpu_millis=2000), Node(name="b", cpu_millis=2000)],
+        jobs=[
+            Job(id="r", status="running", node="b", allocation=Allocation(cpu_millis=500)),
+            Job(id="p", status="pending"),
+        ],
+    )
+    assert in_effect(snap, {"job": "r", "kind": "migrate", "node": "b", "cpu_millis": 500, "gpus": 0})
+    assert not in_effect(snap, {"job": "r", "kind": "migrate", "node": "a", "cpu_millis": 500, "gpus": 0})
+    assert not in_effect(snap, {"job": "r", "kind": "resize", "node": "b", "cpu_millis": 700, "gpus": 0})
+    assert in_effect(snap, {"job": "p", "kind": "pause"})
+    assert not in_effect(snap, {"job": "p", "kind": "start", "node": "a", "cpu_millis": 500, "gpus": 0})
+    assert not in_effect(snap, {"job": "gone", "kind": "pause"})
