@@ -49,7 +49,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 import models.curves
-from models import CannotPredict, fit_learning_curve
+from models import CannotPredict, CurvePrior, fit_learning_curve
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
@@ -58,7 +58,11 @@ TRACES = Path("adaptdl-osdi21") / "traces"
 FRACTIONS = (0.10, 0.25, 0.50)
 TARGET_PS = (0.8, 0.9, 0.95)
 ERROR_CAP = 1.0
-METHODS = ("flowplan", "optimus")
+METHODS = ("flowplan", "flowplan+prior", "flowplan+lomo", "optimus")
+#: The FlowPlan variants (every method but the Optimus baseline).
+OURS = METHODS[:-1]
+#: Options of the FlowPlan fits (set from the command line for ablations).
+FIT_OPTIONS: dict[str, Any] = {"after_drop": False, "families": None}
 #: model -> direction of its validation metric (README of the data set).
 DIRECTIONS = {
     "cifar10": "higher",
@@ -144,13 +148,36 @@ def fit_optimus(epochs: np.ndarray, values: np.ndarray, direction: str) -> Optim
     return OptimusFit(a=a / scale, b=b / scale, c=shift + scale * c, sign=sign)
 
 
-def fit_method(method: str, epochs: np.ndarray, values: np.ndarray, direction: str) -> Any:
-    if method == "flowplan":
+def fit_method(method: str, epochs: np.ndarray, values: np.ndarray, direction: str, prior: CurvePrior | None = None) -> Any:
+    if method in OURS:
         try:
-            return fit_learning_curve(epochs, values, direction)  # type: ignore[arg-type]
+            return fit_learning_curve(epochs, values, direction, prior=prior, **FIT_OPTIONS)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001  (a raising model is a data point, not a crash)
             return CannotPredict(f"raised {type(exc).__name__}: {exc}", int(len(epochs)))
     return fit_optimus(epochs, values, direction)
+
+
+def priors_for(curve: dict[str, Any], curves: list[dict[str, Any]]) -> dict[str, CurvePrior | None]:
+    """The prior each method may use when predicting ``curve`` (leave-one-out: never ``curve`` itself).
+
+    ``flowplan+prior``: the OTHER batch sizes of the same model (what a cluster that trained this
+    model before would have), as a same-task prior. ``flowplan+lomo``: leave-one-MODEL-out, every
+    curve of the other five models, shapes only (normalised, free scale, epoch stretch 0.1-10x).
+    """
+    same = [c for c in curves if c["model"] == curve["model"] and c["curve"] != curve["curve"]]
+    other = [c for c in curves if c["model"] != curve["model"]]
+
+    def table(cs: list[dict[str, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.arange(1, c["values"].size + 1, dtype=float), c["values"]) for c in cs]
+
+    return {
+        "flowplan": None,
+        "flowplan+prior": CurvePrior.of(table(same), same_task=True) if same else None,
+        "flowplan+lomo": CurvePrior.of(
+            table(other), same_task=False, warp_range=(0.1, 10.0), directions=[c["direction"] for c in other]
+        ),
+        "optimus": None,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +238,7 @@ def describe_fit(fit: Any) -> dict[str, Any]:
     return out
 
 
-def bench_curve(curve: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def bench_curve(curve: dict[str, Any], priors: dict[str, CurvePrior | None]) -> tuple[list[dict[str, Any]], dict[str, float]]:
     values: np.ndarray = curve["values"]
     direction = curve["direction"]
     K = int(values.size)
@@ -224,7 +251,7 @@ def bench_curve(curve: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, 
         fits = {}
         for m in METHODS:
             t0 = time.perf_counter()
-            fits[m] = fit_method(m, k_obs, values[:n], direction)
+            fits[m] = fit_method(m, k_obs, values[:n], direction, priors.get(m))
             fit_seconds[m] += time.perf_counter() - t0
         base = {"curve": curve["curve"], "model": curve["model"], "batch_size": curve["batch_size"], "epochs": K}
         base |= {"direction": direction, "fraction": f, "n_observed": n}
@@ -295,10 +322,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for kind in ("final", "target"):
                 kr = [r for r in fr if r["kind"] == kind]
                 ent[kind] = {m: _stats(kr, m) for m in METHODS}
-                for stat in ("median", "mean"):
-                    ent[kind][f"ratio_{stat}_optimus_over_flowplan"] = _ratio(
-                        ent[kind]["optimus"][stat], ent[kind]["flowplan"][stat]
-                    )
+                for m in OURS:
+                    for stat in ("median", "mean"):
+                        ent[kind][f"ratio_{stat}_optimus_over_{m}"] = _ratio(ent[kind]["optimus"][stat], ent[kind][m][stat])
             out[f"{f:.2f}"] = ent
         return out
 
@@ -342,12 +368,12 @@ def summary_tables(
         "p90",
         "mean",
         "cannot/unreach.",
-        "ratio optimus/flowplan median, mean",
+        "ratio optimus/method median, mean",
     ]
     t1 = []
     for fkey, ent in summary[block].items():
         for kind, label in (("final", "(a) final metric"), ("target", "(b) epochs to target")):
-            for i, m in enumerate(METHODS):
+            for m in METHODS:
                 s = ent[kind][m]
                 t1.append(
                     [
@@ -360,10 +386,10 @@ def summary_tables(
                         _pct(s["mean"]),
                         _pct(s["fail_share"]),
                         (
-                            f"{_rat(ent[kind]['ratio_median_optimus_over_flowplan'])}, "
-                            f"{_rat(ent[kind]['ratio_mean_optimus_over_flowplan'])}"
+                            f"{_rat(ent[kind][f'ratio_median_optimus_over_{m}'])}, "
+                            f"{_rat(ent[kind][f'ratio_mean_optimus_over_{m}'])}"
                         )
-                        if i == 0
+                        if m in OURS
                         else "",
                     ]
                 )
@@ -372,12 +398,14 @@ def summary_tables(
         "n observed",
         "target cases",
         "median (b) flowplan",
+        "median (b) +prior",
+        "median (b) +lomo",
         "median (b) optimus",
-        "mean (b) flowplan",
-        "mean (b) optimus",
         "unreach. flowplan",
+        "unreach. +prior",
         "unreach. optimus",
         "median (a) flowplan",
+        "median (a) +prior",
         "median (a) optimus",
     ]
     t2 = []
@@ -388,12 +416,14 @@ def summary_tables(
                 ",".join(str(n) for n in ent["n_observed"]),
                 str(ent["target"]["flowplan"]["cases"]),
                 _pct(ent["target"]["flowplan"]["median"]),
+                _pct(ent["target"]["flowplan+prior"]["median"]),
+                _pct(ent["target"]["flowplan+lomo"]["median"]),
                 _pct(ent["target"]["optimus"]["median"]),
-                _pct(ent["target"]["flowplan"]["mean"]),
-                _pct(ent["target"]["optimus"]["mean"]),
                 _pct(ent["target"]["flowplan"]["fail_share"]),
+                _pct(ent["target"]["flowplan+prior"]["fail_share"]),
                 _pct(ent["target"]["optimus"]["fail_share"]),
                 _pct(ent["final"]["flowplan"]["median"]),
+                _pct(ent["final"]["flowplan+prior"]["median"]),
                 _pct(ent["final"]["optimus"]["median"]),
             ]
         )
@@ -422,7 +452,9 @@ NOTES = (
     f"p = {', '.join(str(p) for p in TARGET_PS)} of the way from the first to the final measured value, "
     "only those not yet reached in the observed epochs. n = max(1, round(f*K)) observed epochs; "
     f"Optimus needs >= 3 points (3 parameters), FlowPlan's model {getattr(models.curves, 'MIN_POINTS', '?')}. "
-    "Ratio > 1: FlowPlan's error is lower."
+    "Ratio > 1: the method's error is lower than Optimus's. flowplan: no prior; flowplan+prior: prior from the "
+    "OTHER batch sizes of the same model (never the predicted curve itself); flowplan+lomo: prior from the "
+    "curves of the other five models only (leave-one-model-out, shapes only)."
 )
 
 
@@ -491,7 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write every per-case row and the summary to this JSON file")
     ap.add_argument("--markdown", action="store_true", help="also print the summary tables as Markdown")
     ap.add_argument("--show", action="append", default=[], metavar="SUBSTR", help="print per-case detail for matching curves")
+    ap.add_argument("--after-drop", action="store_true", help="ablation: fit only the phase after a detected learning-rate drop")
+    ap.add_argument("--families", help="ablation: comma-separated families that compete (default: all)")
     args = ap.parse_args(argv)
+    FIT_OPTIONS["after_drop"] = args.after_drop
+    FIT_OPTIONS["families"] = tuple(args.families.split(",")) if args.families else None
 
     t_start = time.perf_counter()
     curves = load_curves(args.data)
@@ -502,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         mc = [c for c in curves if c["model"] == model]
         t0 = time.perf_counter()
         for c in mc:
-            got, secs = bench_curve(c)
+            got, secs = bench_curve(c, priors_for(c, curves))
             rows += got
             for m in METHODS:
                 fit_s[m] += secs[m]

@@ -95,7 +95,14 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
     }
     if isinstance(fit, CannotPredict):
         out.update(
-            family=None, cannot_predict=fit.reason, epochs_to_target=None, interval=[None, None], plateau=None, predicted=[]
+            family=None,
+            cannot_predict=fit.reason,
+            epochs_to_target=None,
+            interval=[None, None],
+            plateau=None,
+            convergence_epoch=None,
+            convergence_interval=[None, None],
+            predicted=[],
         )
         return out
     assert isinstance(fit, CurveFit)
@@ -103,6 +110,8 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
     at = fit.epoch_reaching(target)
     lo, hi = fit.epoch_interval(target)
     end = horizon if horizon is not None else max(2.0 * last, (at or 0.0) * 1.2, 10.0)
+    # Converged: improving by less than 0.1 % of the plateau per epoch.
+    tolerance = 1e-3 * max(abs(fit.plateau), 1e-9)
     grid = np.arange(1, int(math.floor(end)) + 1, dtype=float)
     pred = fit.predict(grid)
     low, high = fit.interval_at(grid)  # 80% two-sided, widening with the horizon
@@ -113,7 +122,9 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
         epochs_to_target=(0.0 if reached else at),
         interval=[0.0 if reached else lo, 0.0 if reached else hi],
         plateau=fit.plateau,
-        convergence_epoch=fit.convergence_epoch(1e-3 * max(abs(fit.plateau), 1e-9)),
+        convergence_epoch=fit.convergence_epoch(tolerance),
+        convergence_interval=list(fit.convergence_interval(tolerance)),
+        drops=list(fit.drops),
         residual_std=fit.residual_std,
         holdout_error=fit.holdout_error,
         predicted=[
@@ -141,7 +152,11 @@ def render(result: dict[str, Any], source: str) -> str:
         lo, hi = result["interval"]
         span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
         lines.append(f"target {goal}: at epoch {result['epochs_to_target']:.1f} (80% band {span})")
-    lines.append(f"improves by less than 0.1% per epoch from epoch {result['convergence_epoch']:.0f}")
+    conv = f"improves by less than 0.1% per epoch from epoch {result['convergence_epoch']:.0f}"
+    clo, chi = result["convergence_interval"]
+    if clo is not None and chi is not None:
+        conv += f" (refits: {clo:.0f} – {chi:.0f})"
+    lines.append(conv)
     pred = result["predicted"]
     if pred:
         step = max(1, len(pred) // 10)

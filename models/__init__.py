@@ -3,6 +3,8 @@
 The lowest layer: imports nothing from the rest of FlowPlan and no I/O framework.
 """
 
+from models.changepoint import detect_drops
+from models.curve_prior import CurvePrior, ReferenceCurve
 from models.curves import FAMILIES, CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.growth import growth_efficiency
 from models.speed import PSSpeedModel, PSSpeedObservation, SpeedModel, SpeedObservation, fit_ps_speed_model, fit_speed_model
@@ -10,12 +12,15 @@ from models.speed import PSSpeedModel, PSSpeedObservation, SpeedModel, SpeedObse
 __all__ = [
     "CannotPredict",
     "CurveFit",
+    "CurvePrior",
     "Direction",
     "FAMILIES",
     "PSSpeedModel",
     "PSSpeedObservation",
+    "ReferenceCurve",
     "SpeedModel",
     "SpeedObservation",
+    "detect_drops",
     "fit_learning_curve",
     "fit_ps_speed_model",
     "fit_speed_model",

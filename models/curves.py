@@ -55,6 +55,10 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from models.changepoint import detect_drops
+from models.curve_families import FAMILIES, Fitted
+from models.curve_prior import CurvePrior, PriorFit, fit_prior
+
 Direction = Literal["higher", "lower"]
 Arr = NDArray[np.float64]
 
@@ -74,13 +78,6 @@ DEFAULT_FAMILY = "power"
 RECENCY_FLOOR = 0.3
 #: Normal quantile used for the default interval (~80 % two-sided).
 INTERVAL_Z = 1.2816
-#: The plateau lies at most this many observed ranges beyond the best observation.
-MAX_PLATEAU_GAP = 2.0
-#: The exponential decays at most this many e-foldings over the observed epoch span.
-MAX_RATE_PER_SPAN = 5.0
-#: Grid sizes of the one-dimensional searches (plateau for the hyperbola, rate for the exponential).
-GRID_POINTS = 48
-_UNIT = np.linspace(0.0, 1.0, GRID_POINTS)
 #: Search horizon when solving for a target epoch: this many times the observed span (then "unreachable").
 SEARCH_HORIZON_FACTOR = 1000.0
 
@@ -103,9 +100,17 @@ class CurveFit:
     ``holdout_error`` is the family's cross-validated forecast error (RMS, value units) when the family
     was chosen by time-series cross-validation
     (``None`` when the series was too short to hold anything out).
+
+    When learning-rate drops were detected (``drops``, the first epoch of each new phase) the curve
+    describes the newest phase only: the family is evaluated at ``k - origin`` (``origin`` is the last
+    epoch before that phase; 0 without drops) and ``first_epoch``/``n_points`` refer to that phase.
+    Family ``"prior"`` is a curve taken from earlier runs (:mod:`models.curve_prior`), tabulated in
+    ``table`` as (epochs, badness); ``params`` then holds its ``warp``, ``scale``, ``offset`` and
+    plateau ``c``. ``variants`` are the same family refitted at each cross-validation origin: their
+    spread gives :meth:`convergence_interval`.
     """
 
-    family: Literal["hyperbola", "exponential", "power"]
+    family: Literal["hyperbola", "exponential", "power", "log_power", "prior"]
     direction: Direction
     params: dict[str, float]
     residual_std: float
@@ -120,10 +125,21 @@ class CurveFit:
     #: The metric's natural range, as inferred for the fit ([0, 1] for fractions, [0, inf) for
     #: non-negative metrics); band ends are clipped to it.
     value_range: tuple[float, float] = (-math.inf, math.inf)
+    #: Epoch before the newest phase (the family sees ``k - origin``); 0 when no drop was seen.
+    origin: float = 0.0
+    #: First epoch of every new phase found by :func:`models.changepoint.detect_drops`.
+    drops: tuple[float, ...] = ()
+    #: Tabulated curve (epochs, badness) for the ``prior`` family; ``None`` for parametric families.
+    table: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    #: The chosen family refitted at the cross-validation origins (empty when not cross-validated).
+    variants: tuple[CurveFit, ...] = ()
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
-        return FAMILIES[self.family].z(self.params, k)
+        k = np.asarray(k, dtype=float)
+        if self.table is not None:
+            return np.interp(k, self.table[0], self.table[1])
+        return FAMILIES[self.family].z(self.params, np.maximum(k - self.origin, 0.0))
 
     def _sign(self) -> float:
         return 1.0 if self.direction == "lower" else -1.0
@@ -165,19 +181,24 @@ class CurveFit:
         zt = self._sign() * target
         span = max(self.last_epoch - self.first_epoch, 1.0)
         horizon = self.last_epoch + SEARCH_HORIZON_FACTOR * span
-        if quantile_z == 0.0 or (self.drift_std == 0.0 and self.residual_std == 0.0):
+        exact = quantile_z == 0.0 or (self.drift_std == 0.0 and self.residual_std == 0.0)
+        if exact and self.table is None:
             if zt <= self.params["c"]:
                 return None
-            k = FAMILIES[self.family].epoch_at(self.params, zt)
+            k = FAMILIES[self.family].epoch_at(self.params, zt) + self.origin
             if not math.isfinite(k) or k > horizon:
                 return None
             return max(k, self.first_epoch)
+        q = 0.0 if exact else quantile_z
 
-        # With a band that widens over the horizon there is no closed form: scan, then bisect.
+        # A tabulated curve, or a band that widens over the horizon: no closed form; scan, then bisect.
         def gap(kk: NDArray[np.float64]) -> NDArray[np.float64]:
-            return self._z(kk) + quantile_z * self.band(kk) - zt
+            return self._z(kk) + q * self.band(kk) - zt
 
         grid = self.first_epoch + (horizon - self.first_epoch + 1.0) ** np.linspace(0.0, 1.0, 600) - 1.0
+        if self.table is not None:  # the steps of a tabulated curve must not fall between grid points
+            tab = np.asarray(self.table[0])
+            grid = np.union1d(grid, tab[(tab > self.first_epoch) & (tab < horizon)])
         below = np.flatnonzero(gap(grid) <= 0)
         if below.size == 0:
             return None
@@ -198,9 +219,28 @@ class CurveFit:
         return self.epoch_reaching(target, quantile_z=-z), self.epoch_reaching(target, quantile_z=z)
 
     def convergence_epoch(self, tolerance: float) -> float:
-        """First epoch at which improvement per epoch drops below ``tolerance`` (value units/epoch)."""
-        k = FAMILIES[self.family].flat_from(self.params, max(tolerance, 1e-12))
+        """First epoch at which improvement per epoch drops below ``tolerance`` (value units/epoch)
+        and stays below it."""
+        tol = max(tolerance, 1e-12)
+        if self.table is not None:
+            e, zz = np.asarray(self.table[0]), np.asarray(self.table[1])
+            rate = -np.diff(zz) / np.maximum(np.diff(e), 1e-12)
+            steep = np.flatnonzero(rate >= tol)
+            k = float(e[steep[-1] + 1]) if steep.size else float(e[0])
+        else:
+            k = FAMILIES[self.family].flat_from(self.params, tol) + self.origin
         return max(k, self.first_epoch) if math.isfinite(k) else self.first_epoch
+
+    def convergence_interval(self, tolerance: float) -> tuple[float | None, float | None]:
+        """(earliest, latest) convergence epoch over the fit and its cross-validation refits.
+
+        ``(None, None)`` when the series was too short to cross-validate: there is nothing to measure
+        the spread with.
+        """
+        if not self.variants:
+            return None, None
+        got = [self.convergence_epoch(tolerance), *(v.convergence_epoch(tolerance) for v in self.variants)]
+        return min(got), max(got)
 
 
 def _clean(epochs: ArrayLike, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -225,202 +265,77 @@ def _recency_weights(k: NDArray[np.float64]) -> NDArray[np.float64]:
     return RECENCY_FLOOR + (1.0 - RECENCY_FLOOR) * (k - k[0]) / (k[-1] - k[0])
 
 
-Fitted = tuple[dict[str, float], float] | None  # (parameters, weighted SSE), or no fit
-
-
-def _observed_stats(z: Arr, obs: NDArray[np.bool_]) -> tuple[Arr, Arr]:
-    """Per weight row: the best (lowest) observed z and the observed range."""
-    zmin = np.where(obs, z, np.inf).min(1)
-    zmax = np.where(obs, z, -np.inf).max(1)
-    return zmin, zmax - zmin
-
-
-def _pick(sse: Arr, params: dict[str, Arr]) -> list[Fitted]:
-    """Best grid row per weight row (``sse`` and every parameter are (O, G) arrays)."""
-    out: list[Fitted] = []
-    for o in range(sse.shape[0]):
-        i = int(np.argmin(sse[o]))
-        if not math.isfinite(float(sse[o, i])):
-            out.append(None)
-        else:
-            out.append(({name: float(v[o, i]) for name, v in params.items()}, float(sse[o, i])))
-    return out
-
-
-def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
-    """Grid over the plateau ``c`` below every observation; ``1/(z-c) = a*k + b`` is linear.
-
-    ``W`` holds one row of weights per fit (zero for points a fit must not see); every array below
-    carries that row axis first, then the grid axis.
-    """
-    obs = W > 0
-    zmin, span = _observed_stats(z, obs)
-    scale = np.where(span > 0, span, np.maximum(np.abs(zmin), 1.0))
-    # Gaps between the best observation and the plateau, from 0.1 % to MAX_PLATEAU_GAP ranges, and
-    # never past the floor (a fraction above 1, a negative loss).
-    top = np.minimum(MAX_PLATEAU_GAP * scale, zmin - c_floor) if math.isfinite(c_floor) else MAX_PLATEAU_GAP * scale
-    usable = top > 1e-9 * scale
-    top = np.where(usable, top, scale)
-    lo = np.minimum(1e-3 * scale, top)
-    gaps = lo[:, None] * (top / lo)[:, None] ** _UNIT[None, :]  # (O, G), geometric from lo to top
-    c = zmin[:, None] - gaps
-    diff = np.where(obs[:, None, :], z[None, None, :] - c[:, :, None], 1.0)  # (O, G, n), > 0 where seen
-    y = 1.0 / diff
-    # Weighted linear regression of y on k for every grid row at once. Weighting by (z-c)^2 turns the
-    # error in y back into the error in z to first order (dy = dz / (z-c)^2).
-    ww = W[:, None, :] * diff**2
-    sw = ww.sum(2)
-    mk = (ww * k).sum(2) / sw
-    my = (ww * y).sum(2) / sw
-    cov = (ww * (k - mk[..., None]) * (y - my[..., None])).sum(2)
-    var = (ww * (k - mk[..., None]) ** 2).sum(2)
-    a = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
-    b = my - a * mk
-    # Bounds: the curve must improve (a > 0) and start finite (b > 0).
-    a = np.maximum(a, 1e-12)
-    b = np.maximum(b, 1e-12)
-    zhat = c[..., None] + 1.0 / (a[..., None] * k + b[..., None])
-    sse = (W[:, None, :] * (z - zhat) ** 2).sum(2)
-    sse = np.where(np.isfinite(sse) & usable[:, None], sse, np.inf)
-    return _pick(sse, {"a": a, "b": b, "c": c})
-
-
-def _linear_plateau_fit(basis: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr, Arr]:
-    """For every weight row and grid row, the weighted least-squares ``z ≈ c + d·basis`` with ``d >= 0``.
-
-    ``basis`` is (G, n) or (O, G, n). Returns ``(c, d, sse)`` as (O, G) arrays; combinations whose
-    plateau breaks a bound get ``sse = inf``.
-    """
-    Wg = W[:, None, :]
-    sw = W.sum(1)[:, None]
-    mb = (Wg * basis).sum(2) / sw
-    mz = ((W * z).sum(1) / W.sum(1))[:, None]
-    cov = (Wg * (basis - mb[..., None]) * (z - mz[..., None])).sum(2)
-    var = (Wg * (basis - mb[..., None]) ** 2).sum(2)
-    d = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
-    d = np.maximum(d, 0.0)  # the curve must improve: d > 0
-    c = mz - d * mb
-    sse = (Wg * (z - (c[..., None] + d[..., None] * basis)) ** 2).sum(2)
-    zmin, span = _observed_stats(z, W > 0)
-    allowed = (c >= c_floor) & (c >= (zmin - MAX_PLATEAU_GAP * np.maximum(span, 1e-12))[:, None]) & (d > 0)
-    return c, d, np.where(allowed, sse, np.inf)
-
-
-def _fit_exponential(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
-    """Grid over the rate ``r``; ``z = c + d*exp(-r*k)`` is linear in ``(c, d)``."""
-    last = np.where(W > 0, k, -np.inf).max(1)
-    span = np.maximum(last - k[0], 1.0)
-    r = (0.05 / span)[:, None] * (MAX_RATE_PER_SPAN / 0.05) ** _UNIT[None, :]  # (O, G), geometric over rates
-    e = np.exp(-r[..., None] * (k - k[0]))  # (O, G, n), shifted for conditioning
-    c, d0, sse = _linear_plateau_fit(e, z, W, c_floor)
-    # Undo the shift: d*exp(-r*(k-k0)) = (d*exp(r*k0)) * exp(-r*k).
-    d = d0 * np.exp(np.minimum(r * k[0], 700.0))
-    return _pick(sse, {"c": c, "d": d, "r": r})
-
-
-#: Power-law exponents searched (``z = c + d·(k+1)^-alpha``), from very slow to fast decay.
-_ALPHAS = 0.05 * (4.0 / 0.05) ** _UNIT
-
-
-def _fit_power(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
-    """Grid over the exponent ``alpha``; ``z = c + d*(k+1)^-alpha`` is linear in ``(c, d)``."""
-    basis = (k[None, :] + 1.0) ** (-_ALPHAS[:, None])
-    c, d, sse = _linear_plateau_fit(basis, z, W, c_floor)
-    return _pick(sse, {"c": c, "d": d, "alpha": np.broadcast_to(_ALPHAS, c.shape)})
-
-
-@dataclass(frozen=True)
-class _Family:
-    """One curve family: its fit, its formula, and the closed forms the predictions need."""
-
-    fit: Callable[[Arr, Arr, Arr, float], list[Fitted]]  # (k, z, weight rows, floor) -> one fit per row
-    z: Callable[[dict[str, float], Arr], Arr]  # the curve in badness units
-    epoch_at: Callable[[dict[str, float], float], float]  # epoch where z = zt (for zt > c)
-    flat_from: Callable[[dict[str, float], float], float]  # first epoch with |dz/dk| < tol
-    rescale: Callable[[dict[str, float], float, float], dict[str, float]]  # params for z = shift + scale*u
-
-
-def _hyperbola_flat(p: dict[str, float], tol: float) -> float:
-    # |dz/dk| = a / (a*k + b)^2 < tol  <=>  k > (sqrt(a/tol) - b) / a
-    return (math.sqrt(p["a"] / tol) - p["b"]) / p["a"]
-
-
-def _exponential_flat(p: dict[str, float], tol: float) -> float:
-    # |dz/dk| = d*r*exp(-r*k) < tol  <=>  k > ln(d*r/tol) / r
-    return math.log(max(p["d"] * p["r"] / tol, 1.0)) / p["r"]
-
-
-def _power_flat(p: dict[str, float], tol: float) -> float:
-    # |dz/dk| = d*alpha*(k+1)^-(alpha+1) < tol  <=>  k+1 > (d*alpha/tol)^(1/(alpha+1))
-    return (p["d"] * p["alpha"] / tol) ** (1.0 / (p["alpha"] + 1.0)) - 1.0
-
-
-FAMILIES: dict[str, _Family] = {
-    "hyperbola": _Family(
-        fit=_fit_hyperbola,
-        z=lambda p, k: p["c"] + 1.0 / (p["a"] * k + p["b"]),
-        epoch_at=lambda p, zt: (1.0 / (zt - p["c"]) - p["b"]) / p["a"],
-        flat_from=_hyperbola_flat,
-        # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
-        rescale=lambda p, sh, sc: {"a": p["a"] / sc, "b": p["b"] / sc, "c": sh + sc * p["c"]},
-    ),
-    "exponential": _Family(
-        fit=_fit_exponential,
-        z=lambda p, k: p["c"] + p["d"] * np.exp(-p["r"] * k),
-        epoch_at=lambda p, zt: -math.log((zt - p["c"]) / p["d"]) / p["r"],
-        flat_from=_exponential_flat,
-        rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "r": p["r"]},
-    ),
-    "power": _Family(
-        fit=_fit_power,
-        z=lambda p, k: p["c"] + p["d"] * (np.asarray(k) + 1.0) ** (-p["alpha"]),
-        epoch_at=lambda p, zt: ((zt - p["c"]) / p["d"]) ** (-1.0 / p["alpha"]) - 1.0,
-        flat_from=_power_flat,
-        rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "alpha": p["alpha"]},
-    ),
-}
-
-
 def _predict_z(family: str, params: dict[str, float], k: NDArray[np.float64]) -> NDArray[np.float64]:
     return FAMILIES[family].z(params, k)
 
 
+def _natural_range(v: Arr) -> tuple[float, float]:
+    """[0, 1] for a fraction (accuracy, F1, hit rate), [0, inf) for a non-negative metric (loss, WER)."""
+    if v.size and v.min() >= 0.0 and v.max() <= 1.0:
+        return (0.0, 1.0)
+    if v.size and v.min() >= 0.0:
+        return (0.0, math.inf)
+    return (-math.inf, math.inf)
+
+
 def fit_learning_curve(
-    epochs: ArrayLike, values: ArrayLike, direction: Direction, *, families: tuple[str, ...] | None = None
+    epochs: ArrayLike,
+    values: ArrayLike,
+    direction: Direction,
+    *,
+    families: tuple[str, ...] | None = None,
+    prior: CurvePrior | None = None,
+    after_drop: bool = False,
 ) -> CurveFit | CannotPredict:
     """Fit the best family to ``(epoch, value)`` points.
 
     ``families`` restricts the choice (names from :data:`FAMILIES`); by default all compete.
+    ``prior`` (optional): curves of similar earlier runs (:class:`models.curve_prior.CurvePrior`); it
+    competes with the families in the cross-validation, is used alone when there are too few points
+    to cross-validate, and lets a same-task prior predict from 1-2 points. ``None`` (the default)
+    keeps the prior-free behaviour. ``after_drop``: look for learning-rate drops
+    (:mod:`models.changepoint`) and fit only the newest phase; off by default because, measured on
+    the real curves, the newest phase alone cannot foresee the *next* drop and predicted worse than
+    the whole history (``docs/models.md``); the detected drops are then listed in ``CurveFit.drops``.
 
     Non-finite points and negative epochs are dropped. Returns :class:`CannotPredict` (never raises)
-    when fewer than :data:`MIN_POINTS` usable points remain or the values do not vary.
+    when fewer than :data:`MIN_POINTS` usable points remain or the values do not vary (and no prior
+    can speak for them).
     """
     k, v = _clean(epochs, values)
     n = int(k.size)
-    if n < MIN_POINTS:
-        return CannotPredict(f"only {n} usable point(s); need {MIN_POINTS}", n)
-    with np.errstate(all="ignore"):
-        unchanged = float(np.ptp(v)) <= 1e-12 * max(1.0, float(np.abs(v).max()))
-    if unchanged:
-        return CannotPredict("the metric has not changed", n)
     sign = 1.0 if direction == "lower" else -1.0
+    value_range = _natural_range(v)
+    with np.errstate(all="ignore"):
+        unchanged = n > 0 and float(np.ptp(v)) <= 1e-12 * max(1.0, float(np.abs(v).max()))
+    if n < MIN_POINTS or unchanged:
+        alone = _prior_only(k, v, direction, prior, value_range) if (prior is not None and n > 0) else None
+        if alone is not None:
+            return alone
+        if n < MIN_POINTS:
+            return CannotPredict(f"only {n} usable point(s); need {MIN_POINTS}", n)
+        return CannotPredict("the metric has not changed", n)
+
+    # A learning-rate drop starts a new phase: the families and the prior see only the newest one
+    # (the families count epochs from the last epoch before it; the prior keeps absolute epochs, so
+    # its references' own drops stay where they were).
+    found = detect_drops(sign * v) if after_drop else []
+    start = found[-1] if found else 0
+    with np.errstate(all="ignore"):
+        if start and float(np.ptp(v[start:])) <= 1e-12 * max(1.0, float(np.abs(v[start:]).max())):
+            start = 0  # a phase without variation cannot be fitted on its own
+    origin = float(k[start - 1]) if start else 0.0
+    kp, vp = k[start:] - origin, v[start:]
     # Fit in standardised units (z = shift + scale * u) so huge or tiny metrics stay well conditioned;
     # parameters are mapped back to value units at the end.
     with np.errstate(all="ignore"):
-        shift = float(np.mean(sign * v))
-        scale = float(np.ptp(v))
+        shift = float(np.mean(sign * vp))
+        scale = float(np.ptp(vp))
     if not (math.isfinite(shift) and math.isfinite(scale)):
         return CannotPredict("values too large to fit", n)
-    z = (sign * v - shift) / scale
-    w = _recency_weights(k)
-
-    # Choose the family on the held-out tail when there are enough points.
+    z = (sign * vp - shift) / scale
+    w = _recency_weights(kp)
     # Natural bounds of the metric, as a floor on the plateau in z (badness) units.
-    value_range = (-math.inf, math.inf)
-    if v.min() >= 0.0 and v.max() <= 1.0:
-        value_range = (0.0, 1.0)  # a fraction (accuracy, F1, hit rate)
-    elif v.min() >= 0.0:
-        value_range = (0.0, math.inf)  # a non-negative metric (loss, WER)
     if direction == "higher" and value_range[1] == 1.0:
         floor_z = -1.0  # a fraction cannot exceed 1
     elif direction == "lower" and v.min() >= 0.0:
@@ -428,94 +343,191 @@ def fit_learning_curve(
     else:
         floor_z = -math.inf
     c_floor = (floor_z - shift) / scale
+
+    prior_rows: Callable[[list[int]], list[PriorFit | None]] | None = None
+    if prior is not None:
+        w_all = _recency_weights(k)
+
+        def prior_rows(counts: list[int]) -> list[PriorFit | None]:
+            idx = np.arange(n)[None, :]
+            seen = (idx >= start) & (idx < start + np.array(counts)[:, None])
+            return fit_prior(k, sign * v, np.where(seen, w_all, 0.0), prior, sign)
+
     chosen = {name: FAMILIES[name].fit for name in (families or tuple(FAMILIES))}
     with np.errstate(all="ignore"):
-        got = _fit(k, z, w, n, direction, v, shift, scale, c_floor, chosen)
-    return replace(got, value_range=value_range) if isinstance(got, CurveFit) else got
+        got = _fit(kp, z, w, direction, v, shift, scale, c_floor, chosen, prior_rows, origin)
+    if isinstance(got, CurveFit):
+        drop_epochs = tuple(float(k[i]) for i in found)
+        got = replace(
+            got,
+            value_range=value_range,
+            drops=drop_epochs,
+            variants=tuple(replace(x, value_range=value_range, drops=drop_epochs) for x in got.variants),
+        )
+    return got
+
+
+def _prior_only(
+    k: Arr, v: Arr, direction: Direction, prior: CurvePrior, value_range: tuple[float, float]
+) -> CurveFit | None:
+    """The prior alone, for histories too short (or too flat) for any family; ``None`` if it cannot help."""
+    sign = 1.0 if direction == "lower" else -1.0
+    with np.errstate(all="ignore"):
+        pf = fit_prior(k, sign * v, _recency_weights(k)[None, :], prior, sign)[0]
+    if pf is None:
+        return None
+    last = float(k[-1])
+    return CurveFit(
+        family="prior",
+        direction=direction,
+        params=_prior_params(pf),
+        residual_std=math.sqrt(pf.sse / max(float(k.size), 1.0)),
+        # No cross-validation: the band grows with the references' disagreement about the end.
+        drift_std=pf.spread_end / max(float(pf.epochs[-1]) - last, 1.0),
+        holdout_error=None,
+        n_points=int(k.size),
+        first_epoch=float(k[0]),
+        last_epoch=last,
+        last_value=float(v[-1]),
+        value_range=value_range,
+        table=(tuple(float(x) for x in pf.epochs), tuple(float(x) for x in pf.z)),
+    )
+
+
+def _prior_params(pf: PriorFit) -> dict[str, float]:
+    return {"c": float(pf.z[-1]), "warp": pf.warp, "scale": pf.scale, "offset": pf.offset, "references": float(pf.references)}
 
 
 def _fit(
     k: NDArray[np.float64],
     z: NDArray[np.float64],
     w: NDArray[np.float64],
-    n: int,
     direction: Direction,
     v: NDArray[np.float64],
     shift: float,
     scale: float,
     c_floor: float,
     fitters: dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]],
+    prior_rows: Callable[[list[int]], list[PriorFit | None]] | None,
+    origin: float,
 ) -> CurveFit | CannotPredict:
+    """Choose and fit a family on one phase: ``k`` counts epochs from ``origin``, ``z`` is standardised."""
+    n = int(k.size)
+    # A candidate's fit on some weight row: family parameters (standardised units) or a prior curve.
+    Fit = tuple[dict[str, float], float] | PriorFit
+
+    def predict(name: str, fit: Fit, kk: Arr) -> Arr:
+        if isinstance(fit, PriorFit):
+            return (fit.at(kk + origin) - shift) / scale
+        return FAMILIES[name].z(fit[0], kk)
+
+    def plateau(name: str, fit: Fit) -> float:
+        return (float(fit.z[-1]) - shift) / scale if isinstance(fit, PriorFit) else fit[0]["c"]
+
     # Time-series cross-validation: from several forecast origins, fit on the points before and score
     # the prediction of every point after (RMS, badness units).
     cv: dict[str, float] = {}
-    forecast: dict[str, tuple[Arr, Arr]] = {}  # per family: forecast errors and their horizons
-    full: dict[str, Fitted] = {}  # per family: the fit on every point
+    forecast: dict[str, tuple[Arr, Arr]] = {}  # per candidate: forecast errors and their horizons
+    full: dict[str, Fit] = {}  # per candidate: the fit on every point
+    at_origins: dict[str, list[Fit]] = {}  # per candidate: the fits at the forecast origins
     origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
+    runs: dict[str, list[Fit | None]] = {}
     if n >= MIN_POINTS_FOR_HOLDOUT and origins:
         # One weight row per forecast origin (points after it unseen), plus one with every point:
-        # each family is fitted for all of them in a single call.
+        # each candidate is fitted for all of them in a single call.
         seen = np.arange(n)[None, :] < np.array([*origins, n])[:, None]
         rows = np.where(seen, w, 0.0)
         for name, fitter in fitters.items():
-            *got, full[name] = fitter(k, z, rows, c_floor)
-            if any(g is None for g in got):
+            runs[name] = list(fitter(k, z, rows, c_floor))
+        if prior_rows is not None:
+            runs["prior"] = list(prior_rows([*origins, n]))
+        for name, got in runs.items():
+            *cvfits, last = got
+            if last is not None:
+                full[name] = last
+            if any(g is None for g in cvfits):
                 continue
             errs: list[float] = []
             pairs: list[tuple[Arr, Arr]] = []
-            for o, g in zip(origins, got, strict=True):
+            for o, g in zip(origins, cvfits, strict=True):
                 assert g is not None
-                err = z[o:] - _predict_z(name, g[0], k[o:])
+                err = z[o:] - predict(name, g, k[o:])
                 errs.append(float(np.sqrt(np.mean(err**2))))
                 pairs.append((err, k[o:] - k[o - 1]))
             cv[name] = float(np.mean(errs))
             forecast[name] = (np.concatenate([e for e, _ in pairs]), np.concatenate([h for _, h in pairs]))
+            at_origins[name] = [g for g in cvfits if g is not None]
 
-    # Among the families that forecast about as well as the best (within LATE_TOLERANCE), take the
+    # Among the candidates that forecast about as well as the best (within LATE_TOLERANCE), take the
     # one with the most improvement left: measured on real curves, the usual failure is a plateau
-    # reached too early, not too late. Too few points to cross-validate: the power law.
+    # reached too early, not too late. Too few points to cross-validate: the prior if there is one,
+    # else the power law.
     fallback = DEFAULT_FAMILY if DEFAULT_FAMILY in fitters else next(iter(fitters))
-    order = sorted(cv, key=lambda nm: (cv[nm], nm)) if cv else [fallback]
-    fits: dict[str, tuple[dict[str, float], float]] = {}
+    family: str | None = None
+    chosen_fit: Fit | None = None
     if cv:
+        order = sorted(cv, key=lambda nm: (cv[nm], nm))
         best = cv[order[0]]
         close = {nm: f for nm in order if cv[nm] <= LATE_TOLERANCE * best and (f := full.get(nm)) is not None}
         if close:
-            latest = min(close, key=lambda nm: (close[nm][0]["c"], nm))  # lowest plateau in badness units
-            fits = {latest: close[latest]}
-    order += [name for name in fitters if name not in order]
-    for name in order if not fits else ():
-        one = full[name] if name in full else fitters[name](k, z, w[None, :], c_floor)[0]
-        if one is not None:
-            fits[name] = one
-            break
-    if not fits:
+            family = min(close, key=lambda nm: (plateau(nm, close[nm]), nm))  # lowest plateau in badness units
+            chosen_fit = close[family]
+    if family is None and prior_rows is not None and not cv:
+        pf = prior_rows([n])[0]
+        if pf is not None:
+            family, chosen_fit = "prior", pf
+    if family is None:
+        for name in [*sorted(cv, key=lambda nm: (cv[nm], nm)), fallback, *fitters]:
+            if name == "prior" or name not in fitters:
+                continue
+            one = full[name] if name in full else fitters[name](k, z, w[None, :], c_floor)[0]
+            if one is not None:
+                family, chosen_fit = name, one
+                break
+    if family is None or chosen_fit is None:
         return CannotPredict("no family fits these points", n)
-    family = next(iter(fits))
-    params, sse = _to_value_units(family, fits[family][0], shift, scale), fits[family][1]
+
     dof = max(n - 3, 1)
-    sd_u = math.sqrt(sse / float(w.sum()) * n / dof)
-    residual_std = scale * sd_u
-    # How fast forecast errors grow with the horizon, from the cross-validation of this family:
+    # How fast forecast errors grow with the horizon, from the cross-validation of this candidate:
     # err^2 ~ sd^2 + (drift * h)^2, so drift^2 = mean(max(err^2 - sd^2, 0) / h^2).
+    sse = float((w * (z - predict(family, chosen_fit, k)) ** 2).sum())
+    sd_u = math.sqrt(sse / float(w.sum()) * n / dof)
     drift = 0.0
     if family in forecast:
         err, h = forecast[family]
         drift = scale * math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
+    elif isinstance(chosen_fit, PriorFit):
+        drift = chosen_fit.spread_end / max(float(chosen_fit.epochs[-1]) - float(k[-1] + origin), 1.0)
     cv_value_units = {name: scale * e for name, e in cv.items()}
-    return CurveFit(
-        family=family,  # type: ignore[arg-type]
-        direction=direction,
-        params=params,
-        residual_std=residual_std,
-        drift_std=drift,
-        holdout_error=cv_value_units.get(family),
-        n_points=n,
-        first_epoch=float(k[0]),
-        last_epoch=float(k[-1]),
-        last_value=float(v[-1]),
-        candidates=cv_value_units or {name: scale * math.sqrt(s / float(w.sum())) for name, (_, s) in fits.items()},
-    )
+
+    def build(fit: Fit, last_idx: int) -> CurveFit:
+        if isinstance(fit, PriorFit):
+            params = _prior_params(fit)
+            table: tuple[tuple[float, ...], tuple[float, ...]] | None = (
+                tuple(float(x) for x in fit.epochs),
+                tuple(float(x) for x in fit.z),
+            )
+        else:
+            params, table = _to_value_units(family, fit[0], shift, scale), None
+        return CurveFit(
+            family=family,  # type: ignore[arg-type]
+            direction=direction,
+            params=params,
+            residual_std=scale * sd_u,
+            drift_std=drift,
+            holdout_error=cv_value_units.get(family),
+            n_points=n,
+            first_epoch=float(k[0] + origin),
+            last_epoch=float(k[last_idx] + origin),
+            last_value=float(v[v.size - n + last_idx]),  # v holds every point, the phase is its tail
+            candidates=cv_value_units,
+            origin=origin if table is None else 0.0,
+            table=table,
+        )
+
+    main = build(chosen_fit, n - 1)
+    variants = tuple(build(g, o - 1) for o, g in zip(origins, at_origins.get(family, []), strict=False))
+    return replace(main, variants=variants)
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:
