@@ -34,6 +34,7 @@ of a reference the curve stays at its last value.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -85,11 +86,11 @@ class CurvePrior:
 
     @staticmethod
     def of(
-        curves: list[tuple[ArrayLike, ArrayLike]],
+        curves: Sequence[tuple[ArrayLike, ArrayLike]],
         *,
         same_task: bool = True,
         warp_range: tuple[float, float] = (0.67, 1.5),
-        directions: list[Literal["higher", "lower"] | None] | None = None,
+        directions: Sequence[Literal["higher", "lower"] | None] | None = None,
     ) -> CurvePrior:
         """Build from ``[(epochs, values), ...]`` (and optionally each one's direction)."""
         refs = []
