@@ -103,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     ck.add_argument("snapshot")
     ck.add_argument("plan")
+
+    from flowplan import simulate
+
+    simulate.register(sub)
     return p
 
 
@@ -197,6 +201,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        # Subcommands in their own modules (flowplan/<name>.py, wired with register(sub)) set ``func``.
+        if getattr(args, "func", None) is not None:
+            return int(args.func(args))
         if args.command == "plan":
             return _cmd_plan(args)
         if args.command == "schema":

@@ -32,6 +32,15 @@ class ObjectiveWeights:
     #: The makespan term is weighted by the sum of the job weights times this factor, so shortening
     #: the makespan by one quantum is worth as much as shortening every job's completion by one.
     makespan_factor: float = 1.0
+    #: Completion-time weights lean towards jobs with less work left: job j's completion counts
+    #: ``(median remaining / remaining_j) ** completion_tilt`` times its priority weight (clipped to
+    #: [1/8, 8]). The planner's model holds each allocation until the job is done, which alone would
+    #: favour long jobs; in reality a finished job's resources go to the others at the next interval,
+    #: where shortest-remaining-first minimises mean completion time. 0 turns the lean off.
+    completion_tilt: float = 1.0
+    #: Time to tier 1 counts in the completion term too, this many times the job's completion weight,
+    #: for jobs with a tier-1 target not yet reached (TRADL: deliver a usable model soon).
+    tier1_time_factor: float = 1.0
     #: Extra cost of changing a job's allocation, in quanta per action, on top of the seconds it loses:
     #: keeps the plan from flapping between near-equal options.
     resize_quanta: int = 1

@@ -207,14 +207,15 @@ def decode(
             unserved_cost += m.wait_unserved
             qoe += m.wait_qoe
             churn += m.wait_churn
-            completion += m.weight * m.wait_q
+            completion += m.wait_time_cost
             fq_max = max(fq_max, m.wait_q)
             finish_seconds.append(m.wait_finish_s)
             lost = job.checkpoint_seconds if job.status == "running" else 0.0
         else:
             qoe += int(m.qoe_cost[way, level])
             churn += int(m.churn_cost[way, level])
-            completion += m.weight * int(m.finish_q[way, level])
+            assert m.time_cost is not None
+            completion += int(m.time_cost[way, level])
             fq_max = max(fq_max, int(m.finish_q[way, level]))
             finish_seconds.append(float(m.finish_s[way, level]))
             lost = float(m.lost[way])

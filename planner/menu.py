@@ -93,6 +93,9 @@ class JobMenu:
     churn_cost: np.ndarray | None = None
     wait_q: int = 0
     wait_cost: int = 0
+    completion_weight: int = 1  # c_j: the completion term's weight (see planner.objective)
+    time_cost: np.ndarray | None = None  # (3, L) completion term (finish and time to tier 1)
+    wait_time_cost: int = 0
     wait_qoe: int = 0
     wait_unserved: int = 0
     wait_churn: int = 0

@@ -2,12 +2,16 @@
 
 The IP minimises::
 
-    Σ_j unserved_j  +  Σ_j qoe_j  +  A · M  +  Σ_j w_j · f_j  +  Σ_j churn_j
+    Σ_j unserved_j  +  Σ_j qoe_j  +  A · M  +  Σ_j c_j · f_j  +  Σ_j churn_j
 
 - ``f_j`` — job j's predicted finish, in *quanta* (``quantum_seconds = horizon / time_resolution``,
   the horizon being the latest finish over every option considered); ``M ≥ f_j`` for every job is the
   makespan.
-- ``w_j = max(1, round(priority_j · priority_scale))`` — integer job weight.
+- ``w_j = max(1, round(priority_j · priority_scale))`` — integer job weight; the completion term uses
+  ``c_j``, the same weight leaned towards jobs with less work left (``completion_tilt``: the model
+  holds allocations until done, but freed resources are re-planned every interval, where
+  shortest-remaining-first wins on mean completion time). ``f_j`` also counts the time to tier 1,
+  ``tier1_time_factor`` times, while a job has not reached it (TRADL: usable models early).
 - ``A = round(makespan_factor · Σ_j w_j)`` — makespan weight: one quantum of makespan is worth one
   quantum of every job's completion.
 - ``qoe_j`` — for a missed tier-2 deadline ``ceil(qoe_dominance · (A + Σw) · R · w_j / w_1)`` where
@@ -56,9 +60,13 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
     total_w = int(sum(m.weight for m in menus))
     A = max(1, int(round(w.makespan_factor * total_w)))
     w1 = max(1, int(round(w.priority_scale)))
-    qoe_unit = w.qoe_dominance * (A + total_w) * R / w1
-    for m in menus:
+    cw = _completion_weights(menus, w.completion_tilt)
+    t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
+    qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w))) * R / w1
+    for m, c, c1 in zip(menus, cw, t1w, strict=True):
         fq = np.minimum(np.ceil(m.finish_s / q), R).astype(np.int64)
+        # Time to tier 1 (unreachable or unknown: the finish), in quanta.
+        t1q = np.where(np.isfinite(m.t1_s), np.minimum(np.ceil(np.nan_to_num(m.t1_s, nan=0.0) / q), R), fq).astype(np.int64)
         t2_cost = int(math.ceil(qoe_unit * m.weight))
         t1_cost = int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2))
         qoe = (m.t1_met == 0) * t1_cost + (m.t2_met == 0) * t2_cost
@@ -70,7 +78,9 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.finish_q = fq
         m.qoe_cost = qoe.astype(np.int64)
         m.churn_cost = churn
-        m.cost = m.qoe_cost + m.weight * fq + churn
+        m.completion_weight = c
+        m.time_cost = c * fq + c1 * t1q
+        m.cost = m.qoe_cost + m.time_cost + churn
         m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
         # Waiting misses every deadline still open (conservative: it might still make a late one).
         m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
@@ -81,5 +91,35 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.wait_unserved = 0 if done else int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * w.migration_quanta if pausing else 0
-        m.wait_cost = m.wait_unserved + m.wait_qoe + m.weight * m.wait_q + m.wait_churn
+        m.wait_time_cost = (c + c1) * m.wait_q
+        m.wait_cost = m.wait_unserved + m.wait_qoe + m.wait_time_cost + m.wait_churn
     return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)
+
+
+def _tier1_open(m: JobMenu) -> bool:
+    """A tier-1 target the job has not reached yet (time to it is worth shortening)."""
+    o = m.outlook
+    return o.job.target is not None and not o.tier1_reached
+
+
+def _completion_weights(menus: Sequence[JobMenu], tilt: float) -> list[int]:
+    """Integer completion weights: the priority weight leaned towards jobs with less work left.
+
+    A job's work left is its fastest predicted finish over its options; the lean is
+    ``(median / own) ** tilt`` clipped to [1/8, 8], so the weights stay within 64x of each other.
+    """
+    if tilt <= 0 or not menus:
+        return [m.weight for m in menus]
+    left = []
+    for m in menus:
+        f = m.finish_s[np.isfinite(m.finish_s)]
+        left.append(float(np.min(f)) if f.size else math.inf)
+    finite = [x for x in left if math.isfinite(x) and x > 0]
+    if not finite:
+        return [m.weight for m in menus]
+    mid = float(np.median(finite))
+    out = []
+    for m, x in zip(menus, left, strict=True):
+        lean = 1.0 if not math.isfinite(x) else min(8.0, max(1.0 / 8.0, (mid / max(x, 1e-9)) ** tilt))
+        out.append(max(1, int(round(m.weight * lean))))
+    return out

@@ -7,8 +7,8 @@ epochs, minus the time it is blocked starting or restarting.
 
 What a policy sees (``observe``) is only what a real adapter observes: per-epoch metric reports
 (the measured value with relative Gaussian noise), the seconds per epoch measured at the
-allocations the job has held (whole epochs that ran at one allocation without a restart), its
-targets and bounds. What it does (``apply``):
+allocations the job has held (from the step counter jobs log with their progress: time spent
+training at an allocation over the epochs gained there), its targets and bounds. What it does (``apply``):
 
 - ``start``: after ``restart_seconds`` of start-up, training runs from the last checkpoint;
 - ``resize``: live, no loss (jobs that are ``resizable``); otherwise the loop sends ``migrate``;
@@ -35,6 +35,9 @@ from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary
 from planner.snapshot import Allocation, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
+#: Least progress at one allocation (in epochs) before its speed is reported.
+MIN_SPEED_EPOCHS = 0.02
+
 
 @dataclass
 class SimJob:
@@ -49,8 +52,7 @@ class SimJob:
     blocked_until: float = 0.0
     history: list[MetricPoint] = field(default_factory=list)
     reported: list[float] = field(default_factory=list)  # reported metric per epoch
-    epoch_started: float | None = None  # when the current epoch began at the current allocation (None: not clean)
-    speed_obs: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    trained: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # alloc -> [seconds, epochs]
     first_start: float | None = None
     finish: float | None = None
     tier1_time: float | None = None
@@ -129,17 +131,18 @@ class SimCluster:
         start = max(t0, j.blocked_until)
         if start >= t1:
             return
-        if j.epoch_started is not None and j.epoch_started < start and j.blocked_until > t0:
-            j.epoch_started = None
         rate = j.rate()
         if rate <= 0:
             return
         end = j.progress + (t1 - start) * rate
+        trained = j.trained.setdefault((j.cpu_millis, j.gpus), [0.0, 0.0])
         k = math.floor(j.progress) + 1
         while k <= end + 1e-12 and k <= j.spec.epochs:
             tk = start + (k - j.progress) / rate
             self._epoch_done(j, k, tk)
             if j.status == "finished":
+                trained[0] += tk - start
+                trained[1] += k - j.progress
                 held_after = t1 - tk  # resources are released at the finish, not at the interval's end
                 j.busy_seconds -= held_after
                 self.used_cpu_seconds -= held_after * j.cpu_millis / 1000.0
@@ -148,6 +151,8 @@ class SimCluster:
                 j.progress = float(k)
                 return
             k += 1
+        trained[0] += t1 - start
+        trained[1] += end - j.progress
         j.work += end - j.progress
         j.progress = end
 
@@ -159,9 +164,6 @@ class SimCluster:
         field_name = METRICS[j.spec.model][2]
         point = {"time": round(tk, 3), "epoch": k, field_name: round(v, 6)}
         j.history.append(MetricPoint(**point))
-        if j.epoch_started is not None:
-            j.speed_obs.setdefault((j.cpu_millis, j.gpus), []).append(tk - j.epoch_started)
-        j.epoch_started = tk
         if j.tier1_time is None and j.reaches(j.spec.tier1, v):
             j.tier1_time = tk
         if j.tier2_time is None and j.reaches(j.spec.tier2, v):
@@ -196,14 +198,18 @@ class SimCluster:
             target = QoETarget(
                 metric=metric if field_name == "metric" else "loss",
                 direction=direction,
-                tier1=Tier(value=s.tier1 if s.tier1 is not None else j.truth.curve.values[-1], deadline=s.tier1_deadline),
+                tier1=Tier(
+                    value=s.tier1 if s.tier1 is not None else j.truth.curve.values[s.epochs - 1], deadline=s.tier1_deadline
+                ),
                 tier2=tier2,
                 max_epochs=s.epochs,
             )
+            # Seconds per epoch at each allocation held, from the step counter the jobs log with
+            # their progress (the JSON-lines format): time spent training / epochs gained there.
             speed = [
-                SpeedPoint(cpu_millis=max(1, c), gpus=g, seconds_per_epoch=round(float(np.mean(v)), 4))
-                for (c, g), v in sorted(j.speed_obs.items())
-                if v and c >= 1
+                SpeedPoint(cpu_millis=max(1, c), gpus=g, seconds_per_epoch=round(sec / ep, 4))
+                for (c, g), (sec, ep) in sorted(j.trained.items())
+                if ep >= MIN_SPEED_EPOCHS and c >= 1
             ]
             running = j.status == "running"
             jobs.append(
@@ -278,7 +284,6 @@ class SimCluster:
                 return Outcome(c, False, "conflict", "not pending")
             j.status, j.node, j.cpu_millis, j.gpus = "running", c.node, c.cpu_millis, c.gpus
             j.blocked_until = now + j.spec.restart_seconds
-            j.epoch_started = None
             j.progress = math.floor(j.progress + 1e-9)
             if j.first_start is None:
                 j.first_start = now
@@ -290,7 +295,6 @@ class SimCluster:
             if not j.spec.resizable or c.node != j.node:
                 return Outcome(c, False, "invalid", "cannot resize live")
             j.cpu_millis, j.gpus = c.cpu_millis, c.gpus
-            j.epoch_started = None  # this epoch ran at two allocations: not a clean speed sample
             j.resizes += 1
             return Outcome(c, True)
         if c.kind == "migrate":
@@ -307,4 +311,3 @@ class SimCluster:
         done = math.floor(j.progress + 1e-9)
         j.lost_epochs += j.progress - done
         j.progress = float(done)
-        j.epoch_started = None

@@ -88,12 +88,15 @@ def makespan_lower_bound(scenario: Scenario, jobs: list[JobSpec], library: Trace
     for s in jobs:
         truth = GroundTruth(library, s.model, s.batch_size, s.kind, s.cpu_scale)
         # Epochs needed: to the final tier by the measured curve (stop_at_target), else all epochs.
+        # Reports are noisy, so a job may stop where the truth is within 3 noise sigmas of the tier.
         final = s.tier2 if s.tier2 is not None else s.tier1
-        reach = truth.first_epoch_reaching(final) if (scenario.stop_at_target and final is not None) else None
-        # With noisy reports a job may stop a little earlier; count from the smallest epoch it could stop at.
-        epochs = float(min(s.epochs, reach)) if reach is not None else float(s.epochs)
-        if scenario.noise > 0 and reach is not None:
-            epochs = max(1.0, epochs - 3)
+        epochs = float(s.epochs)
+        if scenario.stop_at_target and final is not None:
+            slack = 1.0 + 3.0 * scenario.noise
+            for k, v in enumerate(truth.curve.values[: s.epochs], start=1):
+                if (v * slack >= final) if truth.direction == "higher" else (v / slack <= final):
+                    epochs = float(k)
+                    break
         gpu_counts = range(max(s.min_gpus, 1), s.max_gpus + 1) if s.kind == "gpu" else range(0, 1)
         best_t = min(truth.epoch_seconds(s.max_cpu_millis, g) for g in gpu_counts)
         longest = max(longest, s.arrival - t0 + epochs * best_t)
@@ -139,11 +142,7 @@ def simulate(
             timeline.append(
                 {
                     "time": tick.time,
-                    "alloc": {
-                        j.spec.id: [j.cpu_millis, j.gpus]
-                        for j in cluster.jobs.values()
-                        if j.status == "running"
-                    },
+                    "alloc": {j.spec.id: [j.cpu_millis, j.gpus] for j in cluster.jobs.values() if j.status == "running"},
                 }
             )
             for a in tick.plan.assignments:

@@ -32,6 +32,7 @@ import csv
 import math
 import tomllib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ class Scenario:
                 r["_where"] = f"jobs[{i}]"
                 rows.append(r)
         if self.trace is not None:
-            rows.extend(_trace_rows(self.trace, rng, data))
+            rows.extend(_trace_rows(self.trace, rng, data, library))
         jobs = [_job(r, rng, library, self) for r in rows]
         jobs.sort(key=lambda j: (j.arrival, j.id))
         return jobs
@@ -145,9 +146,10 @@ def _num(v: Any, where: str, *, lo: float | None = None, hi: float | None = None
     return x
 
 
-def _tier_value(truth: GroundTruth, share: float) -> float:
-    """A tier as a share of the final measured value: ``share × final`` when higher is better, ``final / share`` otherwise."""
-    final = truth.curve.values[-1]
+def _tier_value(truth: GroundTruth, share: float, epochs: int) -> float:
+    """A tier as a share of the measured value at the job's last epoch (``epochs``): ``share × final``
+    when higher is better, ``final / share`` otherwise."""
+    final = truth.curve.values[epochs - 1]
     return final * share if truth.direction == "higher" else final / share
 
 
@@ -191,7 +193,7 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         tiers[t] = tiers[f"{t}_deadline"] = None
         if share is None:
             continue
-        value = _tier_value(truth, share)
+        value = _tier_value(truth, share, epochs)
         tiers[t] = round(value, 4)
         factor = r.get(f"{t}_deadline")
         if factor is not None:
@@ -237,7 +239,7 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     unknown = sorted(set(row) - _JOB_KEYS)
     if unknown:
         raise ScenarioError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(sorted(_JOB_KEYS))})")
-    for key in (("id", "model", "batch_size") if need_id else ("model", "batch_size")):
+    for key in ("id", "model", "batch_size") if need_id else ("model", "batch_size"):
         if key not in row:
             raise ScenarioError(f"{where}.{key}: missing")
     if "model" in row and row["model"] not in METRICS:
@@ -287,12 +289,27 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     return row
 
 
-def _trace_rows(trace: dict[str, Any], rng: np.random.Generator, data: Path | None) -> list[dict[str, Any]]:
+def _timestamp(text: str, path: Path) -> float:
+    """Seconds of a Philly timestamp (``2017-10-09 07:01:55``, or plain seconds)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise ScenarioError(f"trace.philly: {path}: bad timestamp {text!r}") from None
+
+
+def _trace_rows(
+    trace: dict[str, Any], rng: np.random.Generator, data: Path | None, library: TraceLibrary
+) -> list[dict[str, Any]]:
     """Jobs from a Pollux workload CSV (``workload``) or sampled from Philly (``philly``)."""
     if data is None:
         raise ScenarioError("trace: this scenario reads a trace from the data folder; pass --data ../shared/data")
     defaults = dict(trace.get("job", {}))
     limit = int(trace.get("limit", 10**9))
+    max_epochs = int(trace.get("max_epochs", 10**9))
     scale = float(trace.get("time_scale", 1.0))
     rows: list[dict[str, Any]] = []
     if "workload" in trace:
@@ -314,7 +331,7 @@ def _trace_rows(trace: dict[str, Any], rng: np.random.Generator, data: Path | No
         if not path.is_file():
             raise ScenarioError(f"trace.philly: file not found: {path}")
         with path.open(newline="") as f:
-            all_rows = [(float(r["timestamp"]), int(r["num_gpus"])) for r in csv.DictReader(f)]
+            all_rows = [(_timestamp(r["timestamp"], path), int(r["num_gpus"])) for r in csv.DictReader(f)]
         all_rows.sort()
         n = min(limit, len(all_rows))
         start = int(rng.integers(0, max(1, len(all_rows) - n)))
@@ -333,6 +350,11 @@ def _trace_rows(trace: dict[str, Any], rng: np.random.Generator, data: Path | No
         raise ScenarioError("trace: needs 'workload' (a Pollux workload CSV) or 'philly' (the Philly trace CSV)")
     for r in rows:
         _check_job_row({k: v for k, v in r.items() if k != "_where"}, r["_where"])
+        if max_epochs < 10**9:
+            try:
+                r["epochs"] = min(max_epochs, library.curve(r["model"], int(r["batch_size"])).epochs)
+            except TraceError as e:
+                raise ScenarioError(f"{r['_where']}: {e}") from None
         if r["max_gpus"] < r["min_gpus"]:
             r["min_gpus"] = r["max_gpus"]
     return rows

@@ -1,0 +1,330 @@
+"""The trace-driven simulator, the shared control loop on it, scenarios and ``flowplan simulate``.
+
+Nothing is faked here: the ground truth is the measured data (the bundled copy, checked against
+``../shared/data``), the policies are the real ones, every plan goes through the real checker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.base import Change
+from adapters.loop import ControlLoop, diff
+from adapters.sim.cluster import SimCluster
+from adapters.sim.run import simulate
+from adapters.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from adapters.sim.truth import BUNDLED, GroundTruth, TraceLibrary
+from planner.check import check_plan
+from planner.plan import Plan
+from planner.policies import make_policy
+from planner.policies.common import Decision, build_plan
+from planner.snapshot import Snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted((REPO / "examples" / "scenarios").glob("*.toml"))
+DEMO = REPO / "adapters" / "sim" / "data" / "demo.toml"
+
+
+@pytest.fixture(scope="module")
+def library() -> TraceLibrary:
+    return TraceLibrary.bundled()
+
+
+def one_job(**job: object) -> dict:
+    row = {"id": "j", "model": "cifar10", "batch_size": 512, "kind": "cpu", "epochs": 6, "arrival": 0,
+           "min_cpu_millis": 1000, "max_cpu_millis": 4000}  # fmt: skip
+    row.update(job)
+    return {"name": "t", "interval_seconds": 30, "noise": 0.0, "nodes": [{"name": "n", "cpu_millis": 8000}], "jobs": [row]}
+
+
+class Scripted:
+    """A policy that plays fixed allocations: ``steps[k]`` is (cpu_millis or None to pause) for interval k."""
+
+    name = "scripted"
+
+    def __init__(self, steps: list[int | None]) -> None:
+        self.steps = steps
+        self.k = 0
+        self.seen: list[Snapshot] = []
+
+    def __call__(self, snapshot: Snapshot) -> Plan:
+        self.seen.append(snapshot)
+        cpu = self.steps[min(self.k, len(self.steps) - 1)]
+        self.k += 1
+        decisions = {}
+        for job in snapshot.jobs:
+            if job.status == "finished":
+                continue
+            if cpu is None:
+                decisions[job.id] = Decision(None, 0, 0, "scripted pause")
+            else:
+                decisions[job.id] = Decision(snapshot.nodes[0].name, cpu, 0, "scripted")
+        return build_plan(snapshot, self.name, decisions, started=time.perf_counter(), message="scripted")
+
+
+def test_bundled_traces_match_the_measured_data(data_dir: Path) -> None:
+    fresh = TraceLibrary.from_dir(data_dir).to_json() + "\n"
+    assert BUNDLED.read_text() == fresh, "run: python examples/bundle_traces.py"
+
+
+def test_ground_truth_speed_is_amdahl_on_cpu_and_measured_on_gpu(library: TraceLibrary) -> None:
+    cpu = GroundTruth(library, "cifar10", 512, "cpu")
+    t1, t4 = cpu.epoch_seconds(1000, 0), cpu.epoch_seconds(4000, 0)
+    s = cpu.serial_fraction
+    assert 0 < s < 1
+    assert t4 == pytest.approx(t1 * (s + (1 - s) / 4))
+    assert cpu.epoch_seconds(500, 0) > t1  # below one core the serial part slows too
+    gpu = GroundTruth(library, "cifar10", 512, "gpu")
+    assert gpu.epoch_seconds(0, 1) == pytest.approx(
+        library.curve("cifar10", 512).steps_per_epoch * library.step_time("cifar10", 1, 512)
+    )
+    assert math.isinf(gpu.epoch_seconds(4000, 0))
+
+
+def test_work_is_conserved_through_resizes_and_pauses(library: TraceLibrary) -> None:
+    """Epochs advance exactly as the truth allows for the allocation held, minus start-up and the
+    part of an epoch lost at a checkpoint-restart."""
+    sc = parse_scenario(one_job(restart_seconds=10, checkpoint_seconds=5))
+    jobs = sc.draw(0, library)
+    cluster = SimCluster(sc, jobs, library, seed=0)
+    policy = Scripted([2000, 2000, 4000, None, 1000, 4000])
+    loop = ControlLoop(cluster, policy, cluster, interval=30)
+    truth = cluster.jobs["j"].truth
+    r2, r4, r1 = (1 / truth.epoch_seconds(c, 0) for c in (2000, 4000, 1000))
+    expected = 0.0
+    loop.step()  # start at 2000 (10 s start-up)
+    cluster.sleep(30)
+    expected += 20 * r2
+    assert cluster.jobs["j"].progress == pytest.approx(expected)
+    loop.step()  # keep
+    cluster.sleep(30)
+    expected += 30 * r2
+    loop.step()  # resize live to 4000: no loss
+    cluster.sleep(30)
+    expected += 30 * r4
+    assert cluster.jobs["j"].progress == pytest.approx(expected)
+    loop.step()  # pause: back to the last checkpoint (an epoch end)
+    lost = expected - math.floor(expected)
+    expected = math.floor(expected)
+    assert cluster.jobs["j"].progress == pytest.approx(expected)
+    assert cluster.jobs["j"].lost_epochs == pytest.approx(lost)
+    cluster.sleep(30)
+    loop.step()  # start again at 1000
+    cluster.sleep(30)
+    expected += 20 * r1
+    assert cluster.jobs["j"].progress == pytest.approx(expected)
+    # Every whole epoch reported exactly once, in order, with times that match the rates.
+    hist = cluster.jobs["j"].history
+    assert [p.epoch for p in hist] == list(range(1, math.floor(expected) + 1))
+    # The speed the adapter reports per allocation is the truth's (from the step counter).
+    snap = cluster.observe()
+    speeds = {(s.cpu_millis, s.gpus): s.seconds_per_epoch for s in snap.jobs[0].speed}
+    assert speeds[(2000, 0)] == pytest.approx(truth.epoch_seconds(2000, 0), rel=1e-3)
+    assert speeds[(4000, 0)] == pytest.approx(truth.epoch_seconds(4000, 0), rel=1e-3)
+
+
+def test_a_job_alone_finishes_when_the_truth_says(library: TraceLibrary) -> None:
+    sc = parse_scenario(one_job(restart_seconds=10))
+    r = simulate(sc, Scripted([4000]), "scripted", 0, library)
+    truth = GroundTruth(library, "cifar10", 512, "cpu")
+    # Jobs stop at their last tier (the value at epoch 6) or at epoch 6, whichever comes first.
+    stop = truth.first_epoch_reaching(truth.curve.values[5])
+    assert stop is not None
+    assert r.jobs[0].finish == pytest.approx(10 + min(6, stop) * truth.epoch_seconds(4000, 0))
+    assert r.makespan == pytest.approx(r.jobs[0].finish)
+    assert r.makespan >= r.makespan_lower_bound - 1e-6
+
+
+def test_policies_see_only_what_a_real_adapter_observes(library: TraceLibrary) -> None:
+    sc = load_scenario(DEMO)
+    spy = Scripted([1000])
+    jobs = sc.draw(3, library)
+    cluster = SimCluster(sc, jobs, library, seed=3)
+    loop = ControlLoop(cluster, spy, cluster, interval=sc.interval_seconds)
+    for _ in range(12):
+        loop.step()
+        cluster.sleep(sc.interval_seconds)
+    for snap in spy.seen:
+        assert isinstance(snap, Snapshot)
+        for job in snap.jobs:
+            sim = cluster.jobs[job.id]
+            assert sim.spec.arrival <= snap.time  # no job before it arrives
+            # Reported epochs are whole epochs done by the snapshot's time; nothing from the future.
+            assert all(p.time <= snap.time + 1e-6 for p in job.history)
+        dumped = snap.model_dump_json()
+        assert "serial_fraction" not in dumped and "steps_per_epoch" not in dumped
+
+
+@pytest.mark.parametrize("policy", ["flowplan", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias"])
+def test_every_policy_runs_the_demo_with_only_checked_plans(library: TraceLibrary, policy: str) -> None:
+    sc = load_scenario(DEMO)
+    checked: list[int] = []
+
+    def checker(snapshot: Snapshot, plan: Plan) -> list[str]:
+        bad = check_plan(snapshot, plan)
+        checked.append(len(bad))
+        return bad
+
+    jobs = sc.draw(0, library)
+    cluster = SimCluster(sc, jobs, library, seed=0)
+    loop = ControlLoop(cluster, make_policy(policy), cluster, interval=sc.interval_seconds, checker=checker)
+    count, _ = loop.run(until=lambda _: cluster.done() or cluster.timed_out())
+    assert cluster.done(), f"{policy} left jobs unfinished"
+    assert len(checked) == count and not any(checked)
+    for j in cluster.jobs.values():
+        assert j.progress <= j.spec.epochs + 1e-9
+
+
+def test_a_plan_that_fails_the_checker_is_never_applied(library: TraceLibrary) -> None:
+    sc = parse_scenario(one_job())
+    jobs = sc.draw(0, library)
+    cluster = SimCluster(sc, jobs, library, seed=0)
+    good = Scripted([2000])
+
+    def too_big(snapshot: Snapshot) -> Plan:  # a plan the checker must reject: above max_cpu_millis 4000
+        plan = good(snapshot)
+        return plan.model_copy(update={"assignments": [a.model_copy(update={"cpu_millis": 9000}) for a in plan.assignments]})
+
+    loop = ControlLoop(cluster, too_big, cluster, interval=30)
+    tick = loop.step()
+    assert tick.violations and tick.changes == [] and tick.outcomes == []
+    assert cluster.jobs["j"].status == "pending"
+
+
+def test_same_seed_same_result_and_seeds_differ(library: TraceLibrary) -> None:
+    sc = load_scenario(DEMO)
+
+    def run(seed: int) -> dict:
+        d = simulate(sc, make_policy("flowplan"), "flowplan", seed, library).to_dict()
+        for k in ("plan_seconds_mean", "plan_seconds_p95", "plan_seconds_max"):
+            d.pop(k)
+        return d
+
+    a, b, c = run(1), run(1), run(2)
+    assert a == b
+    assert [j["arrival"] for j in a["jobs"]] != [j["arrival"] for j in c["jobs"]]
+
+
+def test_diff_frees_resources_before_using_them() -> None:
+    snap = Snapshot.model_validate(
+        {
+            "time": 0,
+            "nodes": [{"name": "a", "cpu_millis": 4000}, {"name": "b", "cpu_millis": 4000}],
+            "jobs": [
+                {"id": "grow", "status": "running", "node": "a", "allocation": {"cpu_millis": 1000}, "max_cpu_millis": 4000},
+                {"id": "shrink", "status": "running", "node": "a", "allocation": {"cpu_millis": 3000}, "max_cpu_millis": 4000},
+                {"id": "new", "status": "pending", "max_cpu_millis": 4000},
+                {"id": "move", "status": "running", "node": "b", "allocation": {"cpu_millis": 3000}, "max_cpu_millis": 4000},
+                {"id": "stop", "status": "running", "node": "b", "allocation": {"cpu_millis": 1000}, "max_cpu_millis": 4000},
+            ],
+        }
+    )
+    plan = build_plan(
+        snap,
+        "test",
+        {
+            "grow": Decision("a", 2000, 0, "x"),
+            "shrink": Decision("a", 2000, 0, "x"),
+            "new": Decision("b", 2000, 0, "x"),
+            "move": Decision("b", 2000, 0, "x"),
+            "stop": Decision(None, 0, 0, "x"),
+        },
+        started=time.perf_counter(),
+        message="test",
+    )
+    kinds = [(c.job, c.kind) for c in diff(snap, plan)]
+    assert kinds.index(("stop", "pause")) < kinds.index(("new", "start"))
+    assert kinds.index(("shrink", "resize")) < kinds.index(("grow", "resize"))
+    assert kinds.index(("move", "resize")) < kinds.index(("new", "start"))
+    assert all(isinstance(c, Change) for c in diff(snap, plan))
+
+
+# -- scenarios and the command line -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_example_scenarios_load_and_draw(path: Path, library: TraceLibrary, data_dir: Path) -> None:
+    sc = load_scenario(path)
+    jobs = sc.draw(0, library, data_dir)
+    assert jobs and all(j.arrival >= 0 for j in jobs)
+    assert sc.baseline in sc.policies
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"jobs": [{"id": "x", "model": "resnet", "batch_size": 1}]}, "jobs[0].model"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 3}]}, "batch_size"),
+        (
+            {"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "min_cpu_millis": 900, "max_cpu_millis": 100}]},
+            "min_cpu_millis",
+        ),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "arrival": -5}]}, "jobs[0].arrival"),
+        ({"nodes": [{"name": "n", "cpu_millis": -1}]}, "nodes[0].cpu_millis"),
+        ({"baseline": "slurm"}, "baseline"),
+        ({"trace": {"workload": "no/such.csv"}}, "trace.workload"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "epochs": 500}]}, "epochs"),
+        ({"interval_seconds": float("nan")}, "interval_seconds"),
+    ],
+)
+def test_bad_scenarios_name_the_field(patch: dict, field: str, library: TraceLibrary, data_dir: Path) -> None:
+    doc = one_job()
+    doc.update(patch)
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(doc).draw(0, library, data_dir)
+    assert field in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flowplan", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_simulate_cli_writes_results_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = _cli("simulate", "--policy", "flowplan", "--policy", "docker", "--seeds", "2", "--out", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "flowplan vs docker" in p.stdout and "MAKESPAN" in p.stdout
+    for name in ("flowplan-seed0.json", "flowplan-seed1.json", "docker-seed0.json", "docker-seed1.json", "summary.json"):
+        assert (out / name).is_file(), name
+    result = json.loads((out / "flowplan-seed0.json").read_text())
+    assert result["finished"] and result["checker_failures"] == 0 and result["makespan"] > 0
+    assert len(result["jobs"]) == 6
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["policies"]) == {"flowplan", "docker"}
+    assert summary["improvement"]["docker"]["mean"] is not None
+    for png in ("jct-cdf.png", "allocation.png", "eta-flowplan.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "no-such.toml"], "no-such.toml: file not found"),
+        (["simulate", "--policy", "slurm"], "--policy: unknown policy 'slurm'"),
+        (["simulate", "--seeds", "0"], "--seeds"),
+    ],
+)
+def test_simulate_cli_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    p = _cli(*args)
+    assert p.returncode == 2
+    assert needle in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_simulate_cli_bad_scenario_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\n[[nodes]]\nname = "n"\ncpu_millis = 1000\n[[jobs]]\nid = "a"\nmodel = "alexnet"\nbatch_size = 1\n'
+    )
+    p = _cli("simulate", str(bad))
+    assert p.returncode == 2
+    assert "jobs[0].model: unknown model 'alexnet'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
