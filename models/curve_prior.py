@@ -41,16 +41,21 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from models.changepoint import detect_drops
+
 Arr = NDArray[np.float64]
 
 #: Running-median window (epochs) applied to every reference before use.
 SMOOTH_WINDOW = 5
 #: Fewest warp values searched (geometric over the warp range, always including 1).
 WARP_POINTS = 9
-#: Penalty on ``(ln warp)^2``, in squared reference ranges per unit of weight.
-WARP_PENALTY = 0.5
-#: Ridge pulling ``scale`` to 1 for same-task references, worth this many observations.
-PRIOR_POINTS = 2.0
+#: A stretch of the epoch axis multiplies the squared error by ``1 + WARP_PENALTY * (ln warp)^2``.
+WARP_PENALTY = 1.0
+#: Same-task prior: ridge pulling the plateau shift ``delta`` to 0, as a multiple of the total
+#: weight (the shift is shrunk about ``1 + PLATEAU_WEIGHT`` times towards the references' plateau).
+PLATEAU_WEIGHT = 3.0
+#: Same-task prior: ridge pulling ``scale`` to 1, as a share of the data's own information on it.
+SCALE_WEIGHT = 0.1
 #: References whose penalised error is within this factor of the best one are averaged.
 KEEP_FACTOR = 1.5
 #: Points of the tabulated prior curve.
@@ -82,7 +87,7 @@ class CurvePrior:
     references: tuple[ReferenceCurve, ...]
     same_task: bool = True
     warp_range: tuple[float, float] = (0.67, 1.5)
-    _prepared: dict[str, tuple[list[tuple[Arr, Arr]], float]] = field(default_factory=dict, repr=False, compare=False)
+    _prepared: dict[str, tuple[list[tuple[Arr, Arr, bool]], float]] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def of(
@@ -102,16 +107,17 @@ class CurvePrior:
             refs.append(ReferenceCurve(tuple(float(x) for x in ea[:m]), tuple(float(x) for x in va[:m]), direction=d))
         return CurvePrior(tuple(refs), same_task=same_task, warp_range=warp_range)
 
-    def prepared(self, sign: float) -> tuple[list[tuple[Arr, Arr]], float]:
-        """(epochs, smoothed monotone badness) per usable reference, and their median range."""
+    def prepared(self, sign: float) -> tuple[list[tuple[Arr, Arr, bool]], float]:
+        """(epochs, smoothed monotone badness, has drops) per usable reference, and their median range."""
         key = "lower" if sign > 0 else "higher"
         if key not in self._prepared:
             self._prepared[key] = _prepare(self.references, sign, normalise=not self.same_task)
         return self._prepared[key]
 
 
-def _prepare(refs: tuple[ReferenceCurve, ...], sign: float, *, normalise: bool) -> tuple[list[tuple[Arr, Arr]], float]:
-    out: list[tuple[Arr, Arr]] = []
+def _prepare(refs: tuple[ReferenceCurve, ...], sign: float, *, normalise: bool) -> tuple[list[tuple[Arr, Arr, bool]], float]:
+    """Per usable reference: epochs, smoothed monotone badness, and whether it has learning-rate drops."""
+    out: list[tuple[Arr, Arr, bool]] = []
     ranges: list[float] = []
     for ref in refs:
         e = np.asarray(ref.epochs, dtype=float)
@@ -123,6 +129,7 @@ def _prepare(refs: tuple[ReferenceCurve, ...], sign: float, *, normalise: bool) 
             continue
         order = np.argsort(e, kind="stable")
         e, r = e[order], r[order]
+        stepped = bool(detect_drops(r))
         if r.size >= SMOOTH_WINDOW:
             half = SMOOTH_WINDOW // 2
             padded = np.concatenate([np.full(half, r[0]), r, np.full(half, r[-1])])
@@ -134,7 +141,7 @@ def _prepare(refs: tuple[ReferenceCurve, ...], sign: float, *, normalise: bool) 
                 continue
             r = (r - r[-1]) / span
         ranges.append(span)
-        out.append((e, r))
+        out.append((e, r, stepped))
     return out, (float(np.median(ranges)) if ranges else 0.0)
 
 
@@ -163,7 +170,7 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
     ``z`` is in badness units of the job's metric (``sign * value``). ``None`` for a row when the
     prior cannot say anything (no usable reference, or a shape-only prior with fewer than 3 points).
     """
-    refs, spread = prior.prepared(sign)
+    refs, _ = prior.prepared(sign)
     if not refs:
         return [None] * W.shape[0]
     lo, hi = prior.warp_range
@@ -171,9 +178,8 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
     # About one grid point per 10 % of stretch, at least WARP_POINTS, always including 1.
     count = max(WARP_POINTS, math.ceil(math.log(hi / lo) / math.log(1.1)) + 1)
     warps = np.unique(np.concatenate([np.geomspace(lo, hi, count), [1.0]]))
-    unit = spread if spread > 0 else 1.0
     out: list[PriorFit | None] = []
-    end = max(float(np.max(k)) if k.size else 1.0, max(float(e[-1]) for e, _ in refs) * hi) + 1.0
+    end = max(float(np.max(k)) if k.size else 1.0, max(float(e[-1]) for e, _, _ in refs) * hi) + 1.0
     grid = np.linspace(0.0, end, TABLE_POINTS)
     for w in W:
         seen = w > 0
@@ -182,29 +188,38 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
             continue
         kk, zz, ww = k[seen], z[seen], w[seen] / w[seen].mean()
         best: list[tuple[float, float, float, float, float, int]] = []  # (objective, sse, warp, scale, offset, ref)
-        for j, (e, r) in enumerate(refs):
-            x = np.stack([np.interp(kk / s, e, r) for s in warps])  # (S, m)
-            sw = ww.sum()
-            mx = (ww * x).sum(1) / sw
-            mz = float((ww * zz).sum() / sw)
-            sxx = (ww * (x - mx[:, None]) ** 2).sum(1)
-            sxz = (ww * (x - mx[:, None]) * (zz - mz)).sum(1)
-            if prior.same_task:
-                lam = PRIOR_POINTS * max(unit**2, 1e-300)
-                beta = (sxz + lam) / (sxx + lam)
-            else:
-                beta = np.where(sxx > 0, sxz / np.where(sxx > 0, sxx, 1.0), 0.0)
+        sw = float(ww.sum())
+        for j, (e, r, stepped) in enumerate(refs):
+            # y - delta - beta*x with x = R(k/warp) - R_end: beta stretches the gap to the reference's
+            # plateau, delta moves the plateau itself (pulled to 0 for a same-task prior).
+            # A stepped schedule fixes its drops in epochs: such a reference is not stretched.
+            ws = np.ones(1) if stepped else warps
+            x = np.stack([np.interp(kk / s, e, r) for s in ws]) - r[-1]  # (S, m)
+            y = zz - (r[-1] if prior.same_task else 0.0)
+            lam_d = PLATEAU_WEIGHT * sw if prior.same_task else 0.0
+            sxx = (ww * x * x).sum(1)
+            lam_b = SCALE_WEIGHT * sxx if prior.same_task else np.zeros_like(sxx)
+            sx = (ww * x).sum(1)
+            sy = float((ww * y).sum())
+            sxy = (ww * x * y).sum(1)
+            # Normal equations of  sum w (y - delta - beta x)^2 + lam_d delta^2 + lam_b (beta - 1)^2.
+            a11, a12, a22 = sw + lam_d, sx, sxx + lam_b
+            b1, b2 = sy, sxy + lam_b
+            det = a11 * a22 - a12 * a12
+            ok = det > 1e-12 * np.maximum(a11 * a22, 1e-300)
+            beta = np.where(ok, (a11 * b2 - a12 * b1) / np.where(ok, det, 1.0), 1.0 if prior.same_task else 0.0)
             beta = np.maximum(beta, 0.0)
-            alpha = mz - beta * mx
-            sse = (ww * (zz - alpha[:, None] - beta[:, None] * x) ** 2).sum(1)
-            objective = sse + WARP_PENALTY * np.log(warps) ** 2 * unit**2 * sw
-            if prior.same_task:
-                objective = objective + PRIOR_POINTS * (beta - 1.0) ** 2 * unit**2
+            delta = (sy - beta * sx) / a11
+            sse = (ww * (y - delta[:, None] - beta[:, None] * x) ** 2).sum(1)
+            objective = sse * (1.0 + WARP_PENALTY * np.log(ws) ** 2) + lam_d * delta**2 + lam_b * (beta - 1.0) ** 2
             i = int(np.argmin(objective))
-            best.append((float(objective[i]), float(sse[i]), float(warps[i]), float(beta[i]), float(alpha[i]), j))
+            # As z = offset + beta * R(k / warp): offset = R_end + delta - beta * R_end (same task);
+            # a normalised reference ends at 0, so there offset = delta.
+            offset = float(delta[i] + ((1.0 - beta[i]) * r[-1] if prior.same_task else 0.0))
+            best.append((float(objective[i]), float(sse[i]), float(ws[i]), float(beta[i]), offset, j))
         top = min(b[0] for b in best)
-        keep = [b for b in best if b[0] <= KEEP_FACTOR * top + 1e-12 * unit**2]
-        each = np.array([b[4] + b[3] * np.interp(grid / b[2], *refs[b[5]]) for b in keep])
+        keep = [b for b in best if b[0] <= KEEP_FACTOR * top + 1e-12]
+        each = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in keep])
         curve = np.minimum.accumulate(each.mean(axis=0))
         fitted = np.interp(kk, grid, curve)
         sse_row = float((w[seen] * (zz - fitted) ** 2).sum())
