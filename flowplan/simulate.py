@@ -84,6 +84,7 @@ class Progress:
         self.label, self.live, self.quiet, self.every = label, live, quiet, every
         self.tty = sys.stderr.isatty()
         self.last_shown = -math.inf
+        self.last_decile = -1
         self.lines = 0
 
     def __call__(self, cluster: SimCluster, tick: Tick) -> None:
@@ -101,8 +102,9 @@ class Progress:
         line = f"\r{self.label:<28} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} jobs  t={_fmt_t(tick.time - cluster.t0)}"
         if self.tty:
             sys.stderr.write(line)
-        elif tick.time - self.last_shown >= self.every:
-            self.last_shown = tick.time
+        elif done * 10 // max(total, 1) > self.last_decile or self.last_decile < 0:
+            # Not a terminal (a log): one line per tenth of the jobs finished.
+            self.last_decile = done * 10 // max(total, 1)
             sys.stderr.write(line.lstrip("\r") + "\n")
         sys.stderr.flush()
 

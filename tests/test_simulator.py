@@ -328,3 +328,15 @@ def test_simulate_cli_bad_scenario_file(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "jobs[0].model: unknown model 'alexnet'" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_readme_main_command_runs_the_demo() -> None:
+    """The README's first command (after ``pip install -e . &&``) works as written and ends with the comparison."""
+    readme = (REPO / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("pip install -e . && "))
+    cmd = line.removeprefix("pip install -e . && ").split()
+    assert cmd[0] == "flowplan"
+    p = _cli(*cmd[1:])
+    assert p.returncode == 0, p.stderr
+    assert "flowplan vs docker" in p.stdout
+    assert "cifar10-urgent" in p.stderr  # the live table: who holds what, with ETAs
