@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import simulate
 
     simulate.register(sub)
+
+    from flowplan import serve
+
+    serve.register(sub)
     return p
 
 

@@ -294,8 +294,9 @@ class StateStore:
                 ids.append(int(cur.lastrowid))
             return ids
 
-    def finish_action(self, action_id: int, status: Literal["done", "failed"], message: str = "") -> None:
-        """Mark an action done or failed. Raises ``KeyError`` for an unknown id, ``ValueError`` for a bad status."""
+    def finish_action(self, action_id: int, status: str, message: str = "") -> None:
+        """Mark an action ``"done"`` or ``"failed"``. Raises ``KeyError`` for an unknown id, ``ValueError``
+        for any other status (typed ``str`` so the store fits ``adapters.loop.Recorder``)."""
         if status not in ("done", "failed"):
             raise ValueError(f"status: must be 'done' or 'failed', got {status!r}")
         with self._write() as db:

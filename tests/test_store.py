@@ -169,6 +169,7 @@ def test_two_stores_on_one_file(tmp_path: Path, data_dir: Path) -> None:
     path = tmp_path / "shared.db"
     pts = measured_points()
     with StateStore(path) as a, StateStore(path) as b:
+
         def run(s: StateStore, job: str) -> None:
             for p in pts:
                 s.add_points(job, [p])
@@ -225,7 +226,7 @@ def test_actions_lifecycle(db: StateStore) -> None:
     with pytest.raises(KeyError):
         db.finish_action(10_000, "done")
     with pytest.raises(ValueError, match="status"):
-        db.finish_action(ids[0], "pending")  # type: ignore[arg-type]
+        db.finish_action(ids[0], "pending")
     with pytest.raises(ValueError, match=r"actions\[1\]\.kind"):
         db.record_actions(pid, [{"job": "a", "kind": "keep"}, {"job": "a"}])
     assert db.pending_actions() == []  # the bad batch stored nothing
