@@ -14,7 +14,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
-from bench_curves import DIRECTIONS
+from bench_curves import DIRECTIONS, load_curves, priors_for
 
 from models import CurveFit, fit_learning_curve
 
@@ -26,9 +26,13 @@ def main() -> None:
     traces = args.data / "adaptdl-osdi21" / "traces"
     if not traces.is_dir():
         raise SystemExit(f"bench_band: no traces at {traces} (use --data)")
-    print("observed  curves  mean coverage of the 80% band  median  (constant residual band, for contrast)")
+    curves = load_curves(args.data)
+    print(
+        "observed  curves  mean coverage of the 80% band  median  (constant residual band, for contrast)"
+        "  | with the same-model prior: curves, mean, median"
+    )
     for share in (0.25, 0.5):
-        cover, flat = [], []
+        cover, flat, cover_prior = [], [], []
         for path in sorted(traces.glob("*/validation-*.csv")):
             direction = DIRECTIONS[path.parent.name]
             with path.open() as fh:
@@ -36,14 +40,22 @@ def main() -> None:
             n = round(share * v.size)
             if n < 3 or n >= v.size:
                 continue
-            fit = fit_learning_curve(np.arange(1, n + 1), v[:n], direction)  # type: ignore[arg-type]
-            if not isinstance(fit, CurveFit):
-                continue
             k = np.arange(n + 1, v.size + 1)
-            miss = np.abs(v[n:] - fit.predict(k))
-            cover.append(float(np.mean(miss <= 1.2816 * fit.band(k))))
-            flat.append(float(np.mean(miss <= 1.2816 * fit.residual_std)))
-        print(f"{share:8.0%}  {len(cover):6d}  {np.mean(cover):30.1%}  {np.median(cover):6.1%}  ({np.mean(flat):.1%})")
+            fit = fit_learning_curve(np.arange(1, n + 1), v[:n], direction)  # type: ignore[arg-type]
+            if isinstance(fit, CurveFit):
+                miss = np.abs(v[n:] - fit.predict(k))
+                cover.append(float(np.mean(miss <= 1.2816 * fit.band(k))))
+                flat.append(float(np.mean(miss <= 1.2816 * fit.residual_std)))
+            me = next(c for c in curves if c["curve"] == f"{path.parent.name}/{path.stem}")
+            prior = priors_for(me, curves)["flowplan+prior"]
+            fit = fit_learning_curve(np.arange(1, n + 1), v[:n], direction, prior=prior)  # type: ignore[arg-type]
+            if isinstance(fit, CurveFit):
+                miss = np.abs(v[n:] - fit.predict(k))
+                cover_prior.append(float(np.mean(miss <= 1.2816 * fit.band(k))))
+        print(
+            f"{share:8.0%}  {len(cover):6d}  {np.mean(cover):30.1%}  {np.median(cover):6.1%}  ({np.mean(flat):.1%})"
+            f"  | {len(cover_prior)} {np.mean(cover_prior):.1%} {np.median(cover_prior):.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Each panel: one curve of the Pollux/AdaptDL artifact, fitted on its first quarter of epochs (dots),
 the fitted curve and its 80 % band beyond that, and the measured rest of the run (crosses) that the
-fit never saw. Needs matplotlib (``pip install -e ".[plot]"``).
+fit never saw; in orange the fit with a prior from the *other* batch sizes of the same model
+(leave-one-out, as in ``bench_curves.py``). Needs matplotlib (``pip install -e ".[plot]"``).
 
     python benchmarks/plot_curves.py [--data DIR] [--out docs/curves.png] [--observed 0.25]
 """
@@ -14,7 +15,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
-from bench_curves import DIRECTIONS
+from bench_curves import DIRECTIONS, load_curves, priors_for
 
 from models import CurveFit, fit_learning_curve
 
@@ -32,8 +33,10 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curves = load_curves(args.data)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (model, bsz) in zip(axes.ravel(), PANELS, strict=True):
+        prior = priors_for(next(c for c in curves if c["curve"] == f"{model}/validation-{bsz}"), curves)["flowplan+prior"]
         path = args.data / "adaptdl-osdi21" / "traces" / model / f"validation-{bsz}.csv"
         with path.open() as fh:
             v = np.array([float(r["metric"]) for r in csv.DictReader(fh)])
@@ -44,8 +47,13 @@ def main() -> None:
         ax.plot(k[n:], v[n:], "x", ms=3, color="gray", label="measured later (unseen)")
         if isinstance(fit, CurveFit):
             lo, hi = fit.interval_at(k)
-            ax.plot(k, fit.predict(k), "-", label=f"{fit.family} fit")
-            ax.fill_between(k, lo, hi, alpha=0.2, label="80% band")
+            ax.plot(k, fit.predict(k), "-", color="C0", label=f"{fit.family} fit (no prior)")
+            ax.fill_between(k, lo, hi, color="C0", alpha=0.15, label="80% band")
+        with_prior = fit_learning_curve(k[:n], v[:n], DIRECTIONS[model], prior=prior)  # type: ignore[arg-type]
+        if isinstance(with_prior, CurveFit):
+            lo, hi = with_prior.interval_at(k)
+            ax.plot(k, with_prior.predict(k), "-", color="C1", label=f"{with_prior.family} fit, other batch sizes as prior")
+            ax.fill_between(k, lo, hi, color="C1", alpha=0.15)
         ax.set_title(f"{model}, batch {bsz}")
         ax.set_xlabel("epoch")
         ax.set_ylabel("validation metric")
