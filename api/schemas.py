@@ -58,7 +58,8 @@ class MetricBatch(Body):
         out = []
         for p in self.points:
             epoch = p.epoch if p.epoch is not None else p.step / self.steps_per_epoch  # type: ignore[operator]
-            out.append(MetricPoint(time=p.time, epoch=epoch, loss=p.loss, metric=p.metric))
+            # Every field was validated by PointIn (finite, epoch >= 0, a value present): no second pass.
+            out.append(MetricPoint.model_construct(time=p.time, epoch=float(epoch), loss=p.loss, metric=p.metric))
         return out
 
     model_config = ConfigDict(

@@ -42,6 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8080, help="port (default: 8080; 0 picks a free one)")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH", help=f"state store file (default: {DEFAULT_STATE})")
+    p.add_argument(
+        "--synchronous",
+        choices=["full", "normal"],
+        default="full",
+        help="SQLite durability: full (default) fsyncs every commit, so not even a power cut loses an acknowledged "
+        "point; normal keeps them across a crash of the process but may lose the last ones on a power cut (faster)",
+    )
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run)
 
@@ -74,18 +81,22 @@ def _serve(args: argparse.Namespace) -> int:
                 f"--host {args.host}: no token configured (FLOWPLAN_TOKEN / FLOWPLAN_READ_TOKEN), so the service "
                 "may only listen on a loopback address such as 127.0.0.1"
             )
-        print("flowplan serve: no token configured: open access, listening on loopback only", file=sys.stderr)
+        notice = "no token configured: open access, listening on loopback only"
     elif settings.write_token is None:
-        print("flowplan serve: only a read-only token is configured: every write will be refused", file=sys.stderr)
+        notice = "only a read-only token is configured: every write will be refused"
+    else:
+        notice = ""
     state = Path(args.state)
     if args.state != ":memory:" and not state.parent.is_dir():
         raise ServeError(f"--state {args.state}: directory {state.parent} does not exist")
     try:
-        store = StateStore(args.state)
+        store = StateStore(args.state, synchronous="FULL" if args.synchronous == "full" else "NORMAL")
     except (StoreError, OSError) as exc:
         raise ServeError(f"--state {args.state}: {exc}") from None
     except Exception as exc:  # sqlite3.DatabaseError: not a database file, locked past the timeout
         raise ServeError(f"--state {args.state}: cannot open the state store: {exc}") from None
+    if notice:
+        print(f"flowplan serve: {notice}", file=sys.stderr)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -96,7 +107,11 @@ def _serve(args: argparse.Namespace) -> int:
             raise ServeError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}") from None
         sock.listen(2048)  # listening before we say so: a client reading the line below may connect at once
         host, port = sock.getsockname()[:2]
-        print(f"flowplan serve: state {args.state}; listening on http://{host}:{port}", file=sys.stderr, flush=True)
+        print(
+            f"flowplan serve: state {args.state} (synchronous={args.synchronous}); listening on http://{host}:{port}",
+            file=sys.stderr,
+            flush=True,
+        )
         config = uvicorn.Config(create_app(store, settings), log_level=args.log_level, access_log=False)
         uvicorn.Server(config).run(sockets=[sock])
     finally:

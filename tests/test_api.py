@@ -364,3 +364,34 @@ def test_tokens(secured: str, case: str, req: tuple[str, str, Any], header: str 
         assert resp.headers["WWW-Authenticate"] == "Bearer" and resp.json()["error"]["message"]
     if status == 403:
         assert "read-only" in resp.json()["error"]["message"]
+
+
+# -- flowplan serve refusals (exit code 2, one line) -------------------------------------------------
+
+SERVE_REFUSALS = [
+    ("open access on every interface", ["--host", "0.0.0.0"], {}, "no token configured"),
+    ("open access on a public address", ["--host", "192.0.2.1"], {}, "loopback address"),
+    ("read token equal to the write token", [], {"FLOWPLAN_TOKEN": "same", "FLOWPLAN_READ_TOKEN": "same"}, "must differ"),
+    ("a body limit that is not a number", [], {"FLOWPLAN_MAX_BODY_BYTES": "lots"}, "FLOWPLAN_MAX_BODY_BYTES"),
+    ("a state file in a missing directory", ["--state", "/nonexistent-dir/x.db"], {}, "does not exist"),
+]
+
+
+@pytest.mark.parametrize(("case", "argv", "env", "words"), SERVE_REFUSALS, ids=[c[0] for c in SERVE_REFUSALS])
+def test_serve_refuses_with_one_line(
+    case: str,
+    argv: list[str],
+    env: dict[str, str],
+    words: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flowplan.cli import main
+
+    for name in ("FLOWPLAN_TOKEN", "FLOWPLAN_READ_TOKEN", "FLOWPLAN_MAX_BODY_BYTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "--port", "0", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("flowplan: error: ") and words in err[0]
