@@ -151,9 +151,9 @@ def random_snapshot(seed: int, n_nodes: int | None = None, n_jobs: int | None = 
 
 @pytest.fixture(scope="session")
 def docker_engines() -> Any:
-    """The main Docker engine plus two private ones (tests/docker_env.py); fails in CI without an engine."""
+    """Three private Docker engines (tests/docker_env.py); fails in CI without an engine."""
     from docker_env import start_engines
 
-    engines = start_engines(extra=2)
+    engines = start_engines(3)
     yield engines
     engines.close()

@@ -1,13 +1,14 @@
-"""Real Docker engines for the tests: the main one, extra ones side by side, a local image, job containers.
+"""Real Docker engines for the tests: private engines side by side, a local image, job containers.
 
 No registry is reachable here, so the image is a few empty directories and symlinks imported with
 ``docker import`` (126 bytes), and each job container bind-mounts, read-only, the host's ``/usr``,
 this Python and the site-packages that hold numpy and scikit-learn, plus ``examples/jobs``. A
 directory on the host plays the shared checkpoint volume (NFS in a real cluster).
 
-Extra engines (``EngineSet``) are separate ``dockerd`` processes with their own data root, exec
-root, pid file and socket, ``--bridge=none`` and ``--iptables=false``: training containers run with
-``--network none`` and need no bridge.
+The tests run their own engines (``EngineSet``), never the machine's main one: separate ``dockerd``
+processes with their own data root, exec root, pid file and socket, ``--bridge=none`` and
+``--iptables=false`` (training containers run with ``--network none`` and need no bridge). Two
+sessions running the tests at once, or a daemon on the main engine, cannot see each other's containers.
 
 In CI (``CI`` set) a missing engine fails the tests; elsewhere it skips them.
 """
@@ -32,7 +33,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "examples" / "jobs"
 IMAGE = "flowplan/rootfs:local"
-MAIN_SOCKET = os.environ.get("FLOWPLAN_DOCKER_SOCKET", "/var/run/docker.sock")
 
 
 def engine_missing(reason: str) -> None:
@@ -200,7 +200,7 @@ class Engine:
 
 @dataclass
 class EngineSet:
-    """The main engine plus ``extra`` private ones; a shared checkpoint directory."""
+    """Private engines and a checkpoint directory they share (bind-mounted into every job)."""
 
     engines: list[Engine]
     ckpt: Path
@@ -215,30 +215,34 @@ class EngineSet:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start_engines(extra: int) -> EngineSet:
-    if shutil.which("dockerd") is None and not Path(MAIN_SOCKET).exists():
+def start_engines(count: int) -> EngineSet:
+    """``count`` private engines (their own data root, exec root, socket), with the image imported.
+
+    Private engines, not the machine's main one: other sessions may run the same tests or a daemon
+    on the main engine at the same time, and each would see (and remove) the other's containers.
+    """
+    if shutil.which("dockerd") is None:
         engine_missing("dockerd is not installed (bash .ci/run installs docker.io)")
-    main_url = f"unix://{MAIN_SOCKET}"
-    if not ping(main_url):
-        engine_missing(f"no engine answers on {MAIN_SOCKET} (bash .ci/run starts one)")
+    if os.geteuid() != 0:
+        engine_missing("starting private Docker engines needs root")
     # Short paths: a unix socket path must stay under 108 bytes.
     tmp = Path(tempfile.mkdtemp(prefix="fpd-", dir="/tmp"))
     ckpt = tmp / "ckpt"
     ckpt.mkdir()
-    engines = [Engine("main", main_url)]
+    engines: list[Engine] = []
     es = EngineSet(engines, ckpt, tmp)
     try:
-        for i in range(extra):
+        for i in range(count):
             root = tmp / f"e{i}"
             root.mkdir()
-            e = Engine(f"extra{i}", f"unix://{root / 'docker.sock'}", root)
+            e = Engine(f"e{i}", f"unix://{root / 'docker.sock'}", root)
             e.start()
             engines.append(e)
             es.started.append(e)
-        for e in engines:
-            remove_jobs(e.url)
             ensure_image(e.url)
-    except Exception:
+    except Exception as exc:
         es.close()
-        raise
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot start a private Docker engine: {exc}")
     return es

@@ -114,7 +114,8 @@ def test_daemon_killed_mid_apply_converges_after_restart(docker_engines: Any, tm
     db = tmp_path / "state.db"
     cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", *hosts(docker_engines), "--state", str(db)]
     cmd += ["--interval", "1", "--time-limit", "0.3", "--checkpoint-timeout", "20", "--down-grace", "5"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 90
     killed_with = 0
     while time.time() < deadline and proc.poll() is None:

@@ -1,4 +1,4 @@
-"""The Docker adapter on real engines: the main one and two private ones (``docker_engines`` fixture).
+"""The Docker adapter on real engines: three private ones (``docker_engines`` fixture), named main, extra0, extra1.
 
 Every job is a real container running ``examples/jobs/train_digits.py`` (numpy, scikit-learn's
 digits). Case matrix:
@@ -42,7 +42,7 @@ def _clean(docker_engines: Any) -> Any:
     from docker_env import remove_jobs
 
     for e in docker_engines.engines:
-        if e.root is None or e.proc is not None:
+        if e.proc is not None:
             remove_jobs(e.url)
 
 
@@ -178,7 +178,8 @@ def test_migration_between_engines_resumes_from_checkpoint(docker_engines: Any) 
     assert containers(e0, "mig") == []
     (moved,) = containers(e1, "mig")
     assert moved["State"] == "running"
-    after = wait_for(lambda: (j := epochs_seen(ad, "mig", len(before.history) + 2)) and j.node == "extra1" and j, 60, "epochs on extra1")
+    n = len(before.history) + 2
+    after = wait_for(lambda: (j := epochs_seen(ad, "mig", n)) and j.node == "extra1" and j, 60, "epochs on extra1")
     assert after.allocation.cpu_millis == 700
     resumed = [e for e in log_events(e1, moved["Id"]) if e["event"] == "resumed"]
     assert resumed and resumed[0]["epoch"] >= len(before.history)

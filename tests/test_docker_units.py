@@ -42,7 +42,7 @@ GOOD = [
             "flowplan.memory_mib": "1024",
             "flowplan.checkpoint_seconds": "5",
         },
-        {"min_cpu_millis": 500, "max_cpu_millis": 2000, "priority": 3.0, "migratable": False, "resizable": True, "memory_mib": 1024},
+        {"min_cpu_millis": 500, "max_cpu_millis": 2000, "priority": 3.0, "migratable": False, "resizable": True},
     ),
 ]
 
@@ -273,7 +273,7 @@ def _api_error(status: int, text: str) -> Exception:
     [
         (lambda: _api_error(404, "No such container: x"), "not_found"),
         (lambda: _api_error(409, "name in use"), "conflict"),
-        (lambda: _api_error(400, "Conflicting options: CPU Quota cannot be updated as NanoCPUs has already been set"), "conflict"),
+        (lambda: _api_error(400, "Conflicting options: CPU Quota cannot be updated as NanoCPUs is set"), "conflict"),
         (lambda: _api_error(500, "boom"), "transient"),
         (lambda: _api_error(400, "bad parameter"), "invalid"),
         (lambda: __import__("requests").exceptions.ConnectionError("refused"), "engine_down"),
