@@ -38,13 +38,14 @@ def _observed_stats(z: Arr, obs: NDArray[np.bool_]) -> tuple[Arr, Arr]:
 
 def _pick(sse: Arr, params: dict[str, Arr]) -> list[Fitted]:
     """Best grid row per weight row (``sse`` and every parameter are (O, G) arrays)."""
-    rows = np.arange(sse.shape[0])
-    best = np.argmin(sse, axis=1)
-    err = sse[rows, best].tolist()
-    chosen = {name: np.broadcast_to(v, sse.shape)[rows, best].tolist() for name, v in params.items()}
-    return [
-        ({name: vals[o] for name, vals in chosen.items()}, e) if math.isfinite(e) else None for o, e in enumerate(err)
-    ]
+    out: list[Fitted] = []
+    for o in range(sse.shape[0]):
+        i = int(np.argmin(sse[o]))
+        if not math.isfinite(float(sse[o, i])):
+            out.append(None)
+        else:
+            out.append(({name: float(v[o, i]) for name, v in params.items()}, float(sse[o, i])))
+    return out
 
 
 def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
@@ -64,20 +65,16 @@ def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
     lo = np.minimum(1e-3 * scale, top)
     gaps = lo[:, None] * (top / lo)[:, None] ** _UNIT[None, :]  # (O, G), geometric from lo to top
     c = zmin[:, None] - gaps
-    # Weighted linear regression of y = 1/(z-c) on k for every grid row at once. Weighting by (z-c)^2
-    # turns the error in y back into the error in z to first order (dy = dz / (z-c)^2). Every weighted
-    # sum is a polynomial in c, so it comes from a few moments of the data (sum W k^p z^q) instead of
-    # one pass over the points per grid value.
-    mom = {(p, q): ((W * k**p) * z**q).sum(1)[:, None] for p in range(3) for q in range(3)}
-    sw = mom[0, 2] - 2 * c * mom[0, 1] + c * c * mom[0, 0]  # sum W (z-c)^2
-    s_k = mom[1, 2] - 2 * c * mom[1, 1] + c * c * mom[1, 0]  # sum W (z-c)^2 k
-    s_kk = mom[2, 2] - 2 * c * mom[2, 1] + c * c * mom[2, 0]  # sum W (z-c)^2 k^2
-    s_y = mom[0, 1] - c * mom[0, 0]  # sum W (z-c)^2 y = sum W (z-c)
-    s_ky = mom[1, 1] - c * mom[1, 0]
-    mk = s_k / sw
-    my = s_y / sw
-    cov = s_ky - sw * mk * my
-    var = s_kk - sw * mk * mk
+    diff = np.where(obs[:, None, :], z[None, None, :] - c[:, :, None], 1.0)  # (O, G, n), > 0 where seen
+    y = 1.0 / diff
+    # Weighted linear regression of y on k for every grid row at once. Weighting by (z-c)^2 turns the
+    # error in y back into the error in z to first order (dy = dz / (z-c)^2).
+    ww = W[:, None, :] * diff**2
+    sw = ww.sum(2)
+    mk = (ww * k).sum(2) / sw
+    my = (ww * y).sum(2) / sw
+    cov = (ww * (k - mk[..., None]) * (y - my[..., None])).sum(2)
+    var = (ww * (k - mk[..., None]) ** 2).sum(2)
     a = np.where(var > 0, cov / np.where(var > 0, var, 1.0), 0.0)
     b = my - a * mk
     # Bounds: the curve must improve (a > 0) and start finite (b > 0).

@@ -452,7 +452,7 @@ def _fit(
             for o, g in zip(origins, cvfits, strict=True):
                 assert g is not None
                 err = z[o:] - predict(name, g, k[o:])
-                errs.append(math.sqrt(float(err @ err) / err.size))
+                errs.append(float(np.sqrt(np.mean(err**2))))
                 pairs.append((err, k[o:] - k[o - 1]))
             cv[name] = float(np.mean(errs))
             forecast[name] = (np.concatenate([e for e, _ in pairs]), np.concatenate([h for _, h in pairs]))
