@@ -21,7 +21,7 @@ from pathlib import Path
 from adapters.sim.compare import improvements, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, load_scenario
-from adapters.sim.truth import TraceLibrary
+from adapters.sim.truth import TraceLibrary, history_priors
 from planner.policies import make_policy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,12 +34,13 @@ def fmt_t(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def run_scenario(sc: Scenario, seeds: list[int], library: TraceLibrary, data: Path) -> list[RunResult]:
+def run_scenario(sc: Scenario, seeds: list[int], library: TraceLibrary, data: Path, priors: dict | None) -> list[RunResult]:
     runs = []
     for policy in sc.policies:
         t0 = time.perf_counter()
         for seed in seeds:
-            runs.append(simulate(sc, make_policy(policy), policy, seed, library, data=data, record_timeline=False))
+            pol = make_policy(policy, curve_priors=priors) if policy == "flowplan" else make_policy(policy)
+            runs.append(simulate(sc, pol, policy, seed, library, data=data, record_timeline=False))
         print(f"  {sc.name} {policy}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     return runs
 
@@ -106,6 +107,7 @@ def main() -> None:
     ap.add_argument("--scenarios", help="comma-separated scenario names (default: all in examples/scenarios)")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--out", type=Path, default=REPO / "docs")
+    ap.add_argument("--no-priors", action="store_true", help="FlowPlan without curves of earlier runs (ablation)")
     args = ap.parse_args()
     library = TraceLibrary.from_dir(args.data)
     paths = sorted((REPO / "examples" / "scenarios").glob("*.toml"))
@@ -126,7 +128,7 @@ def main() -> None:
     for path in paths:
         sc = load_scenario(path)
         print(f"{sc.name}: {', '.join(sc.policies)} x {len(seeds)} seeds", file=sys.stderr, flush=True)
-        runs = run_scenario(sc, seeds, library, args.data)
+        runs = run_scenario(sc, seeds, library, args.data, None if args.no_priors else history_priors(library))
         imp = improvements(sc.metric, runs)
         lb = sum(r.makespan_lower_bound for r in runs) / len(runs)
         everything[sc.name] = {

@@ -21,7 +21,7 @@ from adapters.sim.cluster import SimCluster
 from adapters.sim.compare import improvements, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
-from adapters.sim.truth import TraceError, TraceLibrary
+from adapters.sim.truth import TraceError, TraceLibrary, history_priors
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -45,6 +45,12 @@ def register(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
     p.add_argument("--time-limit", type=float, default=1.0, metavar="S", help="FlowPlan's solver time limit per interval")
+    p.add_argument(
+        "--priors",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give FlowPlan the curves of earlier runs of each job's model at other batch sizes (default: on)",
+    )
     p.add_argument("--live", action=argparse.BooleanOptionalAction, default=None, help="show allocations and ETAs as it runs")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_command)
@@ -136,10 +142,12 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def _policy(name: str, time_limit: float) -> Any:
+def _policy(name: str, time_limit: float, priors: dict[str, Any] | None) -> Any:
     from planner.policies import make_policy
 
-    return make_policy(name, time_limit=time_limit) if name == "flowplan" else make_policy(name)
+    if name == "flowplan":
+        return make_policy(name, time_limit=time_limit, curve_priors=priors)
+    return make_policy(name)
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrary, Path | None]:
@@ -187,6 +195,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"scenario {scenario.name}: {scenario.description}", file=sys.stderr)
         print(f"policies: {', '.join(policies)}; seeds: {', '.join(map(str, seeds))}", file=sys.stderr)
+    priors = history_priors(library) if args.priors else None
     runs: list[RunResult] = []
     for policy_name in policies:
         for seed in seeds:
@@ -196,9 +205,8 @@ def run_command(args: argparse.Namespace) -> int:
             )
             t0 = time.perf_counter()
             try:
-                result = simulate(
-                    scenario, _policy(policy_name, args.time_limit), policy_name, seed, library, data=data, on_tick=progress
-                )
+                policy = _policy(policy_name, args.time_limit, priors)
+                result = simulate(scenario, policy, policy_name, seed, library, data=data, on_tick=progress)
             except ScenarioError as e:
                 raise UsageError(str(e)) from None
             progress.end()

@@ -5,8 +5,11 @@ Kept apart from the model builder so weights can be tuned without touching const
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from models.curve_prior import CurvePrior
 
 SolverName = Literal["cpsat", "pulp", "greedy"]
 
@@ -79,3 +82,7 @@ class PlannerConfig:
     cpsat_workers: int = 1
     #: Assumed remaining epochs for a job whose curve cannot be fitted yet and has no max_epochs.
     unknown_remaining_epochs: float = 30.0
+    #: Curves of earlier runs per task (``Job.task``): a job naming a task found here is fitted with
+    #: that prior (``models.curve_prior``); it competes with the parametric families by
+    #: cross-validation and predicts from the first one or two points. Empty: no priors.
+    curve_priors: Mapping[str, CurvePrior] = field(default_factory=dict)

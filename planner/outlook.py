@@ -20,6 +20,7 @@ from statistics import NormalDist
 import numpy as np
 
 from models import CannotPredict, CurveFit, Direction, SpeedModel, SpeedObservation, fit_learning_curve, fit_speed_model
+from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
 from planner.snapshot import Job, Settings
 
@@ -95,6 +96,20 @@ def _observed_speeds(job: Job) -> list[SpeedObservation]:
     return obs
 
 
+def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | None:
+    """Median epoch at which earlier runs first reached ``value`` (``None`` if most never did)."""
+    hits: list[float] = []
+    for ref in prior.references:
+        d = ref.direction or direction
+        for e, v in zip(ref.epochs, ref.values, strict=False):
+            if (v >= value) if d == "higher" else (v <= value):
+                hits.append(float(e))
+                break
+    if not prior.references or 2 * len(hits) < len(prior.references):
+        return None
+    return float(np.median(hits))
+
+
 def _reached(values: np.ndarray, target: float, direction: str) -> bool:
     if values.size == 0:
         return False
@@ -107,7 +122,8 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     epoch = float(max((p.epoch for p in job.history), default=0.0))
     target = job.target
 
-    fit = fit_learning_curve(epochs, values, direction)
+    prior = config.curve_priors.get(job.task) if job.task is not None else None
+    fit = fit_learning_curve(epochs, values, direction, prior=prior)
     curve = fit if isinstance(fit, CurveFit) else None
     if curve is not None:
         curve_note = f"{curve.family} fit of {metric} on {curve.n_points} points"
@@ -157,7 +173,28 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         r2 = None if (r2 is not None and r2 > max_left) else r2
     finish = min(finish, MAX_REMAINING_EPOCHS)
 
-    assumed = curve is None and target is not None
+    if curve is None and prior is not None and target is not None:
+        # No curve yet (0-2 points), but earlier runs of the same task: read the tiers off them.
+        refs = prior
+
+        def from_prior(value: float) -> float | None:
+            k = _prior_epoch(refs, value, direction)
+            return None if k is None else min(max(k - epoch, MIN_REMAINING_EPOCHS), MAX_REMAINING_EPOCHS)
+
+        p1 = 0.0 if t1_reached else from_prior(target.tier1.value)
+        p2 = None if target.tier2 is None else (0.0 if t2_reached else from_prior(target.tier2.value))
+        if p1 is not None:
+            r1, r2 = p1, p2
+            if p2 is not None:
+                finish = max(p2, p1)
+            if max_left is not None:
+                finish = min(finish, max_left)
+                r1 = None if r1 > max_left else r1
+                r2 = None if (r2 is not None and r2 > max_left) else r2
+            curve_note += f"; tiers read off {len(prior.references)} earlier runs of {job.task}"
+            prior = None  # used: the tiers are not assumed
+
+    assumed = curve is None and target is not None and not curve_note.endswith(f"of {job.task}")
     if assumed:
         # Without a curve the best guess for an unreached tier is "by the time the job finishes".
         r1 = r1 if t1_reached else finish

@@ -113,6 +113,12 @@ class Job(Contract):
 
     id: Name
     status: Literal["pending", "running", "finished"]
+    task: str | None = Field(
+        None,
+        max_length=253,
+        description="What is trained (e.g. 'cifar10-resnet18'). Jobs naming a task the planner has curves of "
+        "earlier runs for (PlannerConfig.curve_priors) get that prior on their learning curve.",
+    )
     node: Name | None = Field(None, description="Where it runs now (running jobs).")
     allocation: Allocation | None = Field(None, description="What it holds now, per replica (running jobs).")
     replicas: Annotated[int, Field(ge=1, le=1024)] = 1

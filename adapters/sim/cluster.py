@@ -32,7 +32,7 @@ import numpy as np
 
 from adapters.base import Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
-from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary
+from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.snapshot import Allocation, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
 #: Least progress at one allocation (in epochs) before its speed is reported.
@@ -216,6 +216,7 @@ class SimCluster:
                 Job(
                     id=s.id,
                     status=j.status,
+                    task=task_name(s.model, s.batch_size),
                     node=j.node if running else None,
                     allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus) if running else None,
                     min_cpu_millis=s.min_cpu_millis,

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.curve_prior import CurvePrior
+
 BUNDLED = Path(__file__).resolve().parent / "data" / "traces.json"
 
 #: Metric of each model's validation trace: (metric name, direction, MetricPoint field).
@@ -225,3 +227,20 @@ class GroundTruth:
         t1 = self._gpu_epoch_seconds(1) * self.cpu_scale
         s = self.serial_fraction
         return t1 * (s / min(c, 1.0) + (1.0 - s) / c)
+
+
+def task_name(model: str, batch: int) -> str:
+    """The ``Job.task`` a simulated job reports: its model and batch size."""
+    return f"{model}/bs{batch}"
+
+
+def history_priors(library: TraceLibrary) -> dict[str, CurvePrior]:
+    """What a cluster that has trained these models before knows: for each task (model, batch size),
+    the measured curves of the *same model at the other batch sizes* (never the task's own curve)."""
+    out: dict[str, CurvePrior] = {}
+    for model, per in library.curves.items():
+        for batch in per:
+            others = [(np.arange(1, c.epochs + 1, dtype=float), np.array(c.values)) for b, c in sorted(per.items()) if b != batch]
+            if others:
+                out[task_name(model, batch)] = CurvePrior.of(others, same_task=True)
+    return out
