@@ -264,16 +264,16 @@ def test_fifo_head_of_line_blocks_a_job_that_would_fit() -> None:
 
 
 def test_flowcon_gives_more_cpu_to_the_faster_growing_job() -> None:
-    # Measured cifar10 (batch 128) accuracy: epochs 1-4 climb fast, epochs 80-86 are flat.
+    # Measured cifar10 (batch 128) accuracy: epochs 1-4 climb fast, epochs 92-98 are flat.
     snap = _snap(
         [{"name": "n0", "cpu_millis": 8000}],
         [
             _job("early", cpu=2000, history=_curve_history("cifar10", 128, 1, 4, 20.0)),
-            _job("late", cpu=2000, history=_curve_history("cifar10", 128, 80, 86, 20.0)),
+            _job("late", cpu=2000, history=_curve_history("cifar10", 128, 92, 98, 20.0)),
         ],
         interval_seconds=20.0,
     )
-    policy = make_policy("flowcon", alpha=0.03)  # the low end of the published 0.03-0.05
+    policy = make_policy("flowcon")  # published alpha 0.05, progress per interval
     a = _by_job(policy(snap))
     assert a["early"].cpu_millis > a["late"].cpu_millis
     assert "growing" in a["early"].explanation and "watching" in a["late"].explanation
@@ -296,8 +296,8 @@ def _specon_snapshot(step: int) -> Snapshot:
 
 
 def test_specon_moves_a_slow_growing_job_to_an_empty_node_once() -> None:
-    # alpha is per second here (models.growth): 0.01 separates the measured early and late epochs.
-    policy = make_policy("specon", alpha=0.01)
+    # The published alpha 0.1 (progress per interval) separates the measured early and late epochs.
+    policy = make_policy("specon")
     first = _by_job(policy(_specon_snapshot(0)))
     assert first["slow"].node == "crowded" and "watching" in first["slow"].explanation  # below alpha once
     assert "growing" in first["fast"].explanation
