@@ -7,7 +7,8 @@ Cases:
   measured ImageNet curve is cut at 31 and 61 (its learning-rate steps at epochs 30 and 60), and the
   trained ``digits_sgd_step`` at 31; no cifar10, deepspeech2 or ncf curve is cut anywhere;
   ``after_drop=True`` fits the newest phase only (origin = last epoch before the drop);
-- prior: the benchmark's priors are leave-one-out (never the predicted curve; the leave-one-model-out
+- prior: a job running known reference curves 1.3x slower gets warp 1.3 and their plateau back;
+  the benchmark's priors are leave-one-out (never the predicted curve; the leave-one-model-out
   one has no curve of the same model); with the other batch sizes as a prior, ImageNet observed for 22
   epochs predicts the epoch of 0.65 accuracy (after the unseen drop at epoch 30) within 10 %, which no
   prior-free fit can; one or two points with a same-task prior give a prediction; a shapes-only prior
@@ -166,6 +167,19 @@ def test_prior_foresees_the_imagenet_drop() -> None:
         without = fit_learning_curve(k, acc[:22], "higher")
         assert isinstance(without, CurveFit) and without.epoch_reaching(0.65) is None  # cannot know
     assert len(good) >= 6, good
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prior_recovers_a_known_stretch(seed: int) -> None:
+    """A job that runs the references' curve 1.3x slower: the fitted warp and the plateau come back."""
+    k = np.arange(1, 101, dtype=float)
+    refs = [(k, 0.2 + 0.8 * np.exp(-k / 10.0)), (k, 0.21 + 0.8 * np.exp(-k / 10.5))]
+    job = _noisy(0.2 + 0.8 * np.exp(-k / 13.0), 0.003, seed)
+    fit = fit_learning_curve(k[:25], job[:25], "lower", prior=CurvePrior.of(refs), families=("hyperbola",))
+    assert isinstance(fit, CurveFit) and fit.family == "prior"
+    assert fit.params["warp"] == pytest.approx(1.3, abs=0.1)
+    assert fit.plateau == pytest.approx(0.2, abs=0.02)
+    assert fit.epoch_reaching(0.3) == pytest.approx(13.0 * math.log(8.0), rel=0.1)
 
 
 @pytest.mark.parametrize("n", (1, 2))

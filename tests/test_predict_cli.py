@@ -2,8 +2,10 @@
 
 Bad-file matrix (exit 2, one line naming the file, row and column, no traceback): missing file ·
 empty file · no epoch column · no metric column · text in a metric cell · infinite epoch · negative
-epoch. Good paths: JSON has the documented fields; a real curve's prediction lands near the measured
-epoch; too few points says "cannot predict"; NaN rows are skipped and counted; --plot writes a PNG.
+epoch. Good paths: JSON has the documented fields (incl. ``convergence_epoch`` inside its
+``convergence_interval``); a real curve's prediction lands near the measured epoch; too few points
+says "cannot predict" (with null convergence fields); NaN rows are skipped and counted; --plot
+writes a PNG.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ def test_real_curve_json(tmp_path: Path) -> None:
         assert abs(out["epochs_to_target"] - true_epoch) / true_epoch < 0.5
     lo, hi = out["interval"]
     assert lo is None or hi is None or lo <= hi
+    # 40 points: cross-validated, so the convergence epoch has an interval from the refits.
+    clo, chi = out["convergence_interval"]
+    assert clo is not None and chi is not None and clo <= out["convergence_epoch"] <= chi
+    assert out["drops"] == []
 
 
 def test_cannot_predict_with_two_points(tmp_path: Path) -> None:
@@ -78,6 +84,7 @@ def test_cannot_predict_with_two_points(tmp_path: Path) -> None:
     assert r.returncode == 0
     out = json.loads(r.stdout)
     assert out["family"] is None and out["epochs_to_target"] is None and "point" in out["cannot_predict"]
+    assert out["convergence_epoch"] is None and out["convergence_interval"] == [None, None]
     table = run(str(f), "--target", "0.9", "--direction", "higher")
     assert "cannot predict yet" in table.stdout
 
