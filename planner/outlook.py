@@ -7,7 +7,8 @@ values take the pessimistic side of the curve's band, so a deadline counts as me
 confidence).
 
 A job's finish is the first of: ``max_epochs``; reaching tier 2 (when it has one the curve can
-reach); otherwise the curve's convergence (improvement per epoch below the snapshot's
+reach; a tier 2 the curve cannot reach means training runs to ``max_epochs`` when it has one);
+otherwise the curve's convergence (improvement per epoch below the snapshot's
 ``convergence_tolerance``). It is never before tier 1 when tier 1 is reachable.
 """
 
@@ -161,6 +162,10 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     # Finish: tier 2 if reachable, else convergence, else the configured guess; capped by max_epochs.
     if r2 is not None:
         finish = r2
+    elif max_left is not None and target is not None and target.tier2 is not None:
+        # Training towards a tier 2 the curve says it will not reach: it runs until max_epochs
+        # (a job does not stop because the planner thinks it has converged).
+        finish = max_left
     elif curve is not None:
         finish = max(curve.convergence_epoch(settings.convergence_tolerance) - epoch, 0.0)
     else:

@@ -13,8 +13,8 @@ training at an allocation over the epochs gained there), its targets and bounds.
 - ``start``: after ``restart_seconds`` of start-up, training runs from the last checkpoint;
 - ``resize``: live, no loss (jobs that are ``resizable``); otherwise the loop sends ``migrate``;
 - ``migrate``: the job checkpoints and restarts (``checkpoint_seconds + restart_seconds`` without
-  progress) on its new node; jobs checkpoint at every epoch end, so the part of the current epoch
-  since then is lost;
+  progress) on its new node; jobs checkpoint at every epoch end and every
+  ``checkpoint_every_seconds`` (600 by default) of training, and the work since then is lost;
 - ``pause``: as a migration, but the job waits unplaced;
 - ``deliver``: the tier-1 model is handed over (recorded).
 
@@ -285,7 +285,6 @@ class SimCluster:
                 return Outcome(c, False, "conflict", "not pending")
             j.status, j.node, j.cpu_millis, j.gpus = "running", c.node, c.cpu_millis, c.gpus
             j.blocked_until = now + j.spec.restart_seconds
-            j.progress = math.floor(j.progress + 1e-9)
             if j.first_start is None:
                 j.first_start = now
             self.events.append((now, j.spec.id, f"start on {c.node}"))
@@ -308,7 +307,18 @@ class SimCluster:
         return Outcome(c, False, "invalid", f"unknown change {c.kind}")
 
     def _checkpoint(self, j: SimJob) -> None:
-        """Stop the job: it resumes from its last checkpoint (the last epoch end)."""
+        """Stop the job: it resumes from its last checkpoint, taken at every epoch end and every
+        ``checkpoint_every_seconds`` of training within an epoch; the work since then is lost."""
         done = math.floor(j.progress + 1e-9)
-        j.lost_epochs += j.progress - done
-        j.progress = float(done)
+        frac = j.progress - done
+        rate = j.rate()
+        every = self.scenario.checkpoint_every_seconds
+        if rate > 0 and frac > 0:
+            since = (frac / rate) % every  # training seconds since the last checkpoint
+            lost = min(frac, since * rate)
+        else:
+            lost = frac
+        j.lost_epochs += lost
+        j.progress -= lost
+        if j.progress - math.floor(j.progress + 1e-9) < 1e-9:
+            j.progress = float(math.floor(j.progress + 1e-9))

@@ -112,6 +112,7 @@ class Scenario:
     trace: dict[str, Any] | None
     path: str = ""
     policies: tuple[str, ...] = field(default=_POLICY_NAMES)
+    checkpoint_every_seconds: float = 600.0
 
     # ------------------------------------------------------------------------------------------
     def draw(self, seed: int, library: TraceLibrary, data: Path | None = None) -> list[JobSpec]:
@@ -364,7 +365,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
     known = {
         "name", "description", "paper", "metric", "baseline", "headline", "headline_text", "interval_seconds",
         "migration_budget", "deadline_confidence", "noise", "stop_at_target", "max_hours", "nodes", "jobs", "trace",
-        "policies",
+        "policies", "checkpoint_every_seconds",
     }  # fmt: skip
     for key in doc:
         if key not in known:
@@ -430,6 +431,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         trace=trace,
         path=path,
         policies=policies,
+        checkpoint_every_seconds=_num(doc.get("checkpoint_every_seconds", 600.0), "checkpoint_every_seconds", lo=1, hi=10**6),
     )
 
 
