@@ -162,6 +162,19 @@ def main() -> None:
         md.append("")
         md += verdict(sc, imp)
         md.append("")
+    md += [
+        "## Figures (specon-4nodes, seed 0)",
+        "",
+        "Made by `flowplan simulate examples/scenarios/specon-4nodes.toml --policy flowplan --policy kubernetes "
+        "--policy specon --policy docker --out out/specon` (copied to `docs/sim-specon-*.png`).",
+        "",
+        "![Cores held by each job over time under each policy](sim-specon-allocation.png)",
+        "",
+        "![FlowPlan's predicted minus actual finish time, per job, as the run goes](sim-specon-eta.png)",
+        "",
+        "![Job completion time CDF per policy](sim-specon-jct-cdf.png)",
+        "",
+    ]
     failures = sum(e["checker_failures"] for e in everything.values())
     n_runs = sum(len(e["runs"]) for e in everything.values())
     md.insert(7, f"Plans that failed the independent checker (never applied) over all {n_runs} runs: **{failures}**.")
