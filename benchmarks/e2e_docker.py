@@ -1,0 +1,254 @@
+"""End to end on the real Docker engine: real training containers under Docker's default and under the daemon.
+
+    python benchmarks/e2e_docker.py e2e [--jobs 5] [--gap 10] [--epochs 40] [--work 120] [--interval 3]
+    python benchmarks/e2e_docker.py overhead [--containers 100]
+
+``e2e``: ``--jobs`` containers of ``examples/jobs/train_digits.py`` arrive ``--gap`` seconds apart on
+this machine's engine (one node, its cores). The third to arrive has a tight tier-1 target
+(validation accuracy 0.93 within ``--tight`` seconds of its arrival, priority 4); the others have
+tier 1 = 0.90 without a deadline. Run twice:
+
+- ``default``: ``docker run`` without limits (Docker's default: CFS shares equal for all);
+- ``daemon``: the jobs are created (pending) and ``flowplan daemon`` places and sizes them.
+
+Printed per run: each job's time to tier 1 and to finish (from its arrival), the prioritised job's
+time to target, the makespan (first arrival to last finish), and the daemon's actions.
+
+``overhead``: ``--containers`` light containers that print a JSON progress line each second; the
+adapter's observe and apply (a CPU change for every container) are timed: wall time, this process's
+CPU time, and dockerd's CPU time (from /proc), over a few intervals; and one FlowPlan plan of that
+snapshot. Figures only, no asserts; recorded in docs/docker.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+import docker_env as de  # noqa: E402  (the same image and mounts as the tests)
+
+SOCKET = "/var/run/docker.sock"
+URL = f"unix://{SOCKET}"
+
+
+def _labels(i: int, tight: float, epochs: int, prioritised: bool) -> dict[str, str]:
+    labels = {
+        "flowplan.min_cpu_millis": "250",
+        "flowplan.max_cpu_millis": "1000",
+        "flowplan.checkpoint_seconds": "3",
+        "flowplan.restart_seconds": "3",
+        "flowplan.target.metric": "accuracy",
+        "flowplan.target.direction": "higher",
+        "flowplan.target.max_epochs": str(epochs),
+    }
+    if prioritised:
+        labels.update({"flowplan.target.tier1": "0.93", "flowplan.target.tier1.within": str(tight), "flowplan.priority": "4"})
+    else:
+        labels["flowplan.target.tier1"] = "0.90"
+    return labels
+
+
+def _events(container: str) -> list[dict[str, Any]]:
+    out = []
+    for line in de.api(URL).logs(container).decode().splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def run_e2e(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    de.remove_jobs(URL)
+    de.ensure_image(URL)
+    ckpt = Path(tempfile.mkdtemp(prefix="fp-e2e-"))
+    client = de.api(URL)
+    daemon = None
+    db = ckpt / "state.db"
+    if mode == "daemon":
+        cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"local={URL},cpu={args.cpu}", "--state", str(db)]
+        cmd += ["--interval", str(args.interval), "--time-limit", str(args.time_limit), "--checkpoint-timeout", "30"]
+        log = open(ckpt / "daemon.log", "w")  # noqa: SIM115
+        daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        time.sleep(2)
+    prioritised = min(2, args.jobs - 1)
+    ids = {}
+    arrivals: dict[str, float] = {}
+    t0 = time.time()
+    for i in range(args.jobs):
+        time.sleep(max(0.0, t0 + i * args.gap - time.time()))
+        arrivals[f"job{i}"] = time.time()
+        job_args = ["--epochs", str(args.epochs), "--work", str(args.work), "--seed", str(i)]
+        ids[f"job{i}"] = de.create_job(
+            URL,
+            f"fp-e2e-{i}",
+            f"job{i}",
+            ckpt,
+            labels=_labels(i, args.tight, args.epochs, i == prioritised),
+            args=job_args,
+            start=(mode == "default"),
+        )
+    deadline = time.time() + args.timeout
+    while time.time() < deadline:
+        states = []
+        for job in ids:
+            cs = client.containers(all=True, filters={"label": f"flowplan.job={job}"})
+            states.append(bool(cs) and all(c["Status"].startswith("Exited (0)") for c in cs))
+        if all(states):
+            break
+        time.sleep(1)
+    if daemon is not None:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    result: dict[str, Any] = {"mode": mode, "jobs": {}}
+    for job in ids:
+        (c,) = client.containers(all=True, filters={"label": f"flowplan.job={job}"})
+        arrival = arrivals[job]  # a re-created container is younger than its job: count from the submission
+        evs = _events(c["Id"])
+        pts = [e for e in evs if "epoch" in e and "metric" in e and "event" not in e]
+        target = 0.93 if int(job[3:]) == prioritised else 0.90
+        t1 = next((e["time"] for e in pts if e["metric"] >= target), None)
+        fin = next((e["time"] for e in evs if e.get("event") == "finished"), None)
+        result["jobs"][job] = {
+            "arrival": arrival - t0,
+            "tier1_s": None if t1 is None else t1 - arrival,
+            "finish_s": None if fin is None else fin - arrival,
+            "finished_at": None if fin is None else fin - t0,
+            "prioritised": int(job[3:]) == prioritised,
+        }
+    fins = [j["finished_at"] for j in result["jobs"].values()]
+    result["makespan_s"] = None if None in fins else max(fins)
+    if db.exists():
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT kind, status, COUNT(*) FROM actions GROUP BY kind, status").fetchall()
+        result["actions"] = {f"{k}/{s}": n for k, s, n in rows}
+    de.remove_jobs(URL)
+    return result
+
+
+def _print_e2e(res: dict[str, Any], tight: float) -> None:
+    print(f"\n== {res['mode']}")
+    print(f"  {'job':<6} {'arrive':>7} {'tier1 after':>12} {'finish after':>13}")
+    for job, j in res["jobs"].items():
+        t1 = "never" if j["tier1_s"] is None else f"{j['tier1_s']:.1f} s"
+        fin = "-" if j["finish_s"] is None else f"{j['finish_s']:.1f} s"
+        mark = f"  <- prioritised (0.93 within {tight:g} s)" if j["prioritised"] else ""
+        print(f"  {job:<6} {j['arrival']:>6.0f}s {t1:>12} {fin:>13}{mark}")
+    ms = res["makespan_s"]
+    print(f"  makespan {'-' if ms is None else f'{ms:.1f} s'}")
+    if res.get("actions"):
+        print(f"  daemon actions: {res['actions']}")
+
+
+def cmd_e2e(args: argparse.Namespace) -> None:
+    results = [run_e2e(m, args) for m in args.modes]
+    for r in results:
+        _print_e2e(r, args.tight)
+    print("\nJSON:", json.dumps(results))
+
+
+def _dockerd_cpu() -> float:
+    """dockerd's CPU seconds so far (user + system), from /proc; 0 if it cannot be read."""
+    try:
+        pid = int(Path("/var/run/docker.pid").read_text())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def cmd_overhead(args: argparse.Namespace) -> None:
+    from adapters.base import Change
+    from adapters.docker import DockerAdapter, HostSpec
+    from planner.policies import make_policy
+
+    de.remove_jobs(URL)
+    de.ensure_image(URL)
+    client = de.api(URL)
+    script = 'i=0; while true; do i=$((i+1)); echo "{\\"epoch\\": $i, \\"loss\\": 1.0}"; sleep 1; done'
+    t = time.time()
+    for i in range(args.containers):
+        res = client.create_container(
+            de.IMAGE,
+            command=["/bin/sh", "-c", script],
+            name=f"fp-ovh-{i}",
+            labels={"flowplan.job": f"ovh{i}", "flowplan.min_cpu_millis": "10", "flowplan.max_cpu_millis": "100"},
+            host_config=client.create_host_config(binds=["/usr:/usr:ro"], network_mode="none", nano_cpus=50_000_000),
+        )
+        client.start(res["Id"])
+    print(f"started {args.containers} containers in {time.time() - t:.1f} s")
+    time.sleep(3)
+    ad = DockerAdapter([HostSpec("local", URL, cpu_millis=args.containers * 100)])
+    rows = []
+    for k in range(args.rounds):
+        w0, c0, d0 = time.perf_counter(), time.process_time(), _dockerd_cpu()
+        snap = ad.observe()
+        w1, c1, d1 = time.perf_counter(), time.process_time(), _dockerd_cpu()
+        cpu = 50 if k % 2 else 60
+        changes = [Change(j.id, "resize", "local", cpu, 0, from_node="local") for j in snap.jobs]
+        outs = ad.apply(changes)
+        w2, c2, d2 = time.perf_counter(), time.process_time(), _dockerd_cpu()
+        ok = sum(o.ok for o in outs)
+        rows.append((w1 - w0, c1 - c0, d1 - d0, w2 - w1, c2 - c1, d2 - d1, len(snap.jobs), ok))
+        time.sleep(1)
+    head = ("round", "jobs", "observe wall", "cpu", "dockerd", "apply wall", "cpu", "dockerd", "ok")
+    widths = (5, 5, 13, 7, 8, 11, 7, 8, 4)
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+    for i, r in enumerate(rows):
+        print(f"{i:>5} {r[6]:>5} {r[0]:>12.2f}s {r[1]:>6.2f}s {r[2]:>7.2f}s {r[3]:>10.2f}s {r[4]:>6.2f}s {r[5]:>7.2f}s {r[7]:>4}")
+    steady = rows[1:] or rows
+    print(
+        f"median over rounds 1-{len(rows) - 1}: observe {statistics.median(r[0] for r in steady):.2f} s wall, "
+        f"{statistics.median(r[1] for r in steady):.2f} s CPU (+ dockerd {statistics.median(r[2] for r in steady):.2f} s); "
+        f"apply {len(changes)} resizes {statistics.median(r[3] for r in steady):.2f} s wall, "
+        f"{statistics.median(r[4] for r in steady):.2f} s CPU (+ dockerd {statistics.median(r[5] for r in steady):.2f} s)"
+    )
+    snap = ad.observe()
+    policy = make_policy("flowplan", time_limit=1.0)
+    w, c = time.perf_counter(), time.process_time()
+    policy(snap)
+    print(f"FlowPlan plan for {len(snap.jobs)} jobs: {time.perf_counter() - w:.2f} s wall, {time.process_time() - c:.2f} s CPU")
+    de.remove_jobs(URL)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("e2e")
+    e.add_argument("--jobs", type=int, default=5)
+    e.add_argument("--gap", type=float, default=10.0, help="seconds between arrivals")
+    e.add_argument("--epochs", type=int, default=40)
+    e.add_argument("--work", type=int, default=120)
+    e.add_argument("--tight", type=float, default=25.0, help="the prioritised job's tier-1 deadline after its arrival")
+    e.add_argument("--interval", type=float, default=3.0)
+    e.add_argument("--time-limit", type=float, default=0.5)
+    e.add_argument("--cpu", type=int, default=(os.cpu_count() or 2) * 1000, help="the node's CPU in millicores")
+    e.add_argument("--timeout", type=float, default=900.0)
+    e.add_argument("--modes", nargs="+", default=["default", "daemon"], choices=["default", "daemon"])
+    o = sub.add_parser("overhead")
+    o.add_argument("--containers", type=int, default=100)
+    o.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    if args.what == "e2e":
+        cmd_e2e(args)
+    else:
+        cmd_overhead(args)
+
+
+if __name__ == "__main__":
+    main()
