@@ -22,11 +22,22 @@ Families (``k`` is the epoch, every parameter named in :class:`CurveFit.params`)
     ``c`` [z-unit]: the plateau; ``d`` [z-unit] > 0: the gap to the plateau at epoch 0;
     ``alpha`` [-] > 0: the decay exponent (small = slow, long-tailed improvement).
 
-All are fitted by *variable projection*: for a fixed non-linear parameter (``c`` for the hyperbola,
-``r`` or ``alpha`` for the others) the rest follow from a weighted linear least-squares solve, so a
-dense grid over that one parameter finds the global optimum of the weighted squared error without a
-local optimizer that can diverge. A fit takes well under a millisecond, which matters when the
-planner fits ten thousand jobs per interval.
+``log_power`` (Domhan et al., IJCAI 2015: ``a / (1 + (x / e^b)^c)``, here with a plateau)
+    ``z(k) = c + d / (1 + (k/m)^alpha)``
+    ``c`` [z-unit]: the plateau; ``d`` [z-unit] > 0: the gap to the plateau at epoch 0;
+    ``m`` [epoch] > 0: the epoch at which half of that gap is gone (``e^b`` in Domhan's form);
+    ``alpha`` [-] > 0: steepness; S-shaped in log-epochs for ``alpha > 1`` (slow start, then fast).
+
+All are fitted by *variable projection* (``models/curve_families.py``): for fixed non-linear
+parameters (``c`` for the hyperbola, ``r`` or ``alpha`` for the others, ``(m, alpha)`` for the
+log-power) the rest follow from a weighted linear least-squares solve, so a dense grid finds the
+global optimum of the weighted squared error without a local optimizer that can diverge. A fit takes
+about a millisecond, which matters when the planner fits thousands of jobs per interval.
+
+``prior`` (optional, :mod:`models.curve_prior`): curves of earlier runs of the same model (or shapes
+of other models), stretched and shifted onto the job's points; it competes in the same
+cross-validation. Learning-rate drops (:mod:`models.changepoint`) can restrict the families to the
+newest phase (``after_drop=True``; off by default, see ``docs/models.md`` for why).
 
 Bounds (each one keeps a thin or noisy history from predicting the impossible):
 
@@ -38,11 +49,12 @@ Bounds (each one keeps a thin or noisy history from predicting the impossible):
 
 The family is chosen by *time-series cross-validation*: from forecast origins at 60% and 80%
 of the observed points, each family is fitted on the points before and scored on predicting every
-point after. Among the families within :data:`LATE_TOLERANCE` of the best score, the one with the
+point after. Among the candidates within :data:`LATE_TOLERANCE` of the best score, the one with the
 most improvement left wins: on the measured curves the usual failure is a plateau predicted too
 early (``benchmarks/bench_curves.py``, ``docs/models.md``). With fewer than
-:data:`MIN_POINTS_FOR_HOLDOUT` points the power law is used. Learning-rate drops and calibrated
-intervals are still to come (the models issue); the interface stays.
+:data:`MIN_POINTS_FOR_HOLDOUT` points the prior is used if there is one, else the power law. The
+prediction band widens with the horizon at the rate measured by the cross-validation; the
+convergence epoch gets an interval from the refits at the cross-validation origins.
 """
 
 from __future__ import annotations
