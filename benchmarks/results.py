@@ -25,6 +25,8 @@ from adapters.sim.truth import TraceLibrary, history_priors
 from planner.policies import make_policy
 
 REPO = Path(__file__).resolve().parent.parent
+#: Everything after this line in docs/results.md is kept when the tables are regenerated.
+ANALYSIS_MARKER = "<!-- analysis: kept when results.py regenerates the tables above -->"
 
 
 def fmt_t(seconds: float | None) -> str:
@@ -180,7 +182,12 @@ def main() -> None:
     md.insert(7, f"Plans that failed the independent checker (never applied) over all {n_runs} runs: **{failures}**.")
     md.insert(8, "")
     (args.out / "results.json").write_text(json.dumps(everything, indent=1) + "\n")
-    (args.out / "results.md").write_text("\n".join(md) + "\n")
+    # The hand-written analysis below the marker survives regeneration (its figures must be re-read).
+    old = args.out / "results.md"
+    tail = ""
+    if old.is_file() and ANALYSIS_MARKER in old.read_text():
+        tail = old.read_text().split(ANALYSIS_MARKER, 1)[1]
+    (args.out / "results.md").write_text("\n".join(md) + "\n" + (ANALYSIS_MARKER + tail if tail else ""))
     print(f"wrote {args.out / 'results.md'} and results.json", file=sys.stderr)
 
 
