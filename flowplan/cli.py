@@ -111,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import serve
 
     serve.register(sub)
+
+    from flowplan import daemon
+
+    daemon.register(sub)
+
+    from flowplan import snapshot_cmd
+
+    snapshot_cmd.register(sub)
     return p
 
 

@@ -169,6 +169,8 @@ class DockerAdapter:
             if job is not None:
                 jobs.append(job)
         jobs.extend(self._jobs_of_down_hosts(obs, set(found), now))
+        if self.read_stats:
+            self._read_cpu_usage(obs)
         self.last = obs
         return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
 
@@ -210,10 +212,6 @@ class DockerAdapter:
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
         self._read_progress(job_id, host, c)
-        if status == "running" and self.read_stats:
-            usage = self._cpu_usage(host, c)
-            if usage is not None:
-                obs.cpu_usage[job_id] = usage
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
@@ -280,6 +278,27 @@ class DockerAdapter:
         self._set_kv_json(key, cursor.as_dict())
         if stopped:
             self._drained.add(c.id)
+
+    def _read_cpu_usage(self, obs: Observation) -> None:
+        """Cores used by each running job since the previous sample, from one stats sample each.
+
+        The engine answers a one-shot stats request at its collector's next 1 s tick, so requests
+        go out together (measured on 20.10: one at a time, 100 containers took 100 s).
+        """
+        running = [
+            (job, p.host, p.container)
+            for job, p in obs.placed.items()
+            if p.container.state == "running" and p.host not in obs.down
+        ]
+        if not running:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(32, len(running))) as pool:
+            usages = list(pool.map(lambda t: self._cpu_usage(t[1], t[2]), running))
+        for (job, _, _), usage in zip(running, usages, strict=True):
+            if usage is not None:
+                obs.cpu_usage[job] = usage
 
     def _cpu_usage(self, host: str, c: ContainerView) -> float | None:
         try:

@@ -186,7 +186,8 @@ class Host:
             import docker
 
             with _engine_errors():
-                self._api = docker.APIClient(base_url=self.spec.url, version=API_VERSION, timeout=self.timeout)
+                # A pool as wide as the adapter's parallel stats requests (see DockerAdapter._read_cpu_usage).
+                self._api = docker.APIClient(base_url=self.spec.url, version=API_VERSION, timeout=self.timeout, max_pool_size=32)
         return self._api
 
     def close(self) -> None:
