@@ -44,6 +44,10 @@ class ObjectiveWeights:
     #: Time to tier 1 counts in the completion term too, this many times the job's completion weight,
     #: for jobs with a tier-1 target not yet reached (TRADL: deliver a usable model soon).
     tier1_time_factor: float = 1.0
+    #: Past a tier-1 deadline, every quantum of lateness costs this many times the job's completion
+    #: weight (on top of the miss): a job that will be late is still worth finishing soon, so it is
+    #: not starved once a miss is predicted (a prediction from a short history can be wrong).
+    lateness_factor: float = 4.0
     #: Extra cost of changing a job's allocation, in quanta per action, on top of the seconds it loses:
     #: keeps the plan from flapping between near-equal options.
     resize_quanta: int = 1

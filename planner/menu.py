@@ -86,6 +86,7 @@ class JobMenu:
     t2_met: np.ndarray
     current_level: int | None  # running jobs: the level equal to the current allocation, if on the menu
     wait_finish_s: float  # estimated finish if left unplaced this interval
+    t1_slack_s: float | None = None  # seconds from now to the tier-1 deadline (None: no open deadline)
     # Filled in by :func:`price_menus` once the horizon is known.
     finish_q: np.ndarray | None = None  # (3, L)
     cost: np.ndarray | None = None  # (3, L)
@@ -129,6 +130,7 @@ def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, con
         return t, met
 
     t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline)
+    t1_slack = None if outlook.tier1_deadline is None else outlook.tier1_deadline - now
     t2_s, t2_met = tier(outlook.remaining_tier2, outlook.tier2_deadline)
     # Waiting one interval and then getting the slowest level: pessimistic on purpose, so that the
     # planner prefers running a job slowly to leaving capacity idle (work conservation).
@@ -153,4 +155,5 @@ def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, con
         t2_met=t2_met,
         current_level=current_level,
         wait_finish_s=wait_finish,
+        t1_slack_s=t1_slack,
     )

@@ -11,7 +11,9 @@ The IP minimises::
   ``c_j``, the same weight leaned towards jobs with less work left (``completion_tilt``: the model
   holds allocations until done, but freed resources are re-planned every interval, where
   shortest-remaining-first wins on mean completion time). ``f_j`` also counts the time to tier 1,
-  ``tier1_time_factor`` times, while a job has not reached it (TRADL: usable models early).
+  ``tier1_time_factor`` times, while a job has not reached it (TRADL: usable models early); past a
+  tier-1 deadline each quantum of lateness counts ``lateness_factor`` times more (a late job is not
+  starved once a miss is predicted).
 - ``A = round(makespan_factor · Σ_j w_j)`` — makespan weight: one quantum of makespan is worth one
   quantum of every job's completion.
 - ``qoe_j`` — for a missed tier-2 deadline ``ceil(qoe_dominance · (A + Σw) · R · w_j / w_1)`` where
@@ -62,8 +64,9 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
     w1 = max(1, int(round(w.priority_scale)))
     cw = _completion_weights(menus, w.completion_tilt)
     t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
-    qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w))) * R / w1
-    for m, c, c1 in zip(menus, cw, t1w, strict=True):
+    latew = [int(round(w.lateness_factor * c)) if m.t1_slack_s is not None else 0 for m, c in zip(menus, cw, strict=True)]
+    qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w)) + int(sum(latew))) * R / w1
+    for m, c, c1, cl in zip(menus, cw, t1w, latew, strict=True):
         fq = np.minimum(np.ceil(m.finish_s / q), R).astype(np.int64)
         # Time to tier 1 (unreachable or unknown: the finish), in quanta.
         t1q = np.where(np.isfinite(m.t1_s), np.minimum(np.ceil(np.nan_to_num(m.t1_s, nan=0.0) / q), R), fq).astype(np.int64)
@@ -79,7 +82,13 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.qoe_cost = qoe.astype(np.int64)
         m.churn_cost = churn
         m.completion_weight = c
-        m.time_cost = c * fq + c1 * t1q
+        late_q = np.zeros_like(fq)
+        wait_late = 0
+        if m.t1_slack_s is not None and cl > 0:
+            slack_q = m.t1_slack_s / q
+            late_q = np.minimum(np.maximum(np.ceil(t1q - slack_q), 0), R).astype(np.int64)
+            wait_late = int(min(max(math.ceil(min(math.ceil(m.wait_finish_s / q), R) - slack_q), 0), R))
+        m.time_cost = c * fq + c1 * t1q + cl * late_q
         m.cost = m.qoe_cost + m.time_cost + churn
         m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
         # Waiting misses every deadline still open (conservative: it might still make a late one).
@@ -91,7 +100,7 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.wait_unserved = 0 if done else int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * w.migration_quanta if pausing else 0
-        m.wait_time_cost = (c + c1) * m.wait_q
+        m.wait_time_cost = (c + c1) * m.wait_q + cl * wait_late
         m.wait_cost = m.wait_unserved + m.wait_qoe + m.wait_time_cost + m.wait_churn
     return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)
 
