@@ -19,6 +19,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from flowplan.argtypes import whole
+
 DEFAULT_HOST = "local=unix:///var/run/docker.sock"
 
 
@@ -49,16 +51,6 @@ def _seconds(lo: float, hi: float) -> Any:
     return parse
 
 
-def _ticks(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return v
-
-
 def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by ``daemon`` and ``snapshot``."""
     p.add_argument("--adapter", choices=["docker"], default="docker", help="cluster kind (default: docker)")
@@ -85,7 +77,7 @@ def register(sub: Any) -> None:
     p.add_argument("--policy", default="flowplan", help="scheduling policy (default: flowplan; see planner.policies)")
     p.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="FlowPlan's backend (default: cpsat)")
     p.add_argument("--time-limit", type=_seconds(0.01, 3600), default=1.0, metavar="S", help="solver time limit (default 1 s)")
-    p.add_argument("--max-ticks", type=_ticks, metavar="N", help="stop after N intervals (default: run until stopped)")
+    p.add_argument("--max-ticks", type=whole(1), metavar="N", help="stop after N intervals (default: run until stopped)")
     p.add_argument(
         "--checkpoint-timeout", type=_seconds(1, 3600), default=60.0, metavar="S", help="wait this long for a job to checkpoint"
     )

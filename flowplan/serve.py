@@ -13,22 +13,14 @@ import socket
 import sys
 from pathlib import Path
 
+from flowplan.argtypes import whole
+
 #: The state file the service and the daemon share unless told otherwise.
 DEFAULT_STATE = "flowplan-state.db"
 
 
 class ServeError(Exception):
     """A bad option or setting: one line, exit code 2."""
-
-
-def _port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535, got {v}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "service binds to loopback only. OpenAPI document at /openapi.json, docs at /docs.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8080, help="port (default: 8080; 0 picks a free one)")
+    p.add_argument("--port", type=whole(0, 65535), default=8080, help="port (default: 8080; 0 picks a free one)")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH", help=f"state store file (default: {DEFAULT_STATE})")
     p.add_argument(
         "--synchronous",

@@ -22,6 +22,7 @@ from adapters.sim.compare import improvements, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
 from adapters.sim.truth import TraceError, TraceLibrary, history_priors
+from flowplan.argtypes import whole
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -40,8 +41,8 @@ def register(sub: Any) -> None:
         metavar="NAME",
         help="policy to run (repeat; 'all' = the scenario's list). Default: flowplan and the scenario's baseline",
     )
-    p.add_argument("--seeds", type=_count, default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument("--seeds", type=whole(1, 1000), default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
+    p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
     p.add_argument("--time-limit", type=float, default=1.0, metavar="S", help="FlowPlan's solver time limit per interval")
@@ -54,26 +55,6 @@ def register(sub: Any) -> None:
     p.add_argument("--live", action=argparse.BooleanOptionalAction, default=None, help="show allocations and ETAs as it runs")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_command)
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= v <= 1000:
-        raise argparse.ArgumentTypeError(f"must be 1-1000, got {text}")
-    return v
-
-
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= v < 2**31:
-        raise argparse.ArgumentTypeError(f"must be 0 <= seed < 2^31, got {text}")
-    return v
 
 
 def _fmt_t(seconds: float | None) -> str:
