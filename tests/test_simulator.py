@@ -340,3 +340,29 @@ def test_readme_main_command_runs_the_demo() -> None:
     assert p.returncode == 0, p.stderr
     assert "flowplan vs docker" in p.stdout
     assert "cifar10-urgent" in p.stderr  # the live table: who holds what, with ETAs
+
+
+def test_two_jobs_swap_nodes_in_one_apply(library: TraceLibrary) -> None:
+    """Movers checkpoint and stop before anyone is placed, so a swap between two full nodes works."""
+    doc = one_job(min_cpu_millis=8000, max_cpu_millis=8000, count=2, epochs=40)
+    doc["nodes"] = [{"name": "a", "cpu_millis": 8000}, {"name": "b", "cpu_millis": 8000}]
+    sc = parse_scenario(doc)
+    cluster = SimCluster(sc, sc.draw(0, library), library, seed=0)
+    assert all(o.ok for o in cluster.apply([Change("j-0", "start", "a", 8000, 0), Change("j-1", "start", "b", 8000, 0)]))
+    cluster.sleep(45)
+    done = {k: j.progress for k, j in cluster.jobs.items()}
+    got = cluster.apply([Change("j-0", "migrate", "b", 8000, 0, from_node="a"), Change("j-1", "migrate", "a", 8000, 0, from_node="b")])
+    assert all(o.ok for o in got), got
+    assert (cluster.jobs["j-0"].node, cluster.jobs["j-1"].node) == ("b", "a")
+    assert all(cluster.jobs[k].progress == math.floor(v) for k, v in done.items())  # back to the last epoch end
+
+
+def test_a_move_that_finds_no_room_restarts_where_it_was(library: TraceLibrary) -> None:
+    doc = one_job(min_cpu_millis=8000, max_cpu_millis=8000, count=2, epochs=40)
+    doc["nodes"] = [{"name": "a", "cpu_millis": 8000}, {"name": "b", "cpu_millis": 8000}]
+    sc = parse_scenario(doc)
+    cluster = SimCluster(sc, sc.draw(0, library), library, seed=0)
+    cluster.apply([Change("j-0", "start", "a", 8000, 0), Change("j-1", "start", "b", 8000, 0)])
+    (o,) = cluster.apply([Change("j-0", "migrate", "b", 8000, 0, from_node="a")])
+    assert not o.ok and o.error == "conflict"
+    assert cluster.jobs["j-0"].node == "a" and cluster.jobs["j-0"].status == "running"

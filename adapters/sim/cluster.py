@@ -253,12 +253,31 @@ class SimCluster:
         return cpu, gpu, mem
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
-        out: list[Outcome] = []
+        # A migrating job checkpoints and stops before any job is placed, so moves between nodes
+        # (swaps included) find the room the movers leave, as they would on a real cluster.
+        lifted: dict[str, tuple[str, int, int]] = {}
         for c in changes:
-            out.append(self._apply_one(c))
+            j = self.jobs.get(c.job)
+            if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None:
+                lifted[c.job] = (j.node, j.cpu_millis, j.gpus)
+                self._checkpoint(j)
+                j.node = None  # holds nothing while it moves
+        out = [self._apply_one(c, lifted) for c in changes]
+        # Never neither: a mover that found no room restarts where it was, or else waits paused.
+        for job_id, (src, cpu, gpus) in lifted.items():
+            j = self.jobs[job_id]
+            if j.node is not None:
+                continue
+            free_cpu, free_gpu, _ = self._free(src, job_id)
+            if cpu <= free_cpu and gpus <= free_gpu:
+                j.node, j.cpu_millis, j.gpus = src, cpu, gpus
+                j.blocked_until = self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds
+            else:
+                j.status, j.cpu_millis, j.gpus = "pending", 0, 0
+                j.pauses += 1
         return out
 
-    def _apply_one(self, c: Change) -> Outcome:
+    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int]]) -> Outcome:
         j = self.jobs.get(c.job)
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
@@ -298,7 +317,8 @@ class SimCluster:
             j.resizes += 1
             return Outcome(c, True)
         if c.kind == "migrate":
-            self._checkpoint(j)
+            if c.job not in lifted:
+                self._checkpoint(j)
             j.node, j.cpu_millis, j.gpus = c.node, c.cpu_millis, c.gpus
             j.blocked_until = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
             j.migrations += 1
