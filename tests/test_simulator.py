@@ -351,7 +351,8 @@ def test_two_jobs_swap_nodes_in_one_apply(library: TraceLibrary) -> None:
     assert all(o.ok for o in cluster.apply([Change("j-0", "start", "a", 8000, 0), Change("j-1", "start", "b", 8000, 0)]))
     cluster.sleep(45)
     done = {k: j.progress for k, j in cluster.jobs.items()}
-    got = cluster.apply([Change("j-0", "migrate", "b", 8000, 0, from_node="a"), Change("j-1", "migrate", "a", 8000, 0, from_node="b")])
+    swap = [Change("j-0", "migrate", "b", 8000, 0, from_node="a"), Change("j-1", "migrate", "a", 8000, 0, from_node="b")]
+    got = cluster.apply(swap)
     assert all(o.ok for o in got), got
     assert (cluster.jobs["j-0"].node, cluster.jobs["j-1"].node) == ("b", "a")
     assert all(cluster.jobs[k].progress == math.floor(v) for k, v in done.items())  # back to the last epoch end
