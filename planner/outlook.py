@@ -178,6 +178,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         r2 = None if (r2 is not None and r2 > max_left) else r2
     finish = min(finish, MAX_REMAINING_EPOCHS)
 
+    tiers_from_prior = False
     if curve is None and prior is not None and target is not None:
         # No curve yet (0-2 points), but earlier runs of the same task: read the tiers off them.
         refs = prior
@@ -197,9 +198,9 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
                 r1 = None if r1 > max_left else r1
                 r2 = None if (r2 is not None and r2 > max_left) else r2
             curve_note += f"; tiers read off {len(prior.references)} earlier runs of {job.task}"
-            prior = None  # used: the tiers are not assumed
+            tiers_from_prior = True
 
-    assumed = curve is None and target is not None and not curve_note.endswith(f"of {job.task}")
+    assumed = curve is None and target is not None and not tiers_from_prior
     if assumed:
         # Without a curve the best guess for an unreached tier is "by the time the job finishes".
         r1 = r1 if t1_reached else finish
