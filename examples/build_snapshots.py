@@ -16,7 +16,8 @@ Usage::
 
     python examples/build_snapshots.py [--data DIR] [--out DIR] [--check]
 
-``--check`` validates each file with ``planner.load_snapshot`` (needs FlowPlan installed: ``pip install -e .``).
+Needs FlowPlan installed (``pip install -e .``): the metric table comes from ``adapters.sim.truth``;
+``--check`` also validates each file with ``planner.load_snapshot``.
 """
 
 from __future__ import annotations
@@ -31,18 +32,13 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.sim.truth import METRICS as TRACE_METRICS
+
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT_TIME = 1_767_000_000  # the fixed "now" of every snapshot (Unix seconds, 2025-12-29)
 
-#: Metric of each model's validation trace: (target metric name, direction, goes into MetricPoint.<field>).
-METRICS: dict[str, tuple[str, str, str]] = {
-    "cifar10": ("accuracy", "higher", "metric"),  # ResNet-18, top-1
-    "imagenet": ("accuracy", "higher", "metric"),  # ResNet-50, top-1
-    "bert": ("f1", "higher", "metric"),  # SQuAD fine-tuning
-    "deepspeech2": ("wer", "lower", "metric"),  # word error rate (%)
-    "yolov3": ("loss", "lower", "loss"),  # validation loss
-    "ncf": ("hit_rate", "higher", "metric"),  # hit rate
-}
+#: Metric of each model's validation trace (name, direction, MetricPoint field): the simulator's table.
+METRICS = TRACE_METRICS
 
 #: FlowCon stand-in: a CPU job with c cores runs an epoch in CPU_EPOCH_SCALE x the measured epoch time
 #: of the same model with c data-parallel replicas on one node (replicas treated as cores).
