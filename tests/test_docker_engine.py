@@ -178,11 +178,15 @@ def test_migration_between_engines_resumes_from_checkpoint(docker_engines: Any) 
     assert containers(e0, "mig") == []
     (moved,) = containers(e1, "mig")
     assert moved["State"] == "running"
-    n = len(before.history) + 2
+    # Wait for the new container's own lines: the epochs the old one finished while checkpointing can
+    # already make up the history (on an idle machine an epoch takes ~0.3 s).
+    resumed = wait_for(
+        lambda: [e for e in log_events(e1, moved["Id"]) if e["event"] == "resumed"], 60, "the job to resume on extra1"
+    )
+    assert resumed and resumed[0]["epoch"] >= len(before.history)
+    n = int(resumed[0]["epoch"]) + 2
     after = wait_for(lambda: (j := epochs_seen(ad, "mig", n)) and j.node == "extra1" and j, 60, "epochs on extra1")
     assert after.allocation.cpu_millis == 700
-    resumed = [e for e in log_events(e1, moved["Id"]) if e["event"] == "resumed"]
-    assert resumed and resumed[0]["epoch"] >= len(before.history)
     epochs = [p.epoch for p in after.history]
     assert epochs == [float(i) for i in range(1, len(epochs) + 1)]  # intact: no gap, no duplicate
     # Repeating the migration once it is done is reported, not redone blindly.
