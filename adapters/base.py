@@ -41,10 +41,14 @@ class Change:
     replicas: int = 1
     from_node: str | None = None
     deliver: bool = False
+    #: Hard CPU cap per replica (a quota); ``None``: none beyond the job's max. ``cpu_millis`` is a
+    #: guaranteed share (a weight), not a cap.
+    cpu_limit_millis: int | None = None
 
     def key(self) -> str:
         """Identifies the change, so that applying it twice can be recognised (idempotency)."""
-        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{self.cpu_millis}m:{self.gpus}g:{self.replicas}r"
+        cap = f":cap{self.cpu_limit_millis}m" if self.cpu_limit_millis is not None else ""
+        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{self.cpu_millis}m{cap}:{self.gpus}g:{self.replicas}r"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -56,6 +60,7 @@ class Change:
             "replicas": self.replicas,
             "from_node": self.from_node,
             "deliver": self.deliver,
+            "cpu_limit_millis": self.cpu_limit_millis,
         }
 
 

@@ -75,6 +75,7 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
             node=a.node,
             cpu_millis=a.cpu_millis,
             gpus=a.gpus,
+            cpu_limit_millis=a.cpu_limit_millis,
             replicas=a.replicas,
             from_node=job.node if job.status == "running" else None,
             deliver=a.deliver or kind == "deliver",

@@ -9,6 +9,7 @@ from planner.config import ObjectiveWeights, PlannerConfig, SolverName
 from planner.core import PlanResult, plan, snapshot_digest
 from planner.errors import PlanCheckError, PlannerError, SnapshotError
 from planner.io import load_snapshot, parse_snapshot
+from planner.outlook import JobTruth
 from planner.plan import Assignment, Plan, Unserved
 from planner.snapshot import API_VERSION, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
@@ -16,6 +17,7 @@ __all__ = [
     "API_VERSION",
     "Assignment",
     "Job",
+    "JobTruth",
     "MetricPoint",
     "Node",
     "ObjectiveWeights",

@@ -6,7 +6,8 @@ Rules:
 - every active job (pending/running) has exactly one assignment; no other job has one;
 - a placed job is on a known node; a job that *arrives* on a node (start, migrate) finds it
   schedulable, with the job's GPU type and labels;
-- CPU and GPU are within the job's bounds (a kept allocation of a job that cannot resize live is
+- CPU and GPU are within the job's bounds, and a CPU cap (``cpu_limit_millis``) is not below the
+  guaranteed share (a kept allocation of a job that cannot resize live is
   exempt: it is what the job already has);
 - gangs are all or nothing: an assignment places all ``replicas`` of a job on one node, or none;
 - per node, CPU, GPU and memory used by all jobs placed there fit its capacity — a node that jobs
@@ -76,13 +77,19 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         if node is None:
             bad.append(f"{a.job}: unknown node '{a.node}'")
             continue
-        same = cur_alloc is not None and (a.cpu_millis, a.gpus) == (cur_alloc.cpu_millis, cur_alloc.gpus)
+        same = cur_alloc is not None and (a.cpu_millis, a.gpus, a.cpu_limit_millis) == (
+            cur_alloc.cpu_millis,
+            cur_alloc.gpus,
+            cur_alloc.cpu_limit_millis,
+        )
         kept_as_is = running and not moved and same
         if not kept_as_is or job.resizable:
             if not job.min_cpu_millis <= a.cpu_millis <= job.max_cpu_millis:
                 bad.append(f"{a.job}: cpu_millis {a.cpu_millis} outside [{job.min_cpu_millis}, {job.max_cpu_millis}]")
             if not job.min_gpus <= a.gpus <= job.max_gpus:
                 bad.append(f"{a.job}: gpus {a.gpus} outside [{job.min_gpus}, {job.max_gpus}]")
+        if a.cpu_limit_millis is not None and a.cpu_limit_millis < a.cpu_millis and not kept_as_is:
+            bad.append(f"{a.job}: cpu_limit_millis {a.cpu_limit_millis} below its guaranteed cpu_millis {a.cpu_millis}")
         # Transitions.
         if not running and a.action != "start":
             bad.append(f"{a.job}: pending job placed with action '{a.action}' (expected 'start')")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,11 +22,11 @@ from planner.config import PlannerConfig
 from planner.decode import decode
 from planner.decompose import parts_needed, split
 from planner.errors import PlanCheckError
-from planner.outlook import JobOutlook, build_outlook
+from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import residual, solve_relaxation
-from planner.snapshot import Snapshot
+from planner.snapshot import Job, Snapshot
 
 
 @dataclass(frozen=True)
@@ -41,18 +42,28 @@ def snapshot_digest(snapshot: Snapshot) -> str:
     return hashlib.sha256(snapshot.model_dump_json().encode()).hexdigest()
 
 
-def _job_digest(settings_json: str, job_json: str) -> str:
-    return hashlib.sha256((job_json + settings_json).encode()).hexdigest()
+def _job_digest(settings_json: str, job: Job, config: PlannerConfig) -> str:
+    """Everything a job's outlook depends on: the job, the settings, and the parts of the config that
+    enter the fit (the prior for the job's task, the stand-in for unknown remaining epochs)."""
+    prior = config.curve_priors.get(job.task) if job.task is not None else None
+    parts = (job.model_dump_json(), settings_json, repr(prior), repr(config.unknown_remaining_epochs))
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
-def _outlooks(snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | None) -> dict[str, tuple[str, JobOutlook]]:
+def _outlooks(
+    snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | None, truth: Mapping[str, JobTruth] | None
+) -> dict[str, tuple[str, JobOutlook]]:
     cache = previous.outlooks if previous is not None else {}
     out: dict[str, tuple[str, JobOutlook]] = {}
     settings_json = snapshot.settings.model_dump_json()
     for job in snapshot.jobs:
         if job.status == "finished":
             continue
-        digest = _job_digest(settings_json, job.model_dump_json())
+        known = truth.get(job.id) if truth is not None else None
+        if known is not None:
+            out[job.id] = ("truth", outlook_from_truth(job, known))  # never reused: the truth changes
+            continue
+        digest = _job_digest(settings_json, job, config)
         hit = cache.get(job.id)
         if hit is not None and hit[0] == digest:
             out[job.id] = hit
@@ -200,13 +211,23 @@ def _choose(problem: Problem, config: PlannerConfig) -> _Outcome:
     return _Outcome(problem.hint, result.backend, "fallback", gap, result.bound, message, parts)
 
 
-def plan(snapshot: Snapshot, config: PlannerConfig | None = None, *, previous: PlanResult | None = None) -> PlanResult:
-    """Plan one control interval for ``snapshot``; see the module docstring."""
+def plan(
+    snapshot: Snapshot,
+    config: PlannerConfig | None = None,
+    *,
+    previous: PlanResult | None = None,
+    truth: Mapping[str, JobTruth] | None = None,
+) -> PlanResult:
+    """Plan one control interval for ``snapshot``; see the module docstring.
+
+    ``truth`` (job id -> :class:`~planner.outlook.JobTruth`) replaces the fitted models of those jobs
+    by what really remains: only the oracle policy passes it.
+    """
     config = config or PlannerConfig()
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
-    outlooks = _outlooks(snapshot, config, previous)
+    outlooks = _outlooks(snapshot, config, previous, truth)
     timings["models"] = time.perf_counter() - t0
 
     t = time.perf_counter()

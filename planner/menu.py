@@ -110,7 +110,7 @@ def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, con
     cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
     gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
     current_level = None
-    if cur is not None:
+    if cur is not None and cur.cpu_limit_millis is None:  # a capped job's every option drops the cap
         hit = np.flatnonzero((cpu == cur.cpu_millis) & (gpu == cur.gpus))
         current_level = int(hit[0]) if hit.size else None
     spe = outlook.speed.seconds_per_epoch_many(cpu, gpu)

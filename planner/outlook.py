@@ -17,10 +17,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Protocol
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, Direction, SpeedModel, SpeedObservation, fit_learning_curve, fit_speed_model
+from models import CannotPredict, CurveFit, Direction, SpeedObservation, fit_learning_curve, fit_speed_model
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
 from planner.snapshot import Job, Settings
@@ -36,6 +37,32 @@ MAX_FIT_POINTS = 400
 SPEED_WINDOW = 6
 
 
+class SpeedLike(Protocol):
+    """What the planner asks of a speed model (:class:`models.SpeedModel`, or the oracle's truth)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def n_observations(self) -> int: ...
+
+    def seconds_per_epoch(self, cpu_millis: float, gpus: float) -> float: ...
+
+    def seconds_per_epoch_many(self, cpu_millis: np.ndarray, gpus: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class JobTruth:
+    """What really remains of one job and how fast it really trains: given to the planner only by the
+    *oracle* policy (:mod:`planner.policies.oracle`), which reads the simulator's ground truth so that
+    a gap between FlowPlan and the oracle measures prediction error, not the formulation's."""
+
+    remaining_tier1: float | None
+    remaining_tier2: float | None
+    remaining_finish: float
+    speed: SpeedLike
+
+
 @dataclass(frozen=True)
 class JobOutlook:
     """Allocation-independent predictions for one job."""
@@ -44,7 +71,7 @@ class JobOutlook:
     epoch: float
     curve: CurveFit | None
     curve_note: str
-    speed: SpeedModel
+    speed: SpeedLike
     tier1_reached: bool
     tier2_reached: bool
     #: Remaining epochs, ``None`` when the tier is unreachable or the job has no such tier.
@@ -116,6 +143,32 @@ def _reached(values: np.ndarray, target: float, direction: str) -> bool:
         return False
     best = values.max() if direction == "higher" else values.min()
     return bool(best >= target) if direction == "higher" else bool(best <= target)
+
+
+def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
+    """The outlook of a job whose remaining epochs and speed are known (the oracle's)."""
+    target = job.target
+    epoch = float(max((p.epoch for p in job.history), default=0.0))
+    r1, r2 = truth.remaining_tier1, truth.remaining_tier2
+    t1_reached = target is not None and r1 is not None and r1 <= 0
+    t2_reached = target is not None and target.tier2 is not None and r2 is not None and r2 <= 0
+    d1 = target.tier1.deadline if (target is not None and not t1_reached) else None
+    d2 = target.tier2.deadline if (target is not None and target.tier2 is not None and not t2_reached) else None
+    return JobOutlook(
+        job=job,
+        epoch=epoch,
+        curve=None,
+        curve_note="ground truth (oracle)",
+        speed=truth.speed,
+        tier1_reached=t1_reached,
+        tier2_reached=t2_reached,
+        remaining_tier1=None if r1 is None else max(r1, 0.0),
+        remaining_tier2=None if r2 is None else max(r2, 0.0),
+        remaining_finish=max(truth.remaining_finish, 0.0),
+        tiers_assumed=False,
+        tier1_deadline=d1,
+        tier2_deadline=d2,
+    )
 
 
 def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOutlook:

@@ -57,7 +57,13 @@ class Predictions(Contract):
 class Assignment(Contract):
     job: str
     node: str | None
-    cpu_millis: int = Field(description="Per replica.")
+    cpu_millis: int = Field(
+        description="Guaranteed CPU share per replica: a weight (cgroup cpu.weight, Docker --cpu-shares, a Kubernetes "
+        "request). Capacity other jobs leave idle flows to the job at once, up to cpu_limit_millis or its max."
+    )
+    cpu_limit_millis: int | None = Field(
+        None, description="Hard CPU cap (quota) per replica, set only where a cap is the point; null: the job's max_cpu_millis."
+    )
     gpus: int = Field(description="Per replica.")
     replicas: int = 1
     action: Action

@@ -47,10 +47,19 @@ class Node(Contract):
 
 
 class Allocation(Contract):
-    """Resources a running job holds now, per replica."""
+    """Resources a running job holds now, per replica.
+
+    ``cpu_millis`` is the job's *guaranteed* CPU share: a weight (Docker ``--cpu-shares``, cgroup
+    ``cpu.weight``, a Kubernetes request). While every container on the node is busy the job gets
+    its share; capacity others leave idle flows to it, up to ``cpu_limit_millis`` (a quota: Docker
+    ``--cpus``, a Kubernetes limit) when one is set, else up to the job's ``max_cpu_millis``.
+    """
 
     cpu_millis: Millis
     gpus: Count = 0
+    cpu_limit_millis: Annotated[int, Field(ge=1, le=10**9)] | None = Field(
+        None, description="Hard CPU cap (quota) in force, per replica; null: none beyond the job's max_cpu_millis."
+    )
 
 
 class MetricPoint(Contract):
@@ -133,6 +142,11 @@ class Job(Contract):
     migratable: bool = Field(True, description="Can checkpoint, stop, and restart elsewhere (or be paused).")
     checkpoint_seconds: Seconds = 30.0
     restart_seconds: Seconds = 30.0
+    checkpoint_every_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="How often the job checkpoints while training, besides every epoch end (null: only at epoch "
+        "ends). A restart loses the work since the last checkpoint; the planner prices that.",
+    )
     priority: Annotated[float, Field(ge=0.01, le=100, allow_inf_nan=False)] = 1.0
     submitted: Time | None = None
     history: list[MetricPoint] = Field(default_factory=list)
@@ -154,8 +168,18 @@ class Job(Contract):
         return self
 
 
+ObjectiveProfile = Literal["deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct"]
+OBJECTIVE_PROFILES: tuple[str, ...] = ("deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct")
+
+
 class Settings(Contract):
     """Per-snapshot planning settings (the operator's knobs for this cluster)."""
+
+    objective: ObjectiveProfile = Field(
+        "deadlines>mean-jct>makespan",
+        description="What the plan optimises, in priority order: QoE deadlines first, then either the mean job "
+        "completion time or the makespan (the other one next). A tail guard keeps any job from starving.",
+    )
 
     interval_seconds: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
     migration_budget: Annotated[int, Field(ge=0, le=10**6)] = Field(

@@ -19,7 +19,7 @@ from planner.core import _outlooks
 def _problem(seed: int, **kw):
     snap = random_snapshot(seed, **kw)
     cfg = PlannerConfig()
-    outs = _outlooks(snap, cfg, None)
+    outs = _outlooks(snap, cfg, None, None)
     ordered = [outs[j.id][1] for j in snap.jobs if j.status != "finished"]
     return build_problem(snap, ordered, cfg)[0]
 

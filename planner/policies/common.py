@@ -54,6 +54,9 @@ class Decision:
     gpus: int = 0
     why: str = ""
     predictions: Predictions | None = None
+    #: A hard CPU cap per replica (a quota, e.g. FlowCon's ``docker update --cpus``); ``None``: the
+    #: share is a weight only, and idle capacity flows to the job up to its max.
+    cpu_limit_millis: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -272,7 +275,8 @@ def _action(job: Job, d: Decision) -> Action:
     assert job.allocation is not None
     if d.node != job.node:
         return "migrate"
-    if (d.cpu_millis, d.gpus) == (job.allocation.cpu_millis, job.allocation.gpus):
+    now = job.allocation
+    if (d.cpu_millis, d.gpus, d.cpu_limit_millis) == (now.cpu_millis, now.gpus, now.cpu_limit_millis):
         return "keep"
     return "resize" if job.resizable else "migrate"
 
@@ -321,6 +325,7 @@ def build_plan(
                 job=job.id,
                 node=d.node,
                 cpu_millis=d.cpu_millis if d.node is not None else 0,
+                cpu_limit_millis=d.cpu_limit_millis if d.node is not None else None,
                 gpus=d.gpus if d.node is not None else 0,
                 replicas=job.replicas,
                 action=action,
