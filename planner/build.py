@@ -73,7 +73,8 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     warnings: list[str] = []
 
     interval = snapshot.settings.interval_seconds
-    menus = [build_menu(i, o, snapshot.time, interval, config) for i, o in enumerate(outlooks)]
+    max_gpus = max((n.gpus for n in nodes), default=0)
+    menus = [build_menu(i, o, snapshot.time, interval, config, max_gpus) for i, o in enumerate(outlooks)]
     pricing = price_menus(menus, config)
 
     current = np.array(

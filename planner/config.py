@@ -52,6 +52,10 @@ class ObjectiveWeights:
     #: keeps the plan from flapping between near-equal options.
     resize_quanta: int = 1
     migration_quanta: int = 2
+    #: Hysteresis: a restart (migration, restart in place, pause) must also clear this share of
+    #: what it loses (checkpoint + restart + work since the last checkpoint), as extra churn cost,
+    #: so a move is made only when its predicted gain beats its cost by a margin.
+    migration_margin: float = 0.5
     time_resolution: int = 1000
     #: Priorities (0.01-100) become integer weights ``max(1, round(priority * priority_scale))``.
     priority_scale: float = 10.0
@@ -74,8 +78,9 @@ class PlannerConfig:
     candidate_nodes: int = 3
     #: CPU levels per job (including its min, max and current share).
     cpu_levels: int = 4
-    #: GPU counts per job (including its min, max and current count).
-    gpu_levels: int = 3
+    #: GPU counts per job: every whole number from its min to its max (or to the most a node
+    #: holds) when there are at most this many, else this many spread between them.
+    gpu_levels: int = 8
     #: CPU shares are rounded to this many millicores.
     cpu_step_millis: int = 100
     #: Problems with more active jobs than this are split into node-disjoint sub-problems.

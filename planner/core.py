@@ -27,6 +27,7 @@ from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import residual, solve_relaxation
 from planner.snapshot import Job, Snapshot
+from planner.split import apply_split
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,9 @@ def plan(
 def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome: _Outcome) -> Plan:
     choice = outcome.choice
     assignments, unserved, terms = decode(problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem))
+    node_cpu = [n.cpu_millis for n in snapshot.nodes]
+    profile = snapshot.settings.objective
+    assignments, terms = apply_split(problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu)
     return Plan(
         time=snapshot.time,
         snapshot_digest=snapshot_digest(snapshot),

@@ -87,11 +87,23 @@ def _predictions(m: JobMenu, way: int, level: int, now: float) -> Predictions:
     )
 
 
-def _explain(m: JobMenu, action: Action, node: str | None, level: int, pred: Predictions, now: float, why: str | None) -> str:
+def explain(
+    m: JobMenu,
+    action: Action,
+    node: str | None,
+    level: int,
+    pred: Predictions,
+    now: float,
+    why: str | None,
+    cpu_millis: int | None = None,
+) -> str:
+    """One sentence per job: what it gets, when it finishes, its deadlines (``cpu_millis``: the
+    share when the node's split changed the level's)."""
     job = m.outlook.job
     parts: list[str] = []
     if node is not None:
-        alloc = cores(int(m.cpu[level])) + (f" + {int(m.gpu[level])} GPU" if m.gpu[level] else "")
+        cpu = int(m.cpu[level]) if cpu_millis is None else cpu_millis
+        alloc = cores(cpu) + (f" + {int(m.gpu[level])} GPU" if m.gpu[level] else "")
         rep = f" x{job.replicas}" if job.replicas > 1 else ""
         verb = {
             "start": "starts on",
@@ -247,7 +259,7 @@ def decode(
                 previous=prev,
                 lost_seconds=lost,
                 predictions=pred,
-                explanation=_explain(m, action, node, level, pred, now, why),
+                explanation=explain(m, action, node, level, pred, now, why),
             )
         )
     makespan_cost = problem.makespan_weight * fq_max

@@ -44,21 +44,17 @@ def cpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig) -> 
     return sorted(levels)
 
 
-def gpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig) -> list[int]:
+def gpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig, room: int | None = None) -> list[int]:
+    """GPU counts per replica a job may get: every whole number from ``lo`` to ``hi`` (capped at
+    ``room``, the most any node could hold), or, when that is more than ``config.gpu_levels``, the
+    ends and counts spread geometrically between them (always with the current count)."""
     if hi == 0:
         return [0]
-    cand = {lo, hi}
-    p = 1
-    while p < hi:
-        if p > lo:
-            cand.add(p)
-        p *= 2
-    levels = sorted(cand)
-    if len(levels) > config.gpu_levels:
-        # Keep the ends and the powers of two nearest the geometric middle.
-        mid = math.sqrt(max(lo, 1) * hi)
-        inner = sorted(levels[1:-1], key=lambda g: (abs(math.log(max(g, 1) / mid)), g))[: config.gpu_levels - 2]
-        levels = sorted({levels[0], levels[-1], *inner})
+    top = max(lo, min(hi, room)) if room is not None else hi
+    if top - lo + 1 <= config.gpu_levels:
+        levels = list(range(lo, top + 1))
+    else:
+        levels = sorted({lo, top, *_spread(max(lo, 1), top, config.gpu_levels, 1)})
     if current is not None and lo <= current <= hi and current not in levels:
         levels = sorted({*levels, current})
     return levels
@@ -102,11 +98,14 @@ class JobMenu:
     wait_churn: int = 0
 
 
-def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, config: PlannerConfig) -> JobMenu:
+def build_menu(
+    index: int, outlook: JobOutlook, now: float, interval: float, config: PlannerConfig, max_node_gpus: int | None = None
+) -> JobMenu:
     job = outlook.job
     cur = job.allocation if job.status == "running" else None
     cpus = cpu_levels(job.min_cpu_millis, job.max_cpu_millis, cur.cpu_millis if cur else None, config)
-    gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config)
+    room = None if max_node_gpus is None else max_node_gpus // job.replicas
+    gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config, room)
     cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
     gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
     current_level = None
@@ -114,7 +113,16 @@ def build_menu(index: int, outlook: JobOutlook, now: float, interval: float, con
         hit = np.flatnonzero((cpu == cur.cpu_millis) & (gpu == cur.gpus))
         current_level = int(hit[0]) if hit.size else None
     spe = outlook.speed.seconds_per_epoch_many(cpu, gpu)
-    lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds])
+    # A restart loses checkpoint + restart time and the work since the last checkpoint: jobs
+    # checkpoint at every epoch end and every ``checkpoint_every_seconds``, so on average half of
+    # the shorter of the two (at the speed it trains now) is done again.
+    redo = 0.0
+    if cur is not None:
+        period = float(outlook.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus))
+        if job.checkpoint_every_seconds is not None:
+            period = min(period, job.checkpoint_every_seconds)
+        redo = 0.5 * period if math.isfinite(period) else 0.0
+    lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds + redo])
 
     finish_s = lost[:, None] + outlook.remaining_finish * spe[None, :]
 

@@ -74,7 +74,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         t1_cost = int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2))
         qoe = (m.t1_met == 0) * t1_cost + (m.t2_met == 0) * t2_cost
         churn = np.zeros_like(fq)
-        churn[MOVE, :] = m.weight * w.migration_quanta
+        move_q = max(w.migration_quanta, math.ceil(w.migration_margin * float(m.lost[MOVE]) / q))
+        churn[MOVE, :] = m.weight * move_q
         if m.current_level is not None:
             churn[STAY, :] = m.weight * w.resize_quanta
             churn[STAY, m.current_level] = 0
@@ -95,11 +96,12 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
             t2_cost if m.outlook.tier2_deadline is not None else 0
         )
-        # A job with nothing left to learn (converged, or at max_epochs) loses nothing by waiting.
+        # Every active job is served whenever capacity allows (work conservation covers admission):
+        # only a job at its max_epochs (about to end by itself) loses nothing by waiting.
         done = m.outlook.remaining_finish <= 0
         m.wait_unserved = 0 if done else int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
-        m.wait_churn = m.weight * w.migration_quanta if pausing else 0
+        m.wait_churn = m.weight * move_q if pausing else 0
         m.wait_time_cost = (c + c1) * m.wait_q + cl * wait_late
         m.wait_cost = m.wait_unserved + m.wait_qoe + m.wait_time_cost + m.wait_churn
     return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)

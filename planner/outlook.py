@@ -229,6 +229,12 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         finish = min(finish, max_left)
         r1 = None if (r1 is not None and r1 > max_left) else r1
         r2 = None if (r2 is not None and r2 > max_left) else r2
+    # The model's belief that a job has converged is a reason to give it less, never to starve it: a
+    # job runs until it says it is done (max_epochs, its target, or it exits), so at least one more
+    # epoch is left unless max_epochs is reached (at a plateau before a learning-rate drop the curve
+    # predicts nothing left; pausing such jobs "for free" left nodes empty for hours).
+    if max_left is None or max_left > 0:
+        finish = max(finish, min(MIN_REMAINING_EPOCHS, max_left if max_left is not None else MIN_REMAINING_EPOCHS))
     finish = min(finish, MAX_REMAINING_EPOCHS)
 
     tiers_from_prior = False

@@ -1,0 +1,302 @@
+"""The continuous CPU split of each node: who gets which share of the node, seeing completions.
+
+The integer program decides *placements* and GPU counts (and whether a job runs at all). What each
+placed job then gets of its node's CPU is decided here, per node, by a rule that sees that jobs
+finish and hand their share on:
+
+- **Shares are weights, and they add up to the node.** Every CPU of the node is handed out (up to
+  each job's ``max_cpu_millis``): no node has free CPU while a placed job is below its max (work
+  conservation). Applied as weights (``cpu.weight`` / ``--cpu-shares`` / requests), the shares are
+  what each job gets while all are busy; a job that finishes or idles hands its share on at once.
+- **Reservations first** (deadlines, then the tail guard). A job with an open tier-1 deadline it can
+  still meet is reserved the smallest share that reaches tier 1 in time at a constant rate. Every
+  job is reserved the share that finishes it by the node's *makespan guard* ``T*`` (below). When
+  the reservations do not fit, deadlines go first (higher priority, then less slack), then the
+  guard's, longest remaining first; a deadline that cannot be met even at the job's max reserves
+  nothing (the capacity goes where it still buys something).
+- **The rest by marginal value.** What is left goes in small steps to the job whose next step buys
+  the most: ``w_j · Δrate_j / W_j`` — priority weight times the epochs per second the step adds,
+  over the epochs left to the job's next milestone (tier 1 while it is open, else its finish).
+  With linear speed-ups this is shortest-remaining-first with caps, the rule that minimises mean
+  completion time; with concave ones (Amdahl) it balances like heSRPT (Berg et al., 2020): small
+  jobs get more, nobody is cut to nothing while its step still buys much.
+
+**The makespan guard.** ``T_lb`` is a lower bound on the node's makespan from the predictions: the
+larger of the slowest job alone at its max and the node's total work at each job's most efficient
+share over its capacity. ``T* = (1 + slack) · T_lb`` with the profile's slack
+(``deadlines>mean-jct>makespan``: 10 %, so shortest-first never starves the longest job by more
+than that; ``deadlines>makespan>mean-jct``: 0, the makespan first). A guard that cannot be met
+reserves the job's max: it is the critical one.
+
+**The rollout.** The rule is applied now, then again at every predicted event (a job finishes, a
+restarting job resumes), as the control loop re-plans when things change; the first allocation is
+the plan, and the rollout's completion times are the plan's predictions (which therefore see that
+capacity frees up when short jobs finish). Pure numpy, deterministic, O(events × jobs × steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Most share steps per job between its min and max (the step is at least ``min_step`` millicores).
+MAX_STEPS = 48
+#: Rollout events simulated per node (each is one re-application of the rule); later completions
+#: are extrapolated at the last rates.
+MAX_EVENTS = 64
+MAKESPAN_FIRST = "deadlines>makespan>mean-jct"
+
+
+@dataclass(frozen=True)
+class ShareJob:
+    """One placed job whose CPU share the split decides (figures per replica unless said)."""
+
+    lo: int  # least share (millicores): the job's min, or what the plan must guarantee it
+    hi: int  # most share: the job's max (or its cap)
+    replicas: int
+    weight: float  # priority weight
+    seconds_per_epoch: np.ndarray  # at each share of ``grid``
+    grid: np.ndarray  # shares (millicores), ascending, lo ... hi
+    remaining: float  # epochs to its finish
+    remaining_tier1: float | None  # epochs to tier 1 while open and reachable, else None
+    deadline: float | None  # seconds from now to the tier-1 deadline (open deadlines only)
+    blocked: float  # seconds before it trains (start-up, restart)
+
+
+@dataclass(frozen=True)
+class NodeSplit:
+    shares: np.ndarray  # (J,) millicores per replica, the plan's guarantees
+    finish: np.ndarray  # (J,) seconds from now to the finish (inf: never)
+    tier1: np.ndarray  # (J,) seconds from now to tier 1 (nan: no open tier 1)
+    fair_finish: np.ndarray  # (J,) finish under the equal split, seconds from now (the tail guard's reference)
+
+
+def share_grid(lo: int, hi: int, min_step: int) -> np.ndarray:
+    """Shares from ``lo`` to ``hi`` in equal steps of at least ``min_step`` (both ends exact)."""
+    if hi <= lo:
+        return np.array([lo], dtype=np.int64)
+    n = max(1, min(MAX_STEPS, (hi - lo) // max(min_step, 1)))
+    return np.unique(np.round(np.linspace(lo, hi, n + 1)).astype(np.int64))
+
+
+def _level_for_rate(rates: np.ndarray, need: float) -> int | None:
+    """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
+    ok = np.flatnonzero(rates >= need * (1.0 - 1e-9))
+    return int(ok[0]) if ok.size else None
+
+
+def _rule(
+    jobs: Sequence[ShareJob],
+    rates: list[np.ndarray],
+    active: np.ndarray,
+    left: np.ndarray,
+    left1: np.ndarray,
+    now: float,
+    guard: np.ndarray,
+    floor: np.ndarray,
+    capacity: float,
+) -> np.ndarray:
+    """Grid index per job (−1 for inactive) for one moment of the rollout; ``floor``: least share
+    per job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none)."""
+    J = len(jobs)
+    level = np.full(J, -1, dtype=np.int64)
+    idx = np.flatnonzero(active)
+    if idx.size == 0:
+        return level
+    for j in idx.tolist():
+        g = jobs[j].grid
+        level[j] = max(int(np.searchsorted(g, floor[j] + 1e-6, side="right")) - 1, 0)  # at most the floor: it fits
+    used = float(sum(jobs[j].grid[level[j]] * jobs[j].replicas for j in idx.tolist()))
+    room = capacity - used
+
+    # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the guard.
+    wants: list[tuple[int, float, float, int, int]] = []
+    for j in idx.tolist():
+        job, r = jobs[j], rates[j]
+        start = max(job.blocked - now, 0.0)
+        if job.deadline is not None and left1[j] > 0:
+            span = job.deadline - now - start
+            k = _level_for_rate(r, left1[j] / span) if span > 0 else None
+            if k is not None and k > 0:
+                wants.append((0, -job.weight, span, j, k))
+        if math.isfinite(guard[j]) and left[j] > 0:
+            span = guard[j] - now - start
+            k = _level_for_rate(r, left[j] / span) if span > 0 else None
+            k = len(job.grid) - 1 if k is None else k
+            if k > 0:
+                wants.append((1, 0.0, -left[j] / r[-1], j, k))
+    for cls, _, _, j, k in sorted(wants):
+        g = jobs[j].grid
+        have = int(level[j])
+        if k <= have:
+            continue
+        extra = float(g[k] - g[have]) * jobs[j].replicas
+        if extra <= room + 1e-9:
+            level[j] = k
+            room -= extra
+            continue
+        if cls == 0:
+            continue  # a deadline share that does not fit would not meet the deadline either
+        # The guard's: the highest level that still fits.
+        fit = np.flatnonzero((g - g[have]) * jobs[j].replicas <= room + 1e-9)
+        best = int(fit[-1]) if fit.size else have
+        if best > have:
+            room -= float(g[best] - g[have]) * jobs[j].replicas
+            level[j] = best
+
+    # The rest by marginal value per millicore (made non-increasing per job: a concave envelope,
+    # so every job's taken steps are a prefix and one global sort gives the greedy's answer).
+    js, ks, dens, costs = [], [], [], []
+    for j in idx.tolist():
+        job, r = jobs[j], rates[j]
+        k0 = int(level[j])
+        if k0 >= len(job.grid) - 1:
+            continue
+        milestone = left1[j] if left1[j] > 0 else left[j]
+        gain = np.diff(r[k0:]) * job.weight / max(milestone, 1e-9)
+        cost = np.diff(job.grid[k0:]).astype(float) * job.replicas
+        d = np.minimum.accumulate(np.maximum(gain, 0.0) / np.maximum(cost, 1e-9))
+        js.append(np.full(d.size, j))
+        ks.append(np.arange(k0 + 1, k0 + 1 + d.size))
+        dens.append(d)
+        costs.append(cost)
+    if js and room > 0:
+        jj, kk, dd, cc = (np.concatenate(a) for a in (js, ks, dens, costs))
+        order = np.lexsort((kk, jj, -dd))
+        taken = np.cumsum(cc[order]) <= room + 1e-9
+        for j, k in zip(jj[order][taken].tolist(), kk[order][taken].tolist(), strict=True):
+            level[j] = max(level[j], k)
+    return level
+
+
+def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float) -> np.ndarray:
+    """The equal split (every container the same weight, as the kernel does for Docker's default),
+    water-filled between each job's min and max, as a (fractional) share per job."""
+    J = len(jobs)
+    share = np.zeros(J)
+    idx = np.flatnonzero(active)
+    if idx.size == 0:
+        return share
+    lo = np.array([jobs[j].lo for j in idx.tolist()], dtype=float)
+    hi = np.array([jobs[j].hi for j in idx.tolist()], dtype=float)
+    rep = np.array([jobs[j].replicas for j in idx.tolist()], dtype=float)
+    a, b = 0.0, float(hi.max())
+    for _ in range(40):  # bisection on the common level
+        mid = (a + b) / 2
+        if float(np.sum(np.clip(mid, lo, hi) * rep)) > capacity:
+            b = mid
+        else:
+            a = mid
+    share[idx] = np.clip(a, lo, hi)
+    return share
+
+
+def _rollout(
+    jobs: Sequence[ShareJob],
+    rates: list[np.ndarray],
+    allocate: Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Predicted (finish, tier-1 time) per job when ``allocate(active, left, left1, now)`` (a share
+    per job) is re-applied at every event, and the first allocation."""
+    J = len(jobs)
+    left = np.array([max(j.remaining, 0.0) for j in jobs])
+    left1 = np.array([j.remaining_tier1 if j.remaining_tier1 is not None else 0.0 for j in jobs])
+    blocked = np.array([j.blocked for j in jobs])
+    finish = np.where(left > 0, math.inf, 0.0)
+    tier1 = np.array([0.0 if (j.remaining_tier1 is not None and left1[i] <= 0) else math.nan for i, j in enumerate(jobs)])
+    active = left > 0
+    first = np.array([float(j.lo) for j in jobs])
+    now = 0.0
+    rate = np.zeros(J)
+    for event in range(MAX_EVENTS):
+        if not active.any():
+            break
+        share = allocate(active, left, left1, now)
+        if event == 0:
+            first = np.where(active, share, first)
+        rate = np.zeros(J)
+        for j in np.flatnonzero(active).tolist():
+            rate[j] = float(np.interp(share[j], jobs[j].grid, rates[j]))
+        running = active & (blocked <= now + 1e-9) & (rate > 0)
+        # Next event: a finish, a tier-1 crossing (the milestone changes), or a restart ending.
+        dt = math.inf
+        for j in np.flatnonzero(running).tolist():
+            dt = min(dt, left[j] / rate[j])
+            if left1[j] > 0:
+                dt = min(dt, left1[j] / rate[j])
+        for j in np.flatnonzero(active & (blocked > now + 1e-9)).tolist():
+            dt = min(dt, blocked[j] - now)
+        if not math.isfinite(dt):
+            break
+        for j in np.flatnonzero(running).tolist():
+            done = rate[j] * dt
+            if left1[j] > 0 and done >= left1[j] - 1e-9:
+                tier1[j] = now + left1[j] / rate[j]
+            left1[j] = max(left1[j] - done, 0.0)
+            left[j] = max(left[j] - done, 0.0)
+            if left[j] <= 1e-9:
+                left[j] = 0.0
+                finish[j] = now + dt
+                active[j] = False
+        now += dt
+    # Out of events: the rest finish at their last rates (late rather than early).
+    for j in np.flatnonzero(active).tolist():
+        if rate[j] > 0:
+            start = now + max(blocked[j] - now, 0.0)
+            finish[j] = start + left[j] / rate[j]
+            if left1[j] > 0:
+                tier1[j] = start + left1[j] / rate[j]
+    return finish, tier1, first
+
+
+def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeSplit:
+    """Shares for the jobs of one node (``capacity``: the CPU they may share, millicores); see the module docstring."""
+    J = len(jobs)
+    if J == 0:
+        return NodeSplit(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
+    rates = [1.0 / np.maximum(j.seconds_per_epoch, 1e-12) for j in jobs]
+
+    # The tail guard. Mean completion time first: the job that would finish last under the equal
+    # split (the kernel's default) keeps at least its equal share at every moment, so the batch's
+    # critical path is never slower than the default's while the others go shortest-first.
+    # Makespan first: every job is reserved what finishes it by the node's makespan lower bound.
+    fair, _, _ = _rollout(jobs, rates, lambda active, left, left1, now: _equal_levels(jobs, active, capacity))
+    finite = np.where(np.isfinite(fair), fair, -1.0)
+    critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
+    guard = np.full(J, math.inf)
+    if profile == MAKESPAN_FIRST:
+        left = [max(j.remaining, 0.0) for j in jobs]
+        alone = max((j.blocked + w / r[-1] for j, w, r in zip(jobs, left, rates, strict=True) if w > 0), default=0.0)
+        work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left, strict=True) if w > 0)
+        guard[:] = max(alone, work / max(capacity, 1.0))
+
+    def allocate(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
+        floor = np.where(critical & active, _equal_levels(jobs, active, capacity), 0.0)
+        level = _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
+        return np.array([float(jobs[j].grid[max(int(level[j]), 0)]) for j in range(J)])
+
+    finish, tier1, first = _rollout(jobs, rates, allocate)
+    level = np.array([int(np.searchsorted(j.grid, f)) for j, f in zip(jobs, first, strict=True)])
+    shares = _hand_out_rest(jobs, first.round().astype(np.int64), capacity, level)
+    return NodeSplit(shares=shares, finish=finish, tier1=tier1, fair_finish=fair)
+
+
+def _hand_out_rest(jobs: Sequence[ShareJob], shares: np.ndarray, capacity: float, level: np.ndarray) -> np.ndarray:
+    """Whatever the grid's steps left over goes, to the millicore, to jobs below their max (highest
+    level first): no CPU stays free while a placed job could use it."""
+    rest = int(capacity - sum(int(s) * j.replicas for s, j in zip(shares, jobs, strict=True)))
+    if rest <= 0:
+        return shares
+    out = shares.copy()
+    for j in sorted(range(len(jobs)), key=lambda i: (-int(level[i]), i)):
+        job = jobs[j]
+        add = min(job.hi - int(out[j]), rest // job.replicas)
+        if add > 0:
+            out[j] += add
+            rest -= add * job.replicas
+        if rest <= 0:
+            break
+    return out
