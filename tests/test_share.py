@@ -1,0 +1,154 @@
+"""The per-node CPU split (planner/share.py, planner/split.py): work conservation, the rule, profiles.
+
+Case matrix:
+
+- work-conserving invariant over seeded random snapshots built on real curves (conftest): on every
+  node, no CPU is left unguaranteed while a placed job that may change its share is below its max;
+- hand-computed splits on one node with linear speed-ups (serial 0, so shares convert to speed 1:1):
+  shortest-remaining-first with caps; the job that ends last under the equal split keeps at least
+  its equal share; a tier-1 deadline reserves the share that meets it; the makespan-first profile
+  gives the longest job more than the mean-completion profile;
+- the rollout's predicted finishes see completions (a job speeds up when another finishes);
+- a job the curve believes converged below its max_epochs is still placed when there is room;
+- purity: a plan made with ``previous`` from another config equals one made from scratch.
+
+Nothing is faked: plans come from the real planner; curves are measured ones where a curve matters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import random_snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner import PlannerConfig, Snapshot, check_plan, plan
+from planner.share import ShareJob, share_grid, split_node
+
+FAST = PlannerConfig(time_limit=0.5)
+MEAN = "deadlines>mean-jct>makespan"
+SPAN = "deadlines>makespan>mean-jct"
+
+
+def _linear(lo: int, hi: int, epochs: float, sec_per_epoch_on_one_core: float, **kw: float | None) -> ShareJob:
+    grid = share_grid(lo, hi, 100)
+    return ShareJob(
+        lo=lo,
+        hi=hi,
+        replicas=1,
+        weight=10.0,
+        seconds_per_epoch=sec_per_epoch_on_one_core * 1000.0 / grid,
+        grid=grid,
+        remaining=epochs,
+        remaining_tier1=kw.get("tier1"),
+        deadline=kw.get("deadline"),
+        blocked=0.0,
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_no_node_has_free_cpu_while_a_placed_job_is_below_its_max(seed: int) -> None:
+    snap = random_snapshot(seed)
+    p = plan(snap, FAST).plan
+    assert check_plan(snap, p) == []
+    jobs = {j.id: j for j in snap.jobs}
+    for node in snap.nodes:
+        on = [(a, jobs[a.job]) for a in p.assignments if a.node == node.name]
+        free = node.cpu_millis - sum(a.cpu_millis * j.replicas for a, j in on)
+        for a, j in on:
+            flexible = j.resizable or j.status != "running" or j.node != node.name or a.action == "migrate"
+            if flexible and a.cpu_millis < j.max_cpu_millis:
+                assert free < j.replicas, (node.name, a.job, a.cpu_millis, j.max_cpu_millis, free)
+
+
+def test_shortest_first_with_caps() -> None:
+    """Two equal-speed jobs on 4 cores, each at most 3: the shorter gets its max, the other the rest."""
+    short, long_ = _linear(500, 3000, 10, 60.0), _linear(500, 3000, 40, 60.0)
+    split = split_node([long_, short], 4000, MEAN)
+    # The long job ends last under the equal split, so it keeps its equal share (2 cores) as a floor.
+    assert split.shares.tolist() == [2000, 2000]
+    three = [_linear(500, 3000, 10, 60.0), _linear(500, 3000, 20, 60.0), _linear(500, 3000, 80, 60.0)]
+    s3 = split_node(three, 6000, MEAN)
+    assert int(s3.shares.sum()) == 6000
+    assert s3.shares[0] == 3000  # the shortest gets its max
+    assert s3.shares[2] >= 2000  # the critical one keeps its equal share (6 / 3 cores)
+    assert s3.finish[0] < s3.finish[1] < s3.finish[2]
+
+
+def test_rollout_sees_completions() -> None:
+    """When the short job ends, the long one gets its share: its predicted finish is earlier than at
+    its first share held to the end."""
+    jobs = [_linear(500, 4000, 5, 60.0), _linear(500, 4000, 50, 60.0)]
+    split = split_node(jobs, 4000, MEAN)
+    held = 50 * 60.0 * 1000.0 / float(split.shares[1])
+    assert split.finish[1] < held - 1.0
+
+
+def test_deadline_reserves_what_meets_it() -> None:
+    """A job with a tier-1 deadline it can meet gets at least the constant share that meets it."""
+    urgent = _linear(500, 4000, 30, 60.0, tier1=10.0, deadline=400.0)  # 10 epochs in 400 s: 1.5 cores
+    others = [_linear(500, 4000, 3, 60.0), _linear(500, 4000, 4, 60.0)]
+    split = split_node([urgent, *others], 4000, MEAN)
+    assert split.shares[0] >= 1500
+    assert split.tier1[0] <= 400.0 + 1e-6
+
+
+def test_makespan_profile_favours_the_longest_job() -> None:
+    jobs = [_linear(500, 3000, 5, 60.0), _linear(500, 3000, 8, 60.0), _linear(500, 3000, 60, 60.0)]
+    mean = split_node(jobs, 4000, MEAN)
+    span = split_node(jobs, 4000, SPAN)
+    assert span.shares[2] > mean.shares[2]
+    assert span.finish.max() <= mean.finish.max() + 1e-6
+
+
+def _one_host(jobs: list[dict], cpu: int = 8000) -> Snapshot:
+    return Snapshot.model_validate({"time": 10_000.0, "nodes": [{"name": "h", "cpu_millis": cpu}], "jobs": jobs})
+
+
+def test_converged_belief_never_starves_a_job() -> None:
+    """A running job whose curve is flat (the model predicts nothing left) but is below its max_epochs
+    keeps running when the node has room: the belief gives it less, not nothing."""
+    flat = [{"time": 9000.0 + 100 * e, "epoch": e, "metric": 0.9} for e in range(1, 9)]
+    job = {
+        "id": "flat",
+        "status": "running",
+        "node": "h",
+        "allocation": {"cpu_millis": 2000},
+        "min_cpu_millis": 500,
+        "max_cpu_millis": 4000,
+        "history": flat,
+        "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.95}, "max_epochs": 50},
+    }
+    p = plan(_one_host([job])).plan
+    a = p.assignments[0]
+    assert a.node == "h" and a.action != "pause"
+    assert a.cpu_millis == 4000  # the only job: the whole of what it can use
+
+
+def test_plan_with_previous_from_another_config_is_the_same_as_from_scratch() -> None:
+    snap = random_snapshot(7, n_nodes=2, n_jobs=8)
+    other = plan(snap, PlannerConfig(time_limit=0.5, unknown_remaining_epochs=5.0))
+    cfg = PlannerConfig(time_limit=0.5)
+    fresh = plan(snap, cfg).plan.model_dump()
+    reused = plan(snap, cfg, previous=other).plan.model_dump()
+    for d in (fresh, reused):
+        d["solver"].pop("seconds")
+    assert fresh == reused
+
+
+def test_profiles_change_the_plan_on_a_real_snapshot() -> None:
+    """The two profiles are both valid plans of the same snapshot, and the makespan-first one gives
+    the job predicted to end last at least as much."""
+    snap = random_snapshot(11, n_nodes=1, n_jobs=6)
+    plans = {}
+    for profile in (MEAN, SPAN):
+        s = snap.model_copy(update={"settings": snap.settings.model_copy(update={"objective": profile})})
+        plans[profile] = plan(s, FAST).plan
+        assert check_plan(s, plans[profile]) == []
+    placed = [a for a in plans[MEAN].assignments if a.node is not None and a.predictions.eta_finish is not None]
+    if len(placed) >= 2:
+        last = max(placed, key=lambda a: a.predictions.eta_finish or 0.0).job
+        by = {a.job: a.cpu_millis for a in plans[SPAN].assignments}
+        mine = {a.job: a.cpu_millis for a in plans[MEAN].assignments}
+        assert by[last] >= mine[last] or np.isclose(by[last], mine[last])
