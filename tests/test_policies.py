@@ -22,6 +22,9 @@ Case matrix:
   tiresias     a long-running job is preempted for a new one; the budget bounds it
   flowplan     the wrapper returns the planner's plan and keeps its fit cache
   ============ ============================================================================
+
+The oracle (FlowPlan fed the ground truth) plans only with a truth: the contract tests here run the
+policies that plan from the snapshot alone (:data:`PLAIN`); ``tests/test_oracle.py`` covers it.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from hypothesis import strategies as st
 
 from planner import check_plan, load_snapshot
 from planner.plan import Plan
-from planner.policies import POLICIES, make_policy
+from planner.policies import POLICIES, make_policy, reads_ground_truth
 from planner.snapshot import Snapshot
 
-BASELINES = sorted(n for n in POLICIES if n != "flowplan")
+#: Every policy that plans from the snapshot alone (all but the oracle).
+PLAIN = sorted(n for n in POLICIES if not reads_ground_truth(POLICIES[n]()))
+BASELINES = sorted(n for n in PLAIN if n != "flowplan")
 NOW = 1_000_000.0
 
 
@@ -97,7 +102,7 @@ def _advance(snap: Snapshot, p: Plan, step: float = 1.0) -> Snapshot:
 # -- contract -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", PLAIN)
 @pytest.mark.parametrize("example", ["flowcon-1node", "qoe-deadlines", "specon-4nodes"])
 def test_every_policy_plans_every_example_snapshot(name: str, example: str) -> None:
     snap = load_snapshot(f"examples/snapshots/{example}.json")
@@ -109,11 +114,11 @@ def test_every_policy_plans_every_example_snapshot(name: str, example: str) -> N
 @given(seed=st.integers(min_value=0, max_value=2**31 - 1))
 def test_every_policy_passes_the_checker_on_random_snapshots(seed: int) -> None:
     snap = random_snapshot(seed)
-    for name in sorted(POLICIES):
+    for name in PLAIN:
         _assert_valid(snap, _fresh(name)(snap), name)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", PLAIN)
 def test_runs_over_many_intervals_stay_valid_and_deterministic(name: str) -> None:
     """Plans applied interval after interval (states, attained service, migrations, preemptions)."""
     for seed in (3, 11, 29):
@@ -139,7 +144,7 @@ def test_empty_snapshot_and_jobs_without_history() -> None:
             ],
         }
     )
-    for name in sorted(POLICIES):
+    for name in PLAIN:
         for snap in (empty, no_jobs, fresh):
             p = make_policy(name)(snap)
             _assert_valid(snap, p, name)
@@ -165,7 +170,7 @@ def test_flat_histories_do_not_break_any_policy() -> None:
     snap = Snapshot.model_validate(
         {"time": NOW, "nodes": [{"name": "n0", "cpu_millis": 8000}, {"name": "n1", "cpu_millis": 8000}], "jobs": jobs}
     )
-    for name in sorted(POLICIES):
+    for name in PLAIN:
         policy, s = make_policy(name), snap
         for _ in range(4):
             p = policy(s)
@@ -184,7 +189,12 @@ def test_registry_rejects_unknown_names_and_options() -> None:
         make_policy("tiresias", thresholds=[100.0, 10.0])
     with pytest.raises(ValueError, match="solver"):
         make_policy("flowplan", solver="magic")
-    assert set(POLICIES) == {"flowplan", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias"}
+    with pytest.raises(ValueError, match="objective: unknown objective profile 'fastest'"):
+        make_policy("flowplan", objective="fastest")
+    with pytest.raises(ValueError, match="objective"):
+        make_policy("oracle", objective="deadlines")
+    assert set(POLICIES) == {"flowplan", "oracle", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias"}
+    assert PLAIN == sorted(set(POLICIES) - {"oracle"})
     assert all(POLICIES[n]().name == n for n in POLICIES)
 
 

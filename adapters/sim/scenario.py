@@ -49,7 +49,7 @@ SCENARIO_METRICS: dict[str, tuple[str, bool]] = {
     "qoe_met": ("number of jobs reaching tier 1 by its deadline", False),
 }
 
-_POLICY_NAMES = ("flowplan", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias")
+_POLICY_NAMES = ("flowplan", "oracle", "docker", "kubernetes", "fifo", "flowcon", "specon", "optimus", "tiresias")
 
 
 class ScenarioError(ValueError):

@@ -1,4 +1,4 @@
-"""Scheduling policies: FlowPlan's integer program and the baselines it is compared with.
+"""Scheduling policies: FlowPlan's integer program, the baselines it is compared with, and the oracle.
 
 Every policy is an object with a ``name`` and ``__call__(snapshot) -> Plan`` (:class:`Policy`); it sees
 only the snapshot, may keep state between the calls of one run, and every plan it returns passes
@@ -8,6 +8,10 @@ only the snapshot, may keep state between the calls of one run, and every plan i
     from planner.policies import make_policy
     policy = make_policy("flowcon", alpha=0.03)
     plan = policy(snapshot)
+
+The *oracle* (:class:`OraclePolicy`) is FlowPlan fed the simulator's ground truth: it alone has
+``reads_ground_truth = True``, and it plans only after ``observe_truth(truth)`` (the simulator's
+job). It measures how much of FlowPlan's gap to the best policy comes from prediction errors.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from planner.policies.flowcon import FlowConPolicy
 from planner.policies.flowplan import FlowPlanPolicy
 from planner.policies.kubernetes import KubernetesPolicy
 from planner.policies.optimus import OptimusPolicy
+from planner.policies.oracle import OracleError, OraclePolicy
 from planner.policies.specon import SpeConPolicy
 from planner.policies.tiresias import TiresiasPolicy
 
@@ -34,6 +39,7 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
     "specon": SpeConPolicy,
     "optimus": OptimusPolicy,
     "tiresias": TiresiasPolicy,
+    "oracle": OraclePolicy,
 }
 
 #: Policy name -> factory of a fresh policy (default options).
@@ -41,8 +47,8 @@ POLICIES: dict[str, Callable[[], Policy]] = dict(_FACTORIES)
 
 
 def make_policy(name: str, **options: Any) -> Policy:
-    """A fresh policy ``name`` with ``options`` (e.g. ``solver``/``time_limit`` for flowplan, ``alpha``
-    for flowcon); a ``ValueError`` names an unknown policy or option."""
+    """A fresh policy ``name`` with ``options`` (e.g. ``solver``/``time_limit``/``objective`` for flowplan
+    and oracle, ``alpha`` for flowcon); a ``ValueError`` names an unknown policy, option or value."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise ValueError(f"policy: unknown policy {name!r} (known: {', '.join(sorted(_FACTORIES))})")
@@ -50,6 +56,11 @@ def make_policy(name: str, **options: Any) -> Policy:
         return factory(**options)
     except TypeError as exc:
         raise ValueError(f"policy {name}: unknown option(s) {', '.join(sorted(options))} ({exc})") from exc
+
+
+def reads_ground_truth(policy: object) -> bool:
+    """Does ``policy`` read the simulator's ground truth? Only the oracle does."""
+    return getattr(policy, "reads_ground_truth", False) is True
 
 
 __all__ = [
@@ -61,8 +72,12 @@ __all__ = [
     "FlowPlanPolicy",
     "KubernetesPolicy",
     "OptimusPolicy",
+    "OracleError",
+    "OraclePolicy",
     "Policy",
     "SpeConPolicy",
     "TiresiasPolicy",
     "make_policy",
+    "reads_ground_truth",
 ]
+

@@ -4,35 +4,75 @@ Each interval it plans the snapshot with :func:`planner.plan` and keeps the :cla
 for the next call: the result's model fits are a cache keyed by each job's inputs (``previous``
 never changes the answer, only saves refitting jobs whose history did not change). The plan is the
 planner's own, with its predictions, objective terms and solver report (backend name, status, gap).
+
+``objective`` (a profile of :data:`planner.snapshot.OBJECTIVE_PROFILES`, or one of the short names
+``mean-jct`` and ``makespan``) overrides ``Settings.objective`` of every snapshot it plans; ``None``
+plans each snapshot with the objective it carries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig, SolverName
 from planner.core import PlanResult, plan
 from planner.plan import Plan
-from planner.snapshot import Snapshot
+from planner.snapshot import OBJECTIVE_PROFILES, ObjectiveProfile, Snapshot
+
+#: Each objective profile and what it optimises, in priority order (for ``--help`` and the docs).
+OBJECTIVE_MEANINGS: dict[str, str] = {
+    "deadlines>mean-jct>makespan": "meet QoE deadlines (tier 1, then tier 2), then the lowest mean job completion "
+    "time, then the shortest makespan (the default)",
+    "deadlines>makespan>mean-jct": "meet QoE deadlines (tier 1, then tier 2), then the shortest makespan "
+    "(finish the whole batch soonest), then the lowest mean job completion time",
+}
+#: Short names accepted for the profiles: the term that comes right after the deadlines.
+OBJECTIVE_ALIASES: dict[str, str] = {"mean-jct": "deadlines>mean-jct>makespan", "makespan": "deadlines>makespan>mean-jct"}
+
+
+def resolve_objective(name: str) -> ObjectiveProfile:
+    """The profile ``name`` stands for (a full profile or a short name); a ``ValueError`` names the bad value."""
+    full = OBJECTIVE_ALIASES.get(name, name)
+    if full not in OBJECTIVE_PROFILES:
+        known = ", ".join([*OBJECTIVE_PROFILES, *OBJECTIVE_ALIASES])
+        raise ValueError(f"unknown objective profile {name!r} (known: {known})")
+    return cast(ObjectiveProfile, full)
+
+
+def with_objective(snapshot: Snapshot, objective: ObjectiveProfile | None) -> Snapshot:
+    """``snapshot`` with ``Settings.objective`` set to ``objective`` (unchanged when ``None`` or already so)."""
+    if objective is None or snapshot.settings.objective == objective:
+        return snapshot
+    return snapshot.model_copy(update={"settings": snapshot.settings.model_copy(update={"objective": objective})})
 
 
 class FlowPlanPolicy:
-    """FlowPlan's integer program; ``solver`` (cpsat, pulp, greedy), ``time_limit`` (seconds of search) and
-    ``curve_priors`` (curves of earlier runs per ``Job.task``, see :class:`planner.PlannerConfig`)."""
+    """FlowPlan's integer program; ``solver`` (cpsat, pulp, greedy), ``time_limit`` (seconds of search),
+    ``curve_priors`` (curves of earlier runs per ``Job.task``, see :class:`planner.PlannerConfig`) and
+    ``objective`` (a profile that overrides each snapshot's ``Settings.objective``)."""
 
     name = "flowplan"
 
     def __init__(
-        self, solver: SolverName = "cpsat", time_limit: float = 1.0, curve_priors: Mapping[str, CurvePrior] | None = None
+        self,
+        solver: SolverName = "cpsat",
+        time_limit: float = 1.0,
+        curve_priors: Mapping[str, CurvePrior] | None = None,
+        objective: str | None = None,
     ) -> None:
         if solver not in ("cpsat", "pulp", "greedy"):
             raise ValueError(f"solver: unknown solver {solver!r} (known: cpsat, pulp, greedy)")
         if not time_limit > 0:
             raise ValueError(f"time_limit: must be > 0 seconds, got {time_limit!r}")
+        try:
+            self.objective: ObjectiveProfile | None = None if objective is None else resolve_objective(objective)
+        except ValueError as exc:
+            raise ValueError(f"objective: {exc}") from None
         self.config = PlannerConfig(solver=solver, time_limit=time_limit, curve_priors=dict(curve_priors or {}))
         self.previous: PlanResult | None = None
 
     def __call__(self, snapshot: Snapshot) -> Plan:
-        self.previous = plan(snapshot, self.config, previous=self.previous)
+        self.previous = plan(with_objective(snapshot, self.objective), self.config, previous=self.previous)
         return self.previous.plan

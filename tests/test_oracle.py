@@ -1,0 +1,187 @@
+"""The oracle policy (FlowPlan fed the ground truth) and the rule that only the oracle reads it.
+
+Case matrix:
+
+- registry: ``oracle`` is registered; it alone has ``reads_ground_truth``; no other policy has an
+  ``observe_truth`` method to receive one;
+- refusal: without ``observe_truth`` the oracle raises a clear :class:`OracleError`; a truth is
+  used once (a stale one is never reused); a truth that lacks an active job is refused, naming it;
+- same configuration as FlowPlan (solver, time limit, priors, objective);
+- different decisions where FlowPlan's predictions are wrong: two jobs with measured cifar10
+  histories wait for one node; the oracle is told that the job FlowPlan starts needs 500 more
+  epochs and the other one 1: it starts the other one, and its predictions are the truth's;
+- contract: on random snapshots (real curve prefixes) with a made-up truth per job, every plan
+  passes the independent checker;
+- objective profiles: a policy's ``objective`` reaches the snapshot it plans (the plan's digest is
+  the digest of the snapshot with that profile), for FlowPlan and the oracle alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import random_snapshot, real_curve
+
+from planner import JobTruth, check_plan, snapshot_digest
+from planner.policies import POLICIES, OracleError, make_policy, reads_ground_truth
+from planner.policies.flowplan import OBJECTIVE_ALIASES, resolve_objective, with_objective
+from planner.snapshot import OBJECTIVE_PROFILES, Snapshot
+
+NOW = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class AmdahlSpeed:
+    """A true speed: ``t1 · (s / min(c, 1) + (1 - s) / c)`` seconds per epoch on ``c`` cores; GPUs divide it."""
+
+    t1: float
+    serial: float = 0.1
+    source: str = "ground truth"
+    n_observations: int = 0
+
+    def seconds_per_epoch(self, cpu_millis: float, gpus: float) -> float:
+        return float(self.seconds_per_epoch_many(np.array([cpu_millis]), np.array([gpus]))[0])
+
+    def seconds_per_epoch_many(self, cpu_millis: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        c = np.maximum(np.asarray(cpu_millis, dtype=float) / 1000.0, 1e-3)
+        base = self.t1 * (self.serial / np.minimum(c, 1.0) + (1.0 - self.serial) / c)
+        return base / np.maximum(np.asarray(gpus, dtype=float), 1.0)
+
+
+def _history(first: int, last: int, seconds_per_epoch: float = 60.0) -> list[dict[str, Any]]:
+    """Measured cifar10 (batch 128) validation accuracy of epochs ``first..last``, the last at ``NOW``."""
+    c = real_curve("cifar10", 128)
+    return [{"time": NOW - (last - e) * seconds_per_epoch, "epoch": e, "metric": float(c[e - 1])} for e in range(first, last + 1)]
+
+
+def _two_waiting_jobs() -> Snapshot:
+    """One 2-core node; two paused cifar10 jobs that each need the whole node: one nearly at its
+    target by its history, one just started."""
+    target = {"metric": "accuracy", "direction": "higher", "tier1": {"value": round(float(real_curve("cifar10", 128)[39]), 4)}}
+    target["max_epochs"] = 100
+
+    def job(jid: str, last: int) -> dict[str, Any]:
+        return {
+            "id": jid,
+            "status": "pending",
+            "min_cpu_millis": 2000,
+            "max_cpu_millis": 2000,
+            "history": _history(1, last),
+            "speed": [{"cpu_millis": 2000, "gpus": 0, "seconds_per_epoch": 60.0}],
+            "target": target,
+        }
+
+    return Snapshot.model_validate(
+        {"time": NOW, "nodes": [{"name": "n0", "cpu_millis": 2000}], "jobs": [job("nearly", 36), job("early", 3)]}
+    )
+
+
+def _truth_for(snap: Snapshot, remaining: float = 10.0) -> dict[str, JobTruth]:
+    return {
+        j.id: JobTruth(remaining / 2 if j.target is not None else None, None, remaining, AmdahlSpeed(60.0))
+        for j in snap.jobs
+        if j.status != "finished"
+    }
+
+
+# -- registry: only the oracle reads the ground truth ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_only_the_oracle_reads_ground_truth(name: str) -> None:
+    policy = make_policy(name)
+    if name == "oracle":
+        assert reads_ground_truth(policy) and callable(policy.observe_truth)  # type: ignore[attr-defined]
+    else:
+        assert getattr(policy, "reads_ground_truth", False) is False and not reads_ground_truth(policy)
+        assert not hasattr(policy, "observe_truth"), f"{name} could be handed the ground truth"
+
+
+def test_the_oracle_refuses_to_plan_without_the_truth() -> None:
+    snap = _two_waiting_jobs()
+    oracle = make_policy("oracle")
+    with pytest.raises(OracleError, match="no ground truth.*observe_truth"):
+        oracle(snap)
+    oracle.observe_truth(_truth_for(snap))  # type: ignore[attr-defined]
+    assert check_plan(snap, oracle(snap)) == []
+    with pytest.raises(OracleError, match="no ground truth"):  # used once: a stale truth is never reused
+        oracle(snap)
+    partial = _truth_for(snap)
+    del partial["early"]
+    oracle.observe_truth(partial)  # type: ignore[attr-defined]
+    with pytest.raises(OracleError, match="lacks active job.*early"):
+        oracle(snap)
+
+
+def test_the_oracle_has_flowplans_configuration() -> None:
+    kw: dict[str, Any] = {"solver": "greedy", "time_limit": 0.3, "objective": "makespan"}
+    flowplan, oracle = make_policy("flowplan", **kw), make_policy("oracle", **kw)
+    assert oracle.config == flowplan.config and oracle.objective == flowplan.objective == "deadlines>makespan>mean-jct"  # type: ignore[attr-defined]
+    assert make_policy("oracle").config == make_policy("flowplan").config  # type: ignore[attr-defined]
+
+
+# -- the oracle decides differently where FlowPlan's predictions are wrong --------------------------
+
+
+@pytest.mark.parametrize("objective", OBJECTIVE_PROFILES)
+def test_the_oracle_acts_on_the_truth_where_flowplan_predicts_otherwise(objective: str) -> None:
+    snap = _two_waiting_jobs()
+    fp = {a.job: a for a in make_policy("flowplan", objective=objective)(snap).assignments}
+    started = [j for j, a in fp.items() if a.node is not None]
+    assert len(started) == 1, "one node for two jobs that each need all of it"
+    other = next(j for j in fp if j not in started)
+    # The truth says the opposite of FlowPlan's choice: the job it starts is far from done, the other
+    # needs one epoch. Under either profile the short job goes first (same makespan, lower mean JCT).
+    speed = AmdahlSpeed(60.0)
+    truth = {started[0]: JobTruth(500.0, None, 500.0, speed), other: JobTruth(1.0, None, 1.0, speed)}
+    oracle = make_policy("oracle", objective=objective)
+    oracle.observe_truth(truth)  # type: ignore[attr-defined]
+    plan = oracle(snap)
+    assert check_plan(snap, plan) == []
+    got = {a.job: a for a in plan.assignments}
+    assert (got[other].action, got[other].node) == ("start", "n0")
+    assert got[started[0]].node is None
+    for job, t in truth.items():
+        p = got[job].predictions
+        assert p.epochs_to_finish == pytest.approx(t.remaining_finish)
+        assert p.epochs_to_tier1 == pytest.approx(t.remaining_tier1)
+        assert "ground truth" in p.basis
+    assert got[other].predictions.seconds_per_epoch == pytest.approx(speed.seconds_per_epoch(2000, 0))
+
+
+@pytest.mark.parametrize("seed", [1, 5, 8, 13, 21, 34])
+def test_oracle_plans_pass_the_checker_on_random_snapshots(seed: int) -> None:
+    snap = random_snapshot(seed, n_nodes=3, n_jobs=8)
+    oracle = make_policy("oracle", solver="greedy")
+    for remaining in (0.0, 3.0, 40.0):
+        oracle.observe_truth(_truth_for(snap, remaining))  # type: ignore[attr-defined]
+        plan = oracle(snap)
+        assert check_plan(snap, plan) == [], (seed, remaining)
+        assert sorted(a.job for a in plan.assignments) == sorted(j.id for j in snap.jobs if j.status != "finished")
+
+
+# -- objective profiles ----------------------------------------------------------------------------
+
+
+def test_objective_names_resolve_and_bad_ones_are_named() -> None:
+    for profile in OBJECTIVE_PROFILES:
+        assert resolve_objective(profile) == profile
+    assert {resolve_objective(a) for a in OBJECTIVE_ALIASES} == set(OBJECTIVE_PROFILES)
+    with pytest.raises(ValueError, match="unknown objective profile 'makespan>deadlines'.*deadlines>mean-jct>makespan"):
+        resolve_objective("makespan>deadlines")
+
+
+@pytest.mark.parametrize("name", ["flowplan", "oracle"])
+@pytest.mark.parametrize("objective", [None, *OBJECTIVE_PROFILES])
+def test_the_policys_objective_reaches_the_planned_snapshot(name: str, objective: str | None) -> None:
+    snap = _two_waiting_jobs()
+    policy = make_policy(name, solver="greedy", objective=objective)
+    if name == "oracle":
+        policy.observe_truth(_truth_for(snap))  # type: ignore[attr-defined]
+    plan = policy(snap)
+    planned = snap if objective is None else with_objective(snap, resolve_objective(objective))
+    assert plan.snapshot_digest == snapshot_digest(planned)
+    assert (plan.snapshot_digest == snapshot_digest(snap)) == (objective in (None, snap.settings.objective))
