@@ -20,7 +20,7 @@ from flowplan import __version__
 from flowplan.render import render_table
 from planner import PlanCheckError, PlannerConfig, SnapshotError, check_plan, load_snapshot, plan
 from planner.plan import Plan
-from planner.snapshot import Snapshot
+from planner.snapshot import ObjectiveProfile, Snapshot
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 
@@ -56,6 +56,30 @@ def _positive_epochs(text: str) -> float:
     return v
 
 
+def objective_help(who: str) -> str:
+    """``--help`` text of ``--objective``: every profile and what it optimises."""
+    from planner.policies.flowplan import OBJECTIVE_ALIASES, OBJECTIVE_MEANINGS
+
+    profiles = "; ".join(f"'{name}': {meaning}" for name, meaning in OBJECTIVE_MEANINGS.items())
+    short = ", ".join(f"'{a}'" for a in OBJECTIVE_ALIASES)
+    return (
+        f"what {who} optimises, in priority order (sets the snapshot's settings.objective). {profiles}. "
+        f"Short names: {short} (the term right after the deadlines). Default: the snapshot's own setting"
+    )
+
+
+def objective_arg(text: str | None) -> ObjectiveProfile | None:
+    """The profile named by ``--objective`` (None when not given); a bad value is a :class:`UsageError`."""
+    if text is None:
+        return None
+    from planner.policies.flowplan import resolve_objective
+
+    try:
+        return resolve_objective(text)
+    except ValueError as exc:
+        raise UsageError(f"--objective {text!r}: {exc}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flowplan",
@@ -77,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--time-limit", type=_positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)"
     )
+    pl.add_argument("--objective", metavar="PROFILE", help=objective_help("the plan"))
     pl.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     pl.add_argument("--out", metavar="FILE", help="write the output to FILE instead of standard output")
 
@@ -155,13 +180,17 @@ def _write(text: str, out: str | None) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    snapshot = _read_snapshot(args.snapshot)
+    from planner.policies.flowplan import with_objective
+
+    objective = objective_arg(args.objective)
+    snapshot = with_objective(_read_snapshot(args.snapshot), objective)
     config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
     result = plan(snapshot, config)
     if args.format == "json":
         text = result.plan.model_dump_json(indent=2) + "\n"
     else:
-        text = render_table(result.plan, "<stdin>" if args.snapshot == "-" else args.snapshot)
+        source = "<stdin>" if args.snapshot == "-" else args.snapshot
+        text = render_table(result.plan, source, objective=snapshot.settings.objective)
     _write(text, args.out)
     if args.out:
         print(f"wrote {args.format} plan to {args.out}", file=sys.stderr)

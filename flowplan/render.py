@@ -30,7 +30,8 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return out
 
 
-def render_table(plan: Plan, source: str = "") -> str:
+def render_table(plan: Plan, source: str = "", objective: str | None = None) -> str:
+    """The plan as text; ``objective`` (the snapshot's ``Settings.objective``) is shown under the solver line."""
     now = plan.time
     s = plan.solver
     o = plan.objective
@@ -43,6 +44,8 @@ def render_table(plan: Plan, source: str = "") -> str:
     lines.append(f"solver: {s.name} {s.status} in {s.seconds:.2f} s (limit {s.time_limit:g} s{parts}), gap {gap}")
     if s.status == "fallback" and s.message:
         lines.append(f"  note: {s.message}")
+    if objective is not None:
+        lines.append(f"objective: {objective.replace('>', ' > ')}")
     lines.append("")
 
     rows: list[list[str]] = []

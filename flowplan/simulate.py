@@ -13,12 +13,13 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from adapters.loop import Tick
 from adapters.sim.cluster import SimCluster
-from adapters.sim.compare import improvements, summarise
+from adapters.sim.compare import improvements, stat, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
 from adapters.sim.truth import TraceError, TraceLibrary, history_priors
@@ -39,8 +40,12 @@ def register(sub: Any) -> None:
         "--policy",
         action="append",
         metavar="NAME",
-        help="policy to run (repeat; 'all' = the scenario's list). Default: flowplan and the scenario's baseline",
+        help="policy to run (repeat; 'all' = the scenario's list and the oracle, FlowPlan fed the simulator's ground "
+        "truth). Default: flowplan and the scenario's baseline",
     )
+    from flowplan.cli import objective_help
+
+    p.add_argument("--objective", metavar="PROFILE", help=objective_help("FlowPlan and the oracle plan"))
     p.add_argument("--seeds", type=whole(1, 1000), default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
     p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
@@ -123,11 +128,12 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def _policy(name: str, time_limit: float, priors: dict[str, Any] | None) -> Any:
+def make_sim_policy(name: str, time_limit: float, priors: dict[str, Any] | None, objective: str | None = None) -> Any:
+    """A fresh policy for one run: FlowPlan and the oracle with the same solver options, priors and objective."""
     from planner.policies import make_policy
 
-    if name == "flowplan":
-        return make_policy(name, time_limit=time_limit, curve_priors=priors)
+    if name in ("flowplan", "oracle"):
+        return make_policy(name, time_limit=time_limit, curve_priors=priors, objective=objective)
     return make_policy(name)
 
 
@@ -151,7 +157,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrar
 
     names = args.policy or ["flowplan", scenario.baseline]
     if "all" in names:
-        names = list(scenario.policies)
+        names = with_oracle(scenario.policies)
     out: list[str] = []
     for n in names:
         if n not in POLICIES:
@@ -161,9 +167,17 @@ def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrar
     return scenario, out, library, data
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from flowplan.cli import UsageError
+def with_oracle(policies: Sequence[str]) -> list[str]:
+    """``policies`` with the oracle right after FlowPlan (or first), once."""
+    out = [p for p in policies if p != "oracle"]
+    at = out.index("flowplan") + 1 if "flowplan" in out else 0
+    return [*out[:at], "oracle", *out[at:]]
 
+
+def run_command(args: argparse.Namespace) -> int:
+    from flowplan.cli import UsageError, objective_arg
+
+    objective = objective_arg(args.objective)
     scenario, policies, library, data = _resolve(args)
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
@@ -176,6 +190,8 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"scenario {scenario.name}: {scenario.description}", file=sys.stderr)
         print(f"policies: {', '.join(policies)}; seeds: {', '.join(map(str, seeds))}", file=sys.stderr)
+        if objective is not None:
+            print(f"objective (flowplan, oracle): {objective}", file=sys.stderr)
     priors = history_priors(library) if args.priors else None
     runs: list[RunResult] = []
     for policy_name in policies:
@@ -186,7 +202,7 @@ def run_command(args: argparse.Namespace) -> int:
             )
             t0 = time.perf_counter()
             try:
-                policy = _policy(policy_name, args.time_limit, priors)
+                policy = make_sim_policy(policy_name, args.time_limit, priors, objective)
                 result = simulate(scenario, policy, policy_name, seed, library, data=data, on_tick=progress)
             except ScenarioError as e:
                 raise UsageError(str(e)) from None
@@ -201,6 +217,7 @@ def run_command(args: argparse.Namespace) -> int:
             if out_dir is not None:
                 _write_json(out_dir / f"{policy_name}-seed{seed}.json", result.to_dict())
     summary = _summary(scenario, runs)
+    summary["objective"] = objective
     sys.stdout.write(render_summary(scenario, summary))
     if out_dir is not None:
         _write_json(out_dir / "summary.json", summary)
@@ -218,8 +235,79 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+# -- measures the table adds to RunResult's own fields -------------------------------------------------
+
+
+def run_restarts(r: RunResult) -> int:
+    """Checkpoint-restarts of one run: the jobs' own count where the simulator keeps one, else
+    migrations + pauses."""
+    per_job = [getattr(j, "restarts", None) for j in r.jobs]
+    if r.jobs and all(isinstance(x, int) for x in per_job):
+        return sum(int(x) for x in per_job if x is not None)
+    return r.migrations + r.pauses
+
+
+def run_idle_waits(r: RunResult) -> int | None:
+    """Intervals x jobs left waiting while a node had room for their minimum (None: not measured)."""
+    v = getattr(r, "idle_waits", None)
+    return None if v is None else int(v)
+
+
+def run_tier1(r: RunResult) -> tuple[float | None, int]:
+    """Mean time from arrival to tier 1 over the jobs that reached it, and how many did."""
+    ts = [j.tier1_time for j in r.jobs if j.tier1_time is not None]
+    return (sum(ts) / len(ts) if ts else None), len(ts)
+
+
+EXTRA_FIELDS = ("tier1_time_reached", "tier1_reached", "jobs", "qoe_total", "idle_waits", "restarts")
+
+
+def _extra(r: RunResult) -> dict[str, float | None]:
+    t1, reached = run_tier1(r)
+    idle = run_idle_waits(r)
+    return {
+        "tier1_time_reached": t1,
+        "tier1_reached": float(reached),
+        "jobs": float(len(r.jobs)),
+        "qoe_total": float(r.qoe_total),
+        "idle_waits": None if idle is None else float(idle),
+        "restarts": float(run_restarts(r)),
+    }
+
+
+def gain_text(value: float, unit: str, sd: float | None = None) -> str:
+    """FlowPlan's gain on a metric in words, the sign turned into the right word (one place for it).
+
+    ``unit`` is :func:`adapters.sim.compare.improvement`'s: ``% shorter`` (negative: longer),
+    ``% shorter for one job`` (the largest one-job reduction; negative: every job is longer), or a
+    ratio (``x jobs meeting ...``).
+    """
+    spread = f" ± {sd:.1f}" if sd is not None else ""
+    if unit.startswith("% shorter"):
+        rest = unit[len("% shorter") :]
+        if round(value, 1) == 0.0:
+            return f"0.0{spread} % (the same){rest}"
+        if value > 0:
+            return f"{value:.1f}{spread} % shorter{rest}"
+        if rest.strip() == "for one job":
+            return f"{-value:.1f}{spread} % longer even for the job it shortens most"
+        return f"{-value:.1f}{spread} % longer{rest}"
+    if unit.startswith("x "):
+        return f"{value:.2f}{spread}x {unit[2:]}" + (" (fewer)" if value < 1.0 else "")
+    return f"{value:.1f}{spread} {unit}"
+
+
+def change_text(what: str, change_pct: float) -> str:
+    """A change in percent (positive: longer) in words: ``makespan 3.3 % longer``."""
+    return f"{what} {gain_text(-change_pct, '% shorter')}"
+
+
 def _summary(scenario: Scenario, runs: list[RunResult]) -> dict[str, Any]:
     stats = summarise(runs)
+    extra: dict[str, dict[str, Any]] = {}
+    for p in stats:
+        mine = [_extra(r) for r in runs if r.policy == p]
+        extra[p] = {f: {"mean": (st := stat([m[f] for m in mine])).mean, "sd": st.sd} for f in EXTRA_FIELDS}
     return {
         "scenario": scenario.name,
         "paper": scenario.paper,
@@ -229,7 +317,7 @@ def _summary(scenario: Scenario, runs: list[RunResult]) -> dict[str, Any]:
         "headline": scenario.headline,
         "headline_text": scenario.headline_text,
         "seeds": sorted({r.seed for r in runs}),
-        "policies": {p: {f: {"mean": s.mean, "sd": s.sd} for f, s in fs.items()} for p, fs in stats.items()},
+        "policies": {p: {**{f: {"mean": s.mean, "sd": s.sd} for f, s in fs.items()}, **extra[p]} for p, fs in stats.items()},
         "lower_bound": {"mean": sum(r.makespan_lower_bound for r in runs) / len(runs) if runs else None},
         "makespan_over_bound": {p: _ratio([r for r in runs if r.policy == p]) for p in stats},
         "improvement": improvements(scenario.metric, runs) if any(r.policy == "flowplan" for r in runs) else {},
@@ -241,51 +329,102 @@ def _ratio(runs: list[RunResult]) -> float | None:
     return sum(vals) / len(vals) if vals and len(vals) == len(runs) else None
 
 
+def _count(x: float | None, n_seeds: int) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if n_seeds > 1 and abs(x - round(x)) > 1e-9 else f"{round(x):d}"
+
+
+def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """A plain-text table: every column as wide as its widest cell, two spaces between columns; the
+    first ``left`` columns left-aligned, the rest (numbers) right-aligned. Cells never run together."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    out = [line(header).rstrip(), "  ".join("-" * w for w in widths)]
+    return out + [line(r).rstrip() for r in rows]
+
+
 def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
+    n = len(summary["seeds"])
+
+    def get(p: str, f: str) -> tuple[float | None, float | None]:
+        s = summary["policies"][p].get(f, {"mean": None, "sd": None})
+        return s["mean"], s["sd"]
+
     def cell(p: str, f: str, kind: str) -> str:
-        s = summary["policies"][p][f]
-        m, sd = s["mean"], s["sd"]
+        m, sd = get(p, f)
         if m is None:
             return "-"
-        n = len(summary["seeds"])
         if kind == "t":
-            return _fmt_t(m) + (f" ±{_fmt_t(sd)}" if n > 1 else "")
+            return _fmt_t(m) + (f" ±{_fmt_t(sd)}" if n > 1 and sd is not None else "")
         if kind == "pct":
             return f"{100 * m:.0f}%"
         if kind == "ms":
             return f"{1000 * m:.0f} ms"
-        return f"{m:.1f}" if n > 1 else f"{m:.0f}"
+        return _count(m, n)
 
-    lines = [f"\n{scenario.name}: {SCENARIO_METRICS[scenario.metric][0]} ({len(summary['seeds'])} seed(s))\n"]
-    head = (
-        f"{'POLICY':<11} {'MAKESPAN':>16} {'/BOUND':>6} {'MEAN JCT':>16} {'P95 JCT':>9} {'TIER1':>8} "
-        f"{'QOE MET':>8} {'UTIL':>5} {'MIGR':>5} {'RESIZE':>6} {'PLAN':>7}"
-    )
-    lines.append(head)
-    lines.append("-" * len(head))
+    lines = [f"\n{scenario.name}: {SCENARIO_METRICS[scenario.metric][0]} ({n} seed(s))"]
+    if summary.get("objective"):
+        lines.append(f"objective of flowplan and oracle: {summary['objective']}")
+    lines.append("")
+    header = ["POLICY", "MAKESPAN", "/BOUND", "MEAN JCT", "P95 JCT", "TIER1", "DEADLINES", "UTIL", "MIGR", "RESIZE"]
+    header += ["RESTARTS", "IDLE", "PLAN"]
+    rows: list[list[str]] = []
+    reached: list[str] = []
     for p in summary["policies"]:
-        util_field = "gpu_utilisation" if summary["policies"][p]["gpu_utilisation"]["mean"] is not None else "cpu_utilisation"
+        util_field = "gpu_utilisation" if get(p, "gpu_utilisation")[0] is not None else "cpu_utilisation"
         ratio = summary["makespan_over_bound"].get(p)
-        qoe = summary["policies"][p]["qoe_met"]["mean"]
-        lines.append(
-            f"{p:<11} {cell(p, 'makespan', 't'):>16} {('-' if ratio is None else f'{ratio:.2f}'):>6} "
-            f"{cell(p, 'mean_jct', 't'):>16} "
-            f"{cell(p, 'p95_jct', 't'):>9} {cell(p, 'mean_tier1_time', 't'):>8} {('-' if qoe is None else f'{qoe:.1f}'):>8} "
-            f"{cell(p, util_field, 'pct'):>5} {cell(p, 'migrations', 'n'):>5} {cell(p, 'resizes', 'n'):>6} "
-            f"{cell(p, 'plan_seconds_mean', 'ms'):>7}"
+        total = get(p, "qoe_total")[0]
+        deadlines = "-" if not total else f"{_count(get(p, 'qoe_met')[0], n)}/{_count(total, n)}"
+        n_reached, n_jobs = get(p, "tier1_reached")[0], get(p, "jobs")[0]
+        if n_jobs and n_reached is not None and n_reached < n_jobs:
+            reached.append(f"{p} {_count(n_reached, n)}/{_count(n_jobs, n)}")
+        rows.append(
+            [
+                p,
+                cell(p, "makespan", "t"),
+                "-" if ratio is None else f"{ratio:.2f}",
+                cell(p, "mean_jct", "t"),
+                cell(p, "p95_jct", "t"),
+                cell(p, "tier1_time_reached", "t"),
+                deadlines,
+                cell(p, util_field, "pct"),
+                cell(p, "migrations", "n"),
+                cell(p, "resizes", "n"),
+                cell(p, "restarts", "n"),
+                cell(p, "idle_waits", "n"),
+                cell(p, "plan_seconds_mean", "ms"),
+            ]
         )
+    lines += _grid(header, rows)
     lb = summary["lower_bound"]["mean"]
-    lines.append(f"\nmakespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, or total work / capacity)")
+    lines.append("")
+    lines.append(f"makespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, or total work / capacity)")
+    lines.append(
+        "TIER1: mean time from arrival to tier 1 of the jobs that reached it"
+        + (f" (reached by: {', '.join(reached)} jobs)" if reached else "")
+    )
+    lines.append("DEADLINES: tier-1 deadlines met / jobs with one; RESTARTS: checkpoint-restarts (migrations, pauses)")
+    lines.append("IDLE: intervals x jobs left waiting while a node had room for their minimum")
+    width = max((len(b) for b in summary["improvement"]), default=0)
     for base, imp in summary["improvement"].items():
+        label = f"flowplan vs {base:<{width}}:"
         if imp["mean"] is None:
-            lines.append(f"flowplan vs {base}: -")
+            lines.append(f"{label} -")
             continue
         extra = ""
         if scenario.metric == "job_jct" and imp.get("makespan_change") is not None:
-            extra = f" (makespan {imp['makespan_change']:+.1f}%)"
-        sd = f" ± {imp['sd']:.1f}" if imp["sd"] is not None and len(summary["seeds"]) > 1 else ""
-        mark = " <- the paper's baseline" if base == scenario.baseline else ""
-        lines.append(f"flowplan vs {base:<10}: {imp['mean']:.1f}{sd} {imp['unit']}{extra}{mark}")
+            extra = f" ({change_text('makespan', imp['makespan_change'])})"
+        sd = imp["sd"] if imp["sd"] is not None and n > 1 else None
+        mark = ""
+        if base == scenario.baseline:
+            mark = " <- the paper's baseline"
+        elif base == "oracle":
+            mark = " <- FlowPlan with the ground truth: the cost of its prediction errors"
+        lines.append(f"{label} {gain_text(imp['mean'], imp['unit'], sd)}{extra}{mark}")
     if scenario.headline is not None:
         lines.append(f"paper ({scenario.paper}): {scenario.headline_text}")
     return "\n".join(lines) + "\n"

@@ -165,3 +165,207 @@ def test_help_mentions_every_command() -> None:
     assert r.returncode == 0
     for cmd in ("plan", "schema", "check"):
         assert cmd in r.stdout
+
+
+# -- objective profiles: flowplan plan/simulate --objective ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given,profile",
+    [
+        ("deadlines>makespan>mean-jct", "deadlines>makespan>mean-jct"),
+        ("deadlines>mean-jct>makespan", "deadlines>mean-jct>makespan"),
+        ("mean-jct", "deadlines>mean-jct>makespan"),
+        ("makespan", "deadlines>makespan>mean-jct"),
+    ],
+)
+def test_plan_objective_sets_the_snapshots_profile(given: str, profile: str, tmp_path: Path) -> None:
+    from planner import Snapshot, snapshot_digest
+
+    out = tmp_path / "plan.json"
+    r = run("plan", "-", "--objective", given, "--format", "json", "--out", str(out), stdin=json.dumps(GOOD))
+    assert r.returncode == 0, r.stderr
+    snap = Snapshot.model_validate(GOOD)
+    planned = snap.model_copy(update={"settings": snap.settings.model_copy(update={"objective": profile})})
+    assert json.loads(out.read_text())["snapshot_digest"] == snapshot_digest(planned)
+    table = run("plan", "-", "--objective", given, stdin=json.dumps(GOOD))
+    assert table.returncode == 0 and f"objective: {profile.replace('>', ' > ')}" in table.stdout
+
+
+def test_plan_without_objective_keeps_the_snapshots_own(tmp_path: Path) -> None:
+    doc = json.loads(json.dumps(GOOD))
+    doc["settings"] = {"objective": "deadlines>makespan>mean-jct"}
+    r = run("plan", "-", stdin=json.dumps(doc))
+    assert r.returncode == 0 and "objective: deadlines > makespan > mean-jct" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "-", "--objective", "fastest"],
+        ["plan", "-", "--objective", "makespan>deadlines"],
+        ["simulate", "--objective", "fastest", "--quiet"],
+        ["simulate", "--objective", "", "--quiet"],
+    ],
+)
+def test_bad_objective_is_one_line_naming_flag_and_value(args: list[str], tmp_path: Path) -> None:
+    r = run(*args, stdin=json.dumps(GOOD))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--objective" in lines[0] and repr(args[args.index("--objective") + 1]) in lines[0], lines[0]
+    assert "deadlines>mean-jct>makespan" in lines[0]  # says what is known
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate"])
+def test_help_lists_the_objective_profiles_and_what_they_optimise(command: str) -> None:
+    import os
+
+    env = {**os.environ, "COLUMNS": "2000"}  # argparse wraps lines (and breaks words at hyphens)
+    r = subprocess.run([sys.executable, "-m", "flowplan", command, "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    for profile in ("deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct"):
+        assert f"'{profile}': meet QoE deadlines" in text, text
+    assert "lowest mean job completion time" in text and "shortest makespan" in text
+
+
+def test_simulate_objective_reaches_flowplan(tmp_path: Path) -> None:
+    r = run("simulate", "--policy", "flowplan", "--objective", "makespan", "--quiet", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "objective of flowplan and oracle: deadlines>makespan>mean-jct" in r.stdout
+    assert json.loads((tmp_path / "summary.json").read_text())["objective"] == "deadlines>makespan>mean-jct"
+
+
+# -- the closing table of flowplan simulate -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value,unit,sd,text",
+    [
+        (14.1, "% shorter", None, "14.1 % shorter"),
+        (-14.1, "% shorter", None, "14.1 % longer"),
+        (-14.1, "% shorter", 2.5, "14.1 ± 2.5 % longer"),
+        (0.02, "% shorter", None, "0.0 % (the same)"),
+        (-0.04, "% shorter", None, "0.0 % (the same)"),
+        (3.0, "% shorter for one job", None, "3.0 % shorter for one job"),
+        (-3.0, "% shorter for one job", None, "3.0 % longer even for the job it shortens most"),
+        (1.5, "x jobs meeting tier-1 deadlines", None, "1.50x jobs meeting tier-1 deadlines"),
+        (0.5, "x jobs meeting tier-1 deadlines", None, "0.50x jobs meeting tier-1 deadlines (fewer)"),
+    ],
+)
+def test_gain_words_follow_the_sign(value: float, unit: str, sd: float | None, text: str) -> None:
+    from flowplan.simulate import gain_text
+
+    assert gain_text(value, unit, sd) == text
+
+
+@pytest.mark.parametrize("change,text", [(3.3, "makespan 3.3 % longer"), (-2.9, "makespan 2.9 % shorter")])
+def test_makespan_change_words_follow_the_sign(change: float, text: str) -> None:
+    from flowplan.simulate import change_text
+
+    assert change_text("makespan", change) == text
+
+
+def _job_result(jid: str, arrival: float, finish: float, tier1: float | None, deadline: float | None, **kw: Any) -> Any:
+    from adapters.sim.run import JobResult
+
+    met = None if deadline is None else (tier1 is not None and arrival + tier1 <= deadline)
+    fields: dict[str, Any] = dict(
+        id=jid, model="cifar10", arrival=arrival, start=arrival, finish=finish, jct=finish - arrival, tier1_time=tier1,
+        tier1_deadline=deadline, met_deadline=met, epochs=10.0, migrations=0, resizes=0, pauses=0, lost_epochs=0.0, tag=False,
+    )  # fmt: skip
+    fields.update(kw)
+    fields.setdefault("restarts", fields["migrations"] + fields["pauses"])
+    job = JobResult(**{k: v for k, v in fields.items() if k in JobResult.__dataclass_fields__})
+    job.restarts = fields["restarts"]  # type: ignore[attr-defined]  # (a field once the simulator counts them)
+    return job
+
+
+def _run_result(policy: str, jobs: list[Any], **kw: Any) -> Any:
+    from adapters.sim.run import RunResult
+
+    jcts = [j.jct for j in jobs]
+    with_deadline = [j for j in jobs if j.met_deadline is not None]
+    fields: dict[str, Any] = dict(
+        scenario="t", policy=policy, seed=0, finished=True, makespan=max(j.finish for j in jobs), mean_jct=sum(jcts) / len(jcts),
+        p95_jct=max(jcts), mean_tier1_time=None, qoe_met=sum(bool(j.met_deadline) for j in with_deadline),
+        qoe_total=len(with_deadline), qoe_share=None, cpu_utilisation=0.8, gpu_utilisation=None,
+        migrations=sum(j.migrations for j in jobs), resizes=3, pauses=sum(j.pauses for j in jobs), intervals=10,
+        plan_seconds_mean=0.02, plan_seconds_p95=0.03, plan_seconds_max=0.04, checker_failures=0, makespan_lower_bound=500.0,
+        jobs=jobs, idle_waits=None,
+    )  # fmt: skip
+    fields.update(kw)
+    r = RunResult(**{k: v for k, v in fields.items() if k in RunResult.__dataclass_fields__})
+    for k, v in fields.items():  # a field the simulator may not have yet (idle_waits)
+        if k not in RunResult.__dataclass_fields__:
+            setattr(r, k, v)
+    return r
+
+
+def _summary_table(runs: list[Any], metric: str = "mean_jct") -> str:
+    from adapters.sim.scenario import parse_scenario
+    from flowplan.simulate import _summary, render_summary
+
+    sc = parse_scenario(
+        {"name": "t", "metric": metric, "nodes": [{"name": "h", "cpu_millis": 8000}],
+         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}  # fmt: skip
+    )
+    return render_summary(sc, _summary(sc, runs))
+
+
+def _columns(table: str) -> tuple[list[str], dict[str, list[str]]]:
+    """Header and rows of the rendered table, split on runs of two or more spaces."""
+    import re
+
+    lines = table.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("POLICY"))
+    header = re.split(r"\s{2,}", lines[i].strip())
+    rows = {}
+    for line in lines[i + 2 :]:
+        if not line.strip():
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells
+    return header, rows
+
+
+def test_simulate_table_tells_deadlines_tier1_idle_and_restarts() -> None:
+    # flowplan: 3 of 4 deadlines met, two jobs reach tier 1 (mean 150 s), 2 migrations + 1 pause, 0 idle waits;
+    # docker: no job has a deadline, no job reaches tier 1, 5 idle waits, 12 minutes longer mean JCT.
+    fp_jobs = [
+        _job_result("a", 0, 600, 100.0, 200.0, migrations=2),
+        _job_result("b", 0, 700, 200.0, 300.0, pauses=1),
+        _job_result("c", 0, 800, None, 900.0),
+        _job_result("d", 0, 900, None, None),
+    ]
+    for j, deadline in zip(fp_jobs, (200.0, 300.0, 900.0, 1000.0), strict=True):
+        j.tier1_deadline, j.met_deadline = deadline, j.id != "c"
+    dk_jobs = [_job_result(x, 0, 1320 + k, None, None) for k, x in enumerate("abcd")]
+    runs = [_run_result("flowplan", fp_jobs, idle_waits=0), _run_result("docker", dk_jobs, idle_waits=5)]
+    runs[0].qoe_met, runs[0].qoe_total = 3, 4
+    table = _summary_table(runs)
+    header, rows = _columns(table)
+    assert header == ["POLICY", "MAKESPAN", "/BOUND", "MEAN JCT", "P95 JCT", "TIER1", "DEADLINES", "UTIL", "MIGR", "RESIZE",
+                      "RESTARTS", "IDLE", "PLAN"]  # fmt: skip
+    assert all(len(cells) == len(header) for cells in rows.values()), table  # no two cells run together
+    col = {name: k for k, name in enumerate(header)}
+    fp, dk = rows["flowplan"], rows["docker"]
+    assert (fp[col["DEADLINES"]], dk[col["DEADLINES"]]) == ("3/4", "-")
+    assert (fp[col["TIER1"]], dk[col["TIER1"]]) == ("2:30", "-")
+    assert (fp[col["RESTARTS"]], fp[col["IDLE"]], dk[col["IDLE"]]) == ("3", "0", "5")
+    assert "reached by: flowplan 2/4, docker 0/4 jobs" in table
+    # docker's mean JCT 1321.5 s against flowplan's 750 s: flowplan is 43.2 % shorter; the reverse reads "longer".
+    assert "flowplan vs docker: 43.2 % shorter" in table
+    slower = [_run_result("flowplan", dk_jobs), _run_result("docker", fp_jobs)]
+    assert "flowplan vs docker: 76.2 % longer" in _summary_table(slower)
+    assert "% shorter" not in _summary_table(slower).split("flowplan vs docker")[1]
+
+
+def test_simulate_table_without_idle_measure_shows_a_dash() -> None:
+    runs = [_run_result("flowplan", [_job_result("a", 0, 600, 100.0, None)])]
+    header, rows = _columns(_summary_table(runs))
+    idle = rows["flowplan"][header.index("IDLE")]
+    assert idle == "-" if getattr(runs[0], "idle_waits", None) is None else idle.isdigit()
+    assert rows["flowplan"][header.index("TIER1")] == "1:40"
