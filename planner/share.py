@@ -44,6 +44,9 @@ import numpy as np
 
 #: Most share steps per job between its min and max (the step is at least ``min_step`` millicores).
 MAX_STEPS = 48
+#: Hysteresis: a step a job already holds is worth this much more to it, so near-equal jobs do not
+#: swap the lead on every re-plan as their predictions wobble (which would undo shortest-first).
+HOLD_BONUS = 0.25
 #: Rollout events simulated per node (each is one re-application of the rule); later completions
 #: are extrapolated at the last rates.
 MAX_EVENTS = 64
@@ -64,6 +67,7 @@ class ShareJob:
     remaining_tier1: float | None  # epochs to tier 1 while open and reachable, else None
     deadline: float | None  # seconds from now to the tier-1 deadline (open deadlines only)
     blocked: float  # seconds before it trains (start-up, restart)
+    current: int | None = None  # the share it holds now (running jobs staying on the node)
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,8 @@ def _rule(
             continue
         milestone = left1[j] if left1[j] > 0 else left[j]
         gain = np.diff(r[k0:]) * job.weight / max(milestone, 1e-9)
+        if job.current is not None and now == 0.0:
+            gain = gain * np.where(job.grid[k0 + 1 :] <= job.current, 1.0 + HOLD_BONUS, 1.0)
         cost = np.diff(job.grid[k0:]).astype(float) * job.replicas
         d = np.minimum.accumulate(np.maximum(gain, 0.0) / np.maximum(cost, 1e-9))
         js.append(np.full(d.size, j))

@@ -42,6 +42,7 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         remaining_tier1=float(o.remaining_tier1) if open1 and o.remaining_tier1 is not None else None,
         deadline=deadline,
         blocked=float(m.lost[way]),
+        current=job.allocation.cpu_millis if (way == STAY and job.allocation is not None) else None,
     )
 
 
