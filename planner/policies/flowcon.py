@@ -21,6 +21,13 @@ Applications", ICPP 2019 (doi 10.1145/3337821.3337868); journal version IEEE TCC
 - new jobs start at once with an equal share (Docker underneath: see :mod:`planner.policies.docker`);
   FlowCon never moves a job; GPUs are left as Docker hands them out.
 
+The limits are quotas: each decision carries its limit as ``cpu_limit_millis`` (what
+``docker update --cpus`` sets) and, as ``cpu_millis``, the share CFS gives the job under it (the
+weights stay Docker's equal ones). Called between two heartbeats (the loop wakes at arrivals and
+finishes), FlowCon only admits new jobs: the growth test runs, and limits change, at most once per
+interval ``T`` since its last decision, and on nodes without a new job every job keeps its share and
+limit.
+
 Adaptation: FlowCon's jobs print a loss every few iterations; snapshots carry one point per epoch,
 often longer than ``T``. The window of the growth test is therefore ``max(T, time between the last two
 reports)``, so each window holds at least one report, and P is the progress per window (T counted
@@ -125,28 +132,49 @@ class FlowConPolicy:
         self.test = GrowthTest(alpha)
         #: The CPU limit (per replica) last set per job: a watching job keeps it.
         self.limits: dict[str, float] = {}
+        #: Time of the last decision that ran the growth test (limits change at most once per T).
+        self.decided: float | None = None
 
     def __call__(self, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()
-        self.test.update(snapshot)
+        interval = snapshot.settings.interval_seconds
+        heartbeat = self.decided is None or snapshot.time - self.decided >= interval * (1.0 - 1e-9)
+        if heartbeat:
+            self.test.update(snapshot)
+            self.decided = snapshot.time
         ledger = Ledger(snapshot)
         decisions: dict[str, Decision] = {}
         running_at_minimum(snapshot, ledger, decisions)
         spread_admit(snapshot, ledger, decisions, "starts at once")
         for name, jobs in flexible_by_node(snapshot, decisions).items():
-            shares, how = self._split(ledger, decisions, ledger.nodes[name], jobs)
+            if not heartbeat and all(j.status == "running" for j in jobs):
+                # Between heartbeats, a node without a new job keeps its shares and limits.
+                now = [j.allocation.cpu_millis if j.allocation is not None else j.min_cpu_millis for j in jobs]
+                apply_shares(ledger, decisions, name, jobs, now)
+                for job in jobs:
+                    d, a = decisions[job.id], job.allocation
+                    limit = a.cpu_limit_millis if a is not None else None
+                    why = f"keeps {describe(job, d.cpu_millis, d.gpus)} on {name}, limit {self._limit_text(limit)} until T"
+                    decisions[job.id] = Decision(name, d.cpu_millis, d.gpus, why, cpu_limit_millis=limit)
+                continue
+            shares, caps, how = self._split(ledger, decisions, ledger.nodes[name], jobs)
             apply_shares(ledger, decisions, name, jobs, shares)
-            for job, cpu in zip(jobs, shares, strict=True):
+            for job, cpu, cap in zip(jobs, shares, caps, strict=True):
                 d = decisions[job.id]
                 verb = "starts on" if job.status == "pending" else "gets"
-                decisions[job.id] = Decision(
-                    name, cpu, d.gpus, f"{verb} {describe(job, cpu, d.gpus)} on {name} ({self.test.describe(job)}; {how[job.id]})"
-                )
+                why = f"{verb} {describe(job, cpu, d.gpus)} on {name}, limit {self._limit_text(cap)}"
+                why += f" ({self.test.describe(job)}; {how[job.id]})"
+                decisions[job.id] = Decision(name, cpu, d.gpus, why, cpu_limit_millis=cap)
         for job in active_jobs(snapshot):
             d = decisions[job.id]
             if job.status == "running" and not job.resizable:
+                a = job.allocation
                 decisions[job.id] = Decision(
-                    d.node, d.cpu_millis, d.gpus, f"keeps {describe(job, d.cpu_millis, d.gpus)} (cannot resize live)"
+                    d.node,
+                    d.cpu_millis,
+                    d.gpus,
+                    f"keeps {describe(job, d.cpu_millis, d.gpus)} (cannot resize live)",
+                    cpu_limit_millis=a.cpu_limit_millis if a is not None else None,
                 )
         return build_plan(
             snapshot,
@@ -156,10 +184,15 @@ class FlowConPolicy:
             message=f"FlowCon: growth-efficiency CPU limits, alpha {self.test.alpha:g}",
         )
 
+    @staticmethod
+    def _limit_text(limit: int | None) -> str:
+        return "none" if limit is None else f"{limit / 1000:g} CPU"
+
     def _split(
         self, ledger: Ledger, decisions: dict[str, Decision], node: Node, jobs: list[Job]
-    ) -> tuple[list[int], dict[str, str]]:
-        """CPU per replica for the flexible ``jobs`` on ``node``, and a phrase per job saying why.
+    ) -> tuple[list[int], list[int], dict[str, str]]:
+        """CPU per replica for the flexible ``jobs`` on ``node`` (the share under the limit, and the
+        limit), and a phrase per job saying why.
 
         FlowCon sets *limits*; the CPU a job gets is what CFS gives it under its limit: an equal share
         of the node, capped at the limit (:func:`water_fill` with the limits as caps).
@@ -197,4 +230,4 @@ class FlowConPolicy:
             self.limits[j.id] = float(c)
         got = water_fill(total, [j.min_cpu_millis for j in jobs], caps, [j.replicas for j in jobs], [1.0] * len(jobs))
         assert got is not None  # admission kept the minimums within the node
-        return got, how
+        return got, caps, how

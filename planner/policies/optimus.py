@@ -16,6 +16,10 @@ Clusters", EuroSys 2018. Mechanism, per interval:
   whose remaining time falls the most per unit, as a share of its node's capacity of that resource,
   until no unit fits or gains anything. Jobs are not moved (Optimus' placement packs tasks onto few
   servers; here each job is one gang on one node, so it stays where it runs).
+
+The reallocation runs at most once per interval ``T`` since the last decision that ran it; called in
+between (the loop wakes at arrivals and finishes), Optimus only places new jobs (their minimum, then
+units by marginal gain from what is free) and every running job keeps what it holds.
 """
 
 from __future__ import annotations
@@ -142,10 +146,15 @@ class OptimusPolicy:
         if not cpu_unit_millis >= 1:
             raise ValueError(f"cpu_unit_millis: must be >= 1, got {cpu_unit_millis!r}")
         self.unit = int(cpu_unit_millis)
+        #: Time of the last decision that reallocated every job (once per T).
+        self.decided: float | None = None
 
     def __call__(self, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()
         tol = snapshot.settings.convergence_tolerance
+        heartbeat = self.decided is None or snapshot.time - self.decided >= snapshot.settings.interval_seconds * (1.0 - 1e-9)
+        if heartbeat:
+            self.decided = snapshot.time
         models = {j.id: job_model(j, tol) for j in active_jobs(snapshot)}
         ledger = Ledger(snapshot)
         alloc: dict[str, list[int]] = {}  # job id -> [cpu, gpus] per replica
@@ -154,7 +163,7 @@ class OptimusPolicy:
         for job in active_jobs(snapshot):
             if job.status == "running" and job.node is not None:
                 cpu, gpus = held(job)
-                if job.resizable:
+                if job.resizable and heartbeat:
                     cpu, gpus = job.min_cpu_millis, job.min_gpus
                 ledger.take(job.node, job, cpu, gpus)
                 alloc[job.id], where[job.id] = [cpu, gpus], job.node
@@ -171,7 +180,8 @@ class OptimusPolicy:
             name = min(cands)[2]
             ledger.take(name, job, job.min_cpu_millis, job.min_gpus)
             alloc[job.id], where[job.id] = [job.min_cpu_millis, job.min_gpus], name
-        self._grow(snapshot, ledger, models, alloc, where)
+        growing = set(alloc) if heartbeat else {j.id for j in active_jobs(snapshot) if j.status == "pending"}
+        self._grow(snapshot, ledger, models, alloc, where, growing)
         for job in active_jobs(snapshot):
             if job.id in decisions:
                 decisions[job.id] = Decision(
@@ -194,9 +204,16 @@ class OptimusPolicy:
         )
 
     def _grow(
-        self, snapshot: Snapshot, ledger: Ledger, models: dict[str, JobModel], alloc: dict[str, list[int]], where: dict[str, str]
+        self,
+        snapshot: Snapshot,
+        ledger: Ledger,
+        models: dict[str, JobModel],
+        alloc: dict[str, list[int]],
+        where: dict[str, str],
+        growing: set[str],
     ) -> None:
-        """Hand out units by largest remaining-time reduction per share of the node, while any fits."""
+        """Hand out units to the ``growing`` jobs by largest remaining-time reduction per share of the
+        node, while any fits."""
         heap: list[tuple[float, str, int, int, int, int]] = []
         jobs = {j.id: j for j in snapshot.jobs}
 
@@ -219,7 +236,8 @@ class OptimusPolicy:
                     heapq.heappush(heap, (-gain / size, jid, cpu, gpus, c, g))
 
         for jid in sorted(alloc):
-            push(jid)
+            if jid in growing:
+                push(jid)
         while heap:
             _, jid, cpu, gpus, c, g = heapq.heappop(heap)
             if alloc[jid] != [cpu, gpus]:

@@ -20,6 +20,10 @@ growth test is FlowCon's (:mod:`planner.policies.flowcon`). Mechanism:
   pods by CFS: an equal share each, between its ``min_cpu_millis`` and ``max_cpu_millis`` (the plan's
   ``resize``; jobs that cannot resize live keep theirs). That is what makes moving a slow job away
   speed up the fast ones left behind. GPUs are requested whole (``max_gpus``) and never change.
+
+The growth test and the speculative migrations run at most once per interval ``T`` since the last
+decision that ran them; called in between (the loop wakes at arrivals and finishes), SpeCon places
+new pods and moves none (CFS's equal split is recomputed, as at every call).
 """
 
 from __future__ import annotations
@@ -51,13 +55,18 @@ class SpeConPolicy:
         if not alpha > 0:
             raise ValueError(f"alpha: must be > 0, got {alpha!r}")
         self.test = GrowthTest(alpha)
+        #: Time of the last decision that ran the growth test and the migrations (once per T).
+        self.decided: float | None = None
 
     def _load(self, job: Job) -> float:
         return STATE_LOAD[self.test.state(job)]
 
     def __call__(self, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()
-        self.test.update(snapshot)
+        heartbeat = self.decided is None or snapshot.time - self.decided >= snapshot.settings.interval_seconds * (1.0 - 1e-9)
+        if heartbeat:
+            self.test.update(snapshot)
+            self.decided = snapshot.time
         ledger = Ledger(snapshot)
         decisions: dict[str, Decision] = {}
         load = {n.name: 0.0 for n in snapshot.nodes}
@@ -72,7 +81,7 @@ class SpeConPolicy:
             decisions[job.id] = Decision(job.node, cpu, gpus)
 
         # Speculative migration of migratable (slow-growing) jobs, slowest first.
-        budget = snapshot.settings.migration_budget
+        budget = snapshot.settings.migration_budget if heartbeat else 0
         slow = sorted(
             (j for j in running if j.migratable and self.test.state(j) == "completing" and _within_bounds(j, decisions[j.id])),
             key=lambda j: (self.test.growth[j.id], j.id),
