@@ -45,12 +45,14 @@ def one_job(**job: object) -> dict:
 
 
 class Scripted:
-    """A policy that plays fixed allocations: ``steps[k]`` is (cpu_millis or None to pause) for interval k."""
+    """A policy that plays fixed allocations: ``steps[k]`` is (cpu_millis or None to pause) for interval k,
+    capped at that (a quota) unless ``capped`` is false (then a weight only: idle CPU flows to the job)."""
 
     name = "scripted"
 
-    def __init__(self, steps: list[int | None]) -> None:
+    def __init__(self, steps: list[int | None], *, capped: bool = True) -> None:
         self.steps = steps
+        self.capped = capped
         self.k = 0
         self.seen: list[Snapshot] = []
 
@@ -65,7 +67,8 @@ class Scripted:
             if cpu is None:
                 decisions[job.id] = Decision(None, 0, 0, "scripted pause")
             else:
-                decisions[job.id] = Decision(snapshot.nodes[0].name, cpu, 0, "scripted")
+                limit = cpu if self.capped else None
+                decisions[job.id] = Decision(snapshot.nodes[0].name, cpu, 0, "scripted", cpu_limit_millis=limit)
         return build_plan(snapshot, self.name, decisions, started=time.perf_counter(), message="scripted")
 
 

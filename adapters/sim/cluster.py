@@ -1,25 +1,38 @@
 """The simulated cluster: an :class:`~adapters.base.Adapter` and a virtual :class:`~adapters.base.Clock`.
 
 Jobs arrive at their scenario times and train on their *ground truth* (measured curve, measured or
-Amdahl speed; :mod:`adapters.sim.truth`). Between two calls of the control loop allocations are
-fixed, so progress is exact: a job at ``r`` epochs per second for ``dt`` seconds advances ``r·dt``
-epochs, minus the time it is blocked starting or restarting.
+Amdahl speed; :mod:`adapters.sim.truth`). The CPU of a node is shared as the Linux kernel shares it
+among cgroups (work-conserving shares):
+
+- a job's ``cpu_millis`` is a *guaranteed share*, a weight (cgroup ``cpu.weight``, Docker
+  ``--cpu-shares``, a Kubernetes request); ``cpu_limit_millis``, when the plan sets one, is a hard
+  cap (a quota: ``docker update --cpus``);
+- the node's CPU goes to its running jobs by weighted max-min water-filling (:func:`share_cpu`):
+  weight = guarantee × replicas, cap = replicas × min(limit, ``max_cpu_millis``); what a capped job
+  leaves goes to the others in proportion to their weights, at once. GPU jobs' speed does not depend
+  on CPU in the truth: they use exactly their guarantee. A job starting or restarting uses no CPU;
+- the split is recomputed at every event (a job finishes, a blocked job resumes, the loop applies a
+  change), so rates are piecewise constant between events and progress is exact.
 
 What a policy sees (``observe``) is only what a real adapter observes: per-epoch metric reports
-(the measured value with relative Gaussian noise), the seconds per epoch measured at the
-allocations the job has held (from the step counter jobs log with their progress: time spent
-training at an allocation over the epochs gained there), its targets and bounds. What it does (``apply``):
+(the measured value with relative Gaussian noise, drawn for every epoch when the job is created),
+the seconds per epoch measured at the CPU the job actually used (from the step counter jobs log with
+their progress: time spent training at an allocation over the epochs gained there), its guarantee
+and cap, its targets and bounds. What it does (``apply``):
 
 - ``start``: after ``restart_seconds`` of start-up, training runs from the last checkpoint;
-- ``resize``: live, no loss (jobs that are ``resizable``); otherwise the loop sends ``migrate``;
+- ``resize``: live, no loss (jobs that are ``resizable``; a change of the cap alone is live for
+  every job); otherwise the loop sends ``migrate``;
 - ``migrate``: the job checkpoints and restarts (``checkpoint_seconds + restart_seconds`` without
   progress) on its new node; jobs checkpoint at every epoch end and every
   ``checkpoint_every_seconds`` (600 by default) of training, and the work since then is lost;
 - ``pause``: as a migration, but the job waits unplaced;
 - ``deliver``: the tier-1 model is handed over (recorded).
 
-A job finishes at its last epoch (``epochs``), or, with ``stop_at_target``, at the first epoch
-whose reported metric reaches its last tier. Everything random comes from the run's seed.
+``sleep`` (the clock) ends early at the first arrival or finish (``replan_on_events``), so the loop
+re-plans at once. A job finishes at its last epoch (``epochs``), or, with ``stop_at_target``, at the
+first epoch whose reported metric reaches its last tier. Everything random comes from the run's seed.
+:meth:`SimCluster.truth` exposes what really remains of each job, for the oracle policy only.
 """
 
 from __future__ import annotations
@@ -27,16 +40,79 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from adapters.base import Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
+from planner.outlook import JobTruth
 from planner.snapshot import Allocation, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
 #: Least progress at one allocation (in epochs) before its speed is reported.
 MIN_SPEED_EPOCHS = 0.02
+#: Seconds per epoch reported by the truth's speed where a job cannot run (finite, for the solvers).
+CANNOT_RUN_SECONDS = 1e12
+#: Tolerance on event times and progress (seconds, epochs).
+EPS = 1e-9
+
+
+def share_cpu(capacity: float, weights: Sequence[float], caps: Sequence[float]) -> list[float]:
+    """Weighted max-min (water-filling) split of ``capacity``: each gets ``min(cap, lam * weight)`` with
+    ``lam`` as high as the capacity allows, so what a capped one leaves flows to the others in
+    proportion to their weights (the kernel's CPU shares). Weights below 1 count as 1 (a cgroup's least)."""
+    n = len(weights)
+    out = [0.0] * n
+    w = [max(float(x), 1.0) for x in weights]
+    c = [max(float(x), 0.0) for x in caps]
+    left = max(float(capacity), 0.0)
+    wsum = sum(w)
+    for i in sorted(range(n), key=lambda i: (c[i] / w[i], i)):
+        fair = left * w[i] / wsum if wsum > 0 else 0.0
+        if c[i] <= fair:
+            out[i] = c[i]
+            left -= c[i]
+            wsum -= w[i]
+        else:
+            out[i] = fair
+            left -= fair
+            wsum -= w[i]
+    return out
+
+
+def _epoch_seconds(truth: GroundTruth, cpu_millis: float, gpus: int) -> float:
+    # ``epoch_seconds`` reads ``cpu_millis / 1000``: a fractional effective share is exact.
+    return truth.epoch_seconds(cast(int, cpu_millis), gpus)
+
+
+class TruthSpeed:
+    """The ground truth's speed of one job as a :class:`planner.outlook.SpeedLike` (for the oracle):
+    seconds per epoch per replica at an allocation, :data:`CANNOT_RUN_SECONDS` where it cannot run."""
+
+    def __init__(self, truth: GroundTruth) -> None:
+        self.truth = truth
+
+    @property
+    def source(self) -> str:
+        return "truth"
+
+    @property
+    def n_observations(self) -> int:
+        return 0
+
+    def seconds_per_epoch(self, cpu_millis: float, gpus: float) -> float:
+        t = _epoch_seconds(self.truth, float(cpu_millis), int(round(gpus)))
+        return t if math.isfinite(t) and t > 0 else CANNOT_RUN_SECONDS
+
+    def seconds_per_epoch_many(self, cpu_millis: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        cpu = np.asarray(cpu_millis, dtype=float)
+        gpu = np.asarray(gpus, dtype=float)
+        cpu, gpu = np.broadcast_arrays(cpu, gpu)
+        pairs = np.stack([cpu.ravel(), np.round(gpu.ravel())], axis=1)
+        uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        vals = np.array([self.seconds_per_epoch(float(c), float(g)) for c, g in uniq], dtype=float)
+        return vals[np.asarray(inverse).ravel()].reshape(cpu.shape)
 
 
 @dataclass
@@ -46,13 +122,17 @@ class SimJob:
     rng: np.random.Generator
     status: str = "future"  # future | pending | running | finished
     node: str | None = None
-    cpu_millis: int = 0
+    cpu_millis: int = 0  # guaranteed share (weight) per replica
     gpus: int = 0
+    cpu_limit: int | None = None  # hard cap (quota) per replica set by the plan
+    replicas: int = 1
     progress: float = 0.0  # epochs done (continuous)
     blocked_until: float = 0.0
     history: list[MetricPoint] = field(default_factory=list)
-    reported: list[float] = field(default_factory=list)  # reported metric per epoch
-    trained: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # alloc -> [seconds, epochs]
+    reported: list[float] = field(default_factory=list)  # reported metric per epoch so far
+    values: list[float] = field(default_factory=list)  # the reported metric of every epoch, drawn at creation
+    stop_epoch: int = 0  # the epoch at which the job stops (from ``values``)
+    trained: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # CPU used, GPUs -> [seconds, epochs]
     first_start: float | None = None
     finish: float | None = None
     tier1_time: float | None = None
@@ -61,23 +141,51 @@ class SimJob:
     migrations: int = 0
     resizes: int = 0
     pauses: int = 0
+    in_place: int = 0  # restarts where it was (a mover that found no room)
     lost_epochs: float = 0.0
     busy_seconds: float = 0.0  # time holding resources while placed
     work: float = 0.0  # epochs trained (checks conservation)
+    # Piecewise-constant state between events.
+    effective: float = 0.0  # CPU used per replica now (0 while blocked)
+    rate: float = 0.0  # epochs per second now
+    t_adv: float = 0.0  # progress is accounted up to this time
+    ckpt_progress: float = 0.0  # progress at the last checkpoint
+    since_ckpt: float = 0.0  # training seconds since the last checkpoint
+    next_event: float = math.inf  # its next resume or finish at the current rates
+    speed: TruthSpeed | None = None
+    view: Job | None = None  # what ``observe`` shows of a finished job (it never changes again)
 
     @property
     def stop_value(self) -> float | None:
         s = self.spec
         return s.tier2 if s.tier2 is not None else s.tier1
 
+    @property
+    def restarts(self) -> int:
+        """Checkpoint-restarts: migrations, pauses and restarts in place."""
+        return self.migrations + self.pauses + self.in_place
+
     def reaches(self, value: float | None, v: float) -> bool:
         if value is None:
             return False
         return v >= value if self.truth.direction == "higher" else v <= value
 
-    def rate(self) -> float:
-        t = self.truth.epoch_seconds(self.cpu_millis, self.gpus)
-        return 0.0 if not math.isfinite(t) or t <= 0 else 1.0 / t
+    def cap_total(self) -> float:
+        """Most CPU the job can use (all replicas): its cap, or, for GPU jobs, its guarantee."""
+        if self.spec.kind == "gpu":
+            return float(self.cpu_millis * self.replicas)
+        top = self.spec.max_cpu_millis
+        limit = top if self.cpu_limit is None else min(self.cpu_limit, top)
+        return float(limit * self.replicas)
+
+    def first_reaching(self, value: float | None) -> int | None:
+        """First epoch (up to the stop) whose reported value reaches ``value``."""
+        if value is None:
+            return None
+        for k in range(1, self.stop_epoch + 1):
+            if self.reaches(value, self.values[k - 1]):
+                return k
+        return None
 
 
 class SimCluster:
@@ -90,25 +198,47 @@ class SimCluster:
         self.jobs: dict[str, SimJob] = {}
         for i, spec in enumerate(jobs):
             truth = GroundTruth(library, spec.model, spec.batch_size, spec.kind, spec.cpu_scale)
-            self.jobs[spec.id] = SimJob(spec, truth, np.random.default_rng([seed, i]))
+            j = SimJob(spec, truth, np.random.default_rng([seed, i]))
+            self._draw(j)
+            self.jobs[spec.id] = j
+        self.on: dict[str, dict[str, SimJob]] = {n: {} for n in self.nodes}  # running jobs per node
+        self._dirty: set[str] = set()
+        self._arrivals = sorted((j.spec.arrival, j.spec.id) for j in self.jobs.values())
+        self._next_arrival = 0
         self.t0 = min((j.spec.arrival for j in self.jobs.values()), default=0.0)
         self.t = self.t0
-        self._arrive()
         self.events: list[tuple[float, str, str]] = []  # (time, job, what)
         self.used_cpu_seconds = 0.0
         self.used_gpu_seconds = 0.0
+        self._arrive()
+
+    def _draw(self, j: SimJob) -> None:
+        """The reported metric of every epoch, in order, from the job's own generator; the stop epoch."""
+        noise = self.scenario.noise
+        vals: list[float] = []
+        for k in range(1, j.spec.epochs + 1):
+            true = j.truth.metric(k)
+            vals.append(float(true * (1.0 + noise * j.rng.standard_normal())) if noise > 0 else true)
+        j.values = vals
+        j.stop_epoch = j.spec.epochs
+        if self.scenario.stop_at_target:
+            j.stop_epoch = j.first_reaching(j.stop_value) or j.spec.epochs
+        j.speed = TruthSpeed(j.truth)
 
     # -- clock ---------------------------------------------------------------------------------
     def now(self) -> float:
         return self.t
 
     def sleep(self, seconds: float) -> None:
+        """Advance the simulation by ``seconds``, or, with ``replan_on_events``, to the first arrival or
+        finish inside them (the loop then re-plans at once)."""
         end = self.t + max(0.0, seconds)
-        # Arrivals inside the interval only become visible at its end (the next observation).
-        for j in self.jobs.values():
-            if j.status == "running":
-                self._advance(j, self.t, end)
-        self.t = end
+        wake = self.scenario.replan_on_events
+        if wake and self._next_arrival < len(self._arrivals):
+            arrival = self._arrivals[self._next_arrival][0]
+            if self.t < arrival < end:
+                end = arrival
+        self._run(end, stop_at_finish=wake)
         self._arrive()
 
     def done(self) -> bool:
@@ -119,47 +249,121 @@ class SimCluster:
 
     # -- ground-truth progress -----------------------------------------------------------------
     def _arrive(self) -> None:
-        for j in self.jobs.values():
-            if j.status == "future" and j.spec.arrival <= self.t:
+        while self._next_arrival < len(self._arrivals) and self._arrivals[self._next_arrival][0] <= self.t:
+            j = self.jobs[self._arrivals[self._next_arrival][1]]
+            if j.status == "future":
                 j.status = "pending"
+            self._next_arrival += 1
 
-    def _advance(self, j: SimJob, t0: float, t1: float) -> None:
-        held = t1 - t0
-        j.busy_seconds += held
-        self.used_cpu_seconds += held * j.cpu_millis / 1000.0
-        self.used_gpu_seconds += held * j.gpus
-        start = max(t0, j.blocked_until)
-        if start >= t1:
-            return
-        rate = j.rate()
-        if rate <= 0:
-            return
-        end = j.progress + (t1 - start) * rate
-        trained = j.trained.setdefault((j.cpu_millis, j.gpus), [0.0, 0.0])
-        k = math.floor(j.progress) + 1
-        while k <= end + 1e-12 and k <= j.spec.epochs:
-            tk = start + (k - j.progress) / rate
-            self._epoch_done(j, k, tk)
-            if j.status == "finished":
-                trained[0] += tk - start
-                trained[1] += k - j.progress
-                held_after = t1 - tk  # resources are released at the finish, not at the interval's end
-                j.busy_seconds -= held_after
-                self.used_cpu_seconds -= held_after * j.cpu_millis / 1000.0
-                self.used_gpu_seconds -= held_after * j.gpus
-                j.work += k - j.progress
-                j.progress = float(k)
+    def _running(self) -> list[SimJob]:
+        return [j for per in self.on.values() for j in per.values()]
+
+    def _run(self, end: float, *, stop_at_finish: bool) -> None:
+        """Event by event up to ``end``: between events every rate is constant."""
+        while True:
+            self._refresh()
+            running = self._running()
+            t_next = min((j.next_event for j in running), default=math.inf)
+            if t_next > end:
+                for j in running:
+                    self._advance(j, end)
+                self.t = max(self.t, end)
                 return
-            k += 1
-        trained[0] += t1 - start
-        trained[1] += end - j.progress
-        j.work += end - j.progress
-        j.progress = end
+            self.t = max(self.t, t_next)
+            finished = False
+            for j in running:
+                if j.next_event <= t_next + EPS:
+                    node = j.node
+                    self._advance(j, self.t)
+                    if node is not None:
+                        self._dirty.add(node)  # a finish or a resume: the node's split changes
+                    finished = finished or j.status == "finished"
+            if finished and stop_at_finish:
+                self._refresh()
+                for j in self._running():
+                    self._advance(j, self.t)
+                return
+
+    def _refresh(self) -> None:
+        """Recompute the CPU split of every node whose set of busy jobs changed."""
+        while self._dirty:
+            name = self._dirty.pop()
+            for j in list(self.on[name].values()):
+                self._advance(j, self.t)  # at the old rates, up to now
+            jobs = list(self.on[name].values())
+            active = [j for j in jobs if j.blocked_until <= self.t + EPS]
+            shares = share_cpu(
+                self.nodes[name].cpu_millis, [j.cpu_millis * j.replicas for j in active], [j.cap_total() for j in active]
+            )
+            for j in jobs:
+                j.effective, j.rate = 0.0, 0.0
+            for j, s in zip(active, shares, strict=True):
+                j.effective = s / j.replicas
+                t = _epoch_seconds(j.truth, j.effective, j.gpus)
+                j.rate = 0.0 if not math.isfinite(t) or t <= 0 else 1.0 / t
+            for j in jobs:
+                if j.blocked_until > self.t + EPS:
+                    j.next_event = j.blocked_until
+                elif j.rate > 0:
+                    j.next_event = j.t_adv + max(j.stop_epoch - j.progress, 0.0) / j.rate
+                else:
+                    j.next_event = math.inf
+
+    def _advance(self, j: SimJob, t: float) -> None:
+        """Account ``j`` from ``j.t_adv`` to ``t`` at its current (constant) rate."""
+        t0 = j.t_adv
+        if t <= t0 or j.status != "running":
+            return
+        j.t_adv = t
+        rate = j.rate
+        if rate <= 0:  # blocked (or cannot run): holds its GPUs, uses no CPU
+            self._hold(j, t - t0, 0.0)
+            return
+        p0 = j.progress
+        stop = j.stop_epoch
+        p1 = p0 + (t - t0) * rate
+        finishing = p1 >= stop - EPS
+        if finishing:
+            p1 = float(stop)
+            t = min(t, t0 + (stop - p0) / rate)
+        train = t - t0
+        self._hold(j, train, train * j.effective * j.replicas / 1000.0)
+        key = (int(round(j.effective)), j.gpus)
+        rec = j.trained.setdefault(key, [0.0, 0.0])
+        rec[0] += train
+        rec[1] += p1 - p0
+        j.work += p1 - p0
+        first = math.floor(p0 + EPS) + 1
+        last = stop if finishing else math.floor(p1 + EPS)
+        for k in range(first, last + 1):
+            self._epoch_done(j, k, t0 + (k - p0) / rate)
+        # Checkpoints: at every epoch end, and every ``checkpoint_every_seconds`` of training since the
+        # last one (tracked in training seconds, whatever the rates were).
+        every = self.scenario.checkpoint_every_seconds
+        if last >= first:  # the last epoch end in this stretch is a checkpoint
+            base = anchor = float(last)
+            prev, since = 0.0, max(t - (t0 + (last - p0) / rate), 0.0)
+        else:
+            base, anchor = j.ckpt_progress, p0
+            prev, since = j.since_ckpt, j.since_ckpt + train
+        n = math.floor(since / every + 1e-12)
+        if n >= 1:
+            # the periodic checkpoints fall ``every - prev``, ``2 every - prev``, ... training seconds
+            # after ``anchor`` (at this stretch's constant rate)
+            base = anchor + (n * every - prev) * rate
+            since -= n * every
+        j.ckpt_progress, j.since_ckpt = min(base, p1), since
+        j.progress = p1
+        if finishing:
+            self._finish(j, t)
+
+    def _hold(self, j: SimJob, seconds: float, cpu_seconds: float) -> None:
+        j.busy_seconds += seconds
+        self.used_gpu_seconds += seconds * j.gpus * j.replicas
+        self.used_cpu_seconds += cpu_seconds
 
     def _epoch_done(self, j: SimJob, k: int, tk: float) -> None:
-        true = j.truth.metric(k)
-        noise = self.scenario.noise
-        v = float(true * (1.0 + noise * j.rng.standard_normal())) if noise > 0 else true
+        v = j.values[k - 1]
         j.reported.append(v)
         field_name = METRICS[j.spec.model][2]
         point = {"time": round(tk, 3), "epoch": k, field_name: round(v, 6)}
@@ -168,16 +372,38 @@ class SimCluster:
             j.tier1_time = tk
         if j.tier2_time is None and j.reaches(j.spec.tier2, v):
             j.tier2_time = tk
-        stop = k >= j.spec.epochs or (self.scenario.stop_at_target and j.reaches(j.stop_value, v))
-        if stop:
-            j.status = "finished"
-            j.finish = tk
-            j.node = None
-            self.events.append((tk, j.spec.id, "finish"))
+
+    def _finish(self, j: SimJob, tk: float) -> None:
+        self._unplace(j)
+        j.status = "finished"
+        j.finish = tk
+        self.events.append((tk, j.spec.id, "finish"))
+
+    # -- placing -----------------------------------------------------------------------------------
+    def _place(self, j: SimJob, node: str, cpu: int, gpus: int, limit: int | None, blocked_until: float) -> None:
+        j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit = "running", node, cpu, gpus, limit
+        j.blocked_until = blocked_until
+        j.t_adv = self.t
+        j.effective, j.rate, j.next_event = 0.0, 0.0, math.inf
+        self.on[node][j.spec.id] = j
+        self._dirty.add(node)
+
+    def _unplace(self, j: SimJob) -> None:
+        if j.node is not None:
+            self.on[j.node].pop(j.spec.id, None)
+            self._dirty.add(j.node)
+        j.node = None
+        j.effective, j.rate, j.next_event = 0.0, 0.0, math.inf
+
+    def _sync(self) -> None:
+        """Every running job accounted up to now (before its allocation changes)."""
+        for j in self._running():
+            self._advance(j, self.t)
 
     # -- adapter ---------------------------------------------------------------------------------
     def observe(self) -> Snapshot:
         sc = self.scenario
+        self._sync()
         nodes = [
             Node(name=n.name, cpu_millis=n.cpu_millis, gpus=n.gpus, memory_mib=n.memory_mib, gpu_type=n.gpu_type)
             for n in sc.nodes
@@ -186,26 +412,21 @@ class SimCluster:
         for j in self.jobs.values():
             if j.status == "future":
                 continue
+            if j.view is not None:
+                jobs.append(j.view)
+                continue
             s = j.spec
             metric, direction, field_name = METRICS[s.model]
-            # The job's final tier: the last tier it trains to (with ``stop_at_target``), shown as tier 2.
-            final = s.tier2 if s.tier2 is not None else s.tier1
-            tier2 = None
-            if sc.stop_at_target and final is not None:
-                tier2 = Tier(value=final, deadline=s.tier2_deadline if s.tier2 is not None else None)
-            elif s.tier2 is not None:
-                tier2 = Tier(value=s.tier2, deadline=s.tier2_deadline)
+            tier1, tier2 = self._tiers(j)
             target = QoETarget(
                 metric=metric if field_name == "metric" else "loss",
                 direction=direction,
-                tier1=Tier(
-                    value=s.tier1 if s.tier1 is not None else j.truth.curve.values[s.epochs - 1], deadline=s.tier1_deadline
-                ),
+                tier1=tier1,
                 tier2=tier2,
                 max_epochs=s.epochs,
             )
-            # Seconds per epoch at each allocation held, from the step counter the jobs log with
-            # their progress (the JSON-lines format): time spent training / epochs gained there.
+            # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
+            # log with their progress (the JSON-lines format): time spent training / epochs gained there.
             speed = [
                 SpeedPoint(cpu_millis=max(1, c), gpus=g, seconds_per_epoch=round(sec / ep, 4))
                 for (c, g), (sec, ep) in sorted(j.trained.items())
@@ -218,7 +439,9 @@ class SimCluster:
                     status=j.status,
                     task=task_name(s.model, s.batch_size),
                     node=j.node if running else None,
-                    allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus) if running else None,
+                    allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit)
+                    if running
+                    else None,
                     min_cpu_millis=s.min_cpu_millis,
                     max_cpu_millis=s.max_cpu_millis,
                     min_gpus=s.min_gpus,
@@ -227,6 +450,7 @@ class SimCluster:
                     resizable=s.resizable,
                     checkpoint_seconds=s.checkpoint_seconds,
                     restart_seconds=s.restart_seconds,
+                    checkpoint_every_seconds=sc.checkpoint_every_seconds,
                     priority=s.priority,
                     submitted=s.arrival,
                     history=list(j.history),
@@ -235,6 +459,8 @@ class SimCluster:
                     delivered=j.delivered_at is not None,
                 )
             )
+            if j.status == "finished":
+                j.view = jobs[-1]
         settings = Settings(
             interval_seconds=sc.interval_seconds,
             migration_budget=sc.migration_budget,
@@ -242,42 +468,109 @@ class SimCluster:
         )
         return Snapshot(time=round(self.t, 3), nodes=nodes, jobs=jobs, settings=settings)
 
+    def _tiers(self, j: SimJob) -> tuple[Tier, Tier | None]:
+        """The tiers as the snapshot shows them: the final tier (the last one the job trains to, with
+        ``stop_at_target``) as tier 2, so the planner knows when a job stops."""
+        s = j.spec
+        final = s.tier2 if s.tier2 is not None else s.tier1
+        tier2 = None
+        if self.scenario.stop_at_target and final is not None:
+            tier2 = Tier(value=final, deadline=s.tier2_deadline if s.tier2 is not None else None)
+        elif s.tier2 is not None:
+            tier2 = Tier(value=s.tier2, deadline=s.tier2_deadline)
+        tier1 = Tier(value=s.tier1 if s.tier1 is not None else j.truth.curve.values[s.epochs - 1], deadline=s.tier1_deadline)
+        return tier1, tier2
+
+    def truth(self) -> dict[str, JobTruth]:
+        """What really remains of each active (pending or running) job: epochs to tier 1, tier 2 (as the
+        snapshot shows them; ``None`` if the reports never reach it) and to its stop, from the reported
+        values drawn at creation, and its true speed. For the oracle policy only."""
+        self._sync()
+        out: dict[str, JobTruth] = {}
+        for j in self.jobs.values():
+            if j.status not in ("pending", "running"):
+                continue
+            tier1, tier2 = self._tiers(j)
+            k1 = j.first_reaching(tier1.value)
+            k2 = j.first_reaching(tier2.value) if tier2 is not None else None
+            assert j.speed is not None
+            out[j.spec.id] = JobTruth(
+                remaining_tier1=None if k1 is None else k1 - j.progress,
+                remaining_tier2=None if k2 is None else k2 - j.progress,
+                remaining_finish=j.stop_epoch - j.progress,
+                speed=j.speed,
+            )
+        return out
+
+    def cpu_use(self, node: str) -> float:
+        """CPU (millicores) the node's placed jobs use under the water-fill, jobs starting or restarting
+        counted busy (they are about to use their share)."""
+        jobs = list(self.on[node].values())
+        weights = [j.cpu_millis * j.replicas for j in jobs]
+        return sum(share_cpu(self.nodes[node].cpu_millis, weights, [j.cap_total() for j in jobs]))
+
+    def idle_waits(self) -> int:
+        """Pending (or paused) jobs that some node could hold now: its idle CPU (capacity minus what the
+        placed jobs use under the water-fill, starting ones counted busy), free GPUs and free memory (by
+        guarantees) cover the job's minimum. Zero for a work-conserving policy."""
+        waiting = [j for j in self.jobs.values() if j.status == "pending"]
+        if not waiting:
+            return 0
+        room: list[tuple[float, int, int]] = []
+        for name, n in self.nodes.items():
+            placed = self.on[name].values()
+            gpus = n.gpus - sum(j.gpus * j.replicas for j in placed)
+            mem = n.memory_mib - sum(j.spec.memory_mib * j.replicas for j in placed)
+            room.append((n.cpu_millis - self.cpu_use(name), gpus, mem))
+        count = 0
+        for j in waiting:
+            s, r = j.spec, j.replicas
+            if any(
+                cpu + 1e-6 >= s.min_cpu_millis * r and gpus >= s.min_gpus * r and (s.memory_mib == 0 or mem >= s.memory_mib * r)
+                for cpu, gpus, mem in room
+            ):
+                count += 1
+        return count
+
     def _free(self, node: str, exclude: str) -> tuple[int, int, int]:
+        """Room on ``node`` by guarantees (admission), leaving ``exclude`` out."""
         n = self.nodes[node]
         cpu, gpu, mem = n.cpu_millis, n.gpus, n.memory_mib
-        for j in self.jobs.values():
-            if j.status == "running" and j.node == node and j.spec.id != exclude:
-                cpu -= j.cpu_millis
-                gpu -= j.gpus
-                mem -= j.spec.memory_mib
+        for j in self.on[node].values():
+            if j.spec.id != exclude:
+                cpu -= j.cpu_millis * j.replicas
+                gpu -= j.gpus * j.replicas
+                mem -= j.spec.memory_mib * j.replicas
         return cpu, gpu, mem
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
+        self._sync()
         # A migrating job checkpoints and stops before any job is placed, so moves between nodes
         # (swaps included) find the room the movers leave, as they would on a real cluster.
-        lifted: dict[str, tuple[str, int, int]] = {}
+        lifted: dict[str, tuple[str, int, int, int | None]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
             if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None:
-                lifted[c.job] = (j.node, j.cpu_millis, j.gpus)
+                lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit)
                 self._checkpoint(j)
-                j.node = None  # holds nothing while it moves
+                self._unplace(j)  # holds nothing while it moves
         out = [self._apply_one(c, lifted) for c in changes]
         # Never neither: a mover that found no room restarts where it was, or else waits paused.
-        for job_id, (src, cpu, gpus) in lifted.items():
+        for job_id, (src, cpu, gpus, limit) in lifted.items():
             j = self.jobs[job_id]
             if j.node is not None:
                 continue
             free_cpu, free_gpu, _ = self._free(src, job_id)
             if cpu <= free_cpu and gpus <= free_gpu:
-                j.node, j.cpu_millis, j.gpus = src, cpu, gpus
-                j.blocked_until = self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds
+                self._place(j, src, cpu, gpus, limit, self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds)
+                j.in_place += 1
             else:
-                j.status, j.cpu_millis, j.gpus = "pending", 0, 0
+                j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
                 j.pauses += 1
+        self._refresh()
         return out
 
-    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int]]) -> Outcome:
+    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int, int | None]]) -> Outcome:
         j = self.jobs.get(c.job)
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
@@ -290,20 +583,22 @@ class SimCluster:
             if j.status != "running":
                 return Outcome(c, False, "conflict", "not running")
             self._checkpoint(j)
-            j.status, j.node, j.cpu_millis, j.gpus = "pending", None, 0, 0
+            self._unplace(j)
+            j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
             j.pauses += 1
             self.events.append((now, j.spec.id, "pause"))
             return Outcome(c, True)
         if c.node is None or c.node not in self.nodes:
             return Outcome(c, False, "invalid", f"unknown node {c.node}")
         cpu, gpu, mem = self._free(c.node, j.spec.id)
-        if c.cpu_millis > cpu or c.gpus > gpu or (j.spec.memory_mib > mem and j.spec.memory_mib > 0):
+        r = j.replicas
+        if c.cpu_millis * r > cpu or c.gpus * r > gpu or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
             return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpu} GPUs free)")
         if c.kind == "start":
             if j.status != "pending":
                 return Outcome(c, False, "conflict", "not pending")
-            j.status, j.node, j.cpu_millis, j.gpus = "running", c.node, c.cpu_millis, c.gpus
-            j.blocked_until = now + j.spec.restart_seconds
+            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds)
+            j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
             self.events.append((now, j.spec.id, f"start on {c.node}"))
@@ -311,16 +606,19 @@ class SimCluster:
         if j.status != "running":
             return Outcome(c, False, "conflict", "not running")
         if c.kind == "resize":
-            if not j.spec.resizable or c.node != j.node:
+            cap_only = (c.cpu_millis, c.gpus) == (j.cpu_millis, j.gpus)  # docker update --cpus: live for any job
+            if c.node != j.node or not (j.spec.resizable or cap_only):
                 return Outcome(c, False, "invalid", "cannot resize live")
-            j.cpu_millis, j.gpus = c.cpu_millis, c.gpus
+            j.cpu_millis, j.gpus, j.cpu_limit = c.cpu_millis, c.gpus, c.cpu_limit_millis
             j.resizes += 1
+            self._dirty.add(c.node)
             return Outcome(c, True)
         if c.kind == "migrate":
             if c.job not in lifted:
                 self._checkpoint(j)
-            j.node, j.cpu_millis, j.gpus = c.node, c.cpu_millis, c.gpus
-            j.blocked_until = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
+                self._unplace(j)
+            back = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
+            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, back)
             j.migrations += 1
             self.events.append((now, j.spec.id, f"migrate to {c.node}"))
             return Outcome(c, True)
@@ -328,17 +626,8 @@ class SimCluster:
 
     def _checkpoint(self, j: SimJob) -> None:
         """Stop the job: it resumes from its last checkpoint, taken at every epoch end and every
-        ``checkpoint_every_seconds`` of training within an epoch; the work since then is lost."""
-        done = math.floor(j.progress + 1e-9)
-        frac = j.progress - done
-        rate = j.rate()
-        every = self.scenario.checkpoint_every_seconds
-        if rate > 0 and frac > 0:
-            since = (frac / rate) % every  # training seconds since the last checkpoint
-            lost = min(frac, since * rate)
-        else:
-            lost = frac
+        ``checkpoint_every_seconds`` of training; the work since then is lost."""
+        lost = max(j.progress - j.ckpt_progress, 0.0)
         j.lost_epochs += lost
-        j.progress -= lost
-        if j.progress - math.floor(j.progress + 1e-9) < 1e-9:
-            j.progress = float(math.floor(j.progress + 1e-9))
+        j.progress = j.ckpt_progress
+        j.since_ckpt = 0.0

@@ -4,7 +4,11 @@
 :class:`~adapters.loop.ControlLoop` on the cluster's virtual clock until every job has finished
 (or the scenario's ``max_hours``), and measures the run (:class:`RunResult`): makespan, job
 completion times, time to tier 1, deadlines met, utilisation, migrations and resizes, planner time
-per interval, and the plans that failed the checker (never applied; there should be none).
+per interval, the plans that failed the checker (never applied; there should be none), and the
+idle waits (a job waiting while a node it may use has room for it; none for a work-conserving policy).
+
+A policy with ``reads_ground_truth = True`` (the oracle) gets ``observe_truth(cluster.truth())`` right
+before each call; no other policy ever receives the truth.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from adapters.loop import ControlLoop, Policy, Tick
 from adapters.sim.cluster import SimCluster
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import GroundTruth, TraceLibrary
+from planner.plan import Plan
+from planner.snapshot import Snapshot
 
 
 @dataclass
@@ -40,6 +46,8 @@ class JobResult:
     pauses: int
     lost_epochs: float
     tag: bool
+    #: checkpoint-restarts: migrations + pauses + restarts in place
+    restarts: int = 0
 
 
 @dataclass
@@ -65,6 +73,9 @@ class RunResult:
     plan_seconds_p95: float
     plan_seconds_max: float
     checker_failures: int
+    #: (interval, job) pairs where a job waited while a node it may use had room for its minimum
+    #: (idle CPU under the water-fill, free GPUs and memory): 0 for a work-conserving policy.
+    idle_waits: int
     makespan_lower_bound: float
     jobs: list[JobResult]
     #: per interval: time, then per job (cpu_millis, gpus) held — for the allocation plot.
@@ -131,13 +142,15 @@ def simulate(
     cluster = SimCluster(scenario, jobs, library, seed)
     plan_times: list[float] = []
     failures = 0
+    idle_waits = 0
     timeline: list[dict[str, Any]] = []
     eta: dict[str, list[tuple[float, float]]] = {}
 
     def tick_hook(tick: Tick) -> None:
-        nonlocal failures
+        nonlocal failures, idle_waits
         plan_times.append(tick.plan_seconds)
         failures += int(bool(tick.violations))
+        idle_waits += cluster.idle_waits()
         if record_timeline:
             timeline.append(
                 {
@@ -151,12 +164,21 @@ def simulate(
         if on_tick is not None:
             on_tick(cluster, tick)
 
-    loop = ControlLoop(cluster, policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook)
+    run_policy: Policy = policy
+    if getattr(policy, "reads_ground_truth", False) is True:
+        observe_truth = policy.observe_truth  # type: ignore[attr-defined]
+
+        def run_policy(snapshot: Snapshot) -> Plan:
+            observe_truth(cluster.truth())
+            return policy(snapshot)
+
+    loop = ControlLoop(cluster, run_policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook)
 
     def stop(_: Tick) -> bool:
         return cluster.done() or cluster.timed_out()
 
-    # The first observation happens at the first arrival; jobs arriving later are seen at the next interval.
+    # The first observation happens at the first arrival; the loop wakes at every later arrival and
+    # finish (``replan_on_events``), else at the next interval.
     count, _ = loop.run(until=stop)
     # A run that ends exactly when the last job finished: advance to the last finish (already recorded).
     results: list[JobResult] = []
@@ -184,6 +206,7 @@ def simulate(
                 pauses=j.pauses,
                 lost_epochs=round(j.lost_epochs, 6),
                 tag=s.tag,
+                restarts=j.restarts,
             )
         )
     finished = all(r.finish is not None for r in results)
@@ -218,6 +241,7 @@ def simulate(
         plan_seconds_p95=_pct(plan_times, 95) or 0.0,
         plan_seconds_max=max(plan_times, default=0.0),
         checker_failures=failures,
+        idle_waits=idle_waits,
         makespan_lower_bound=makespan_lower_bound(scenario, jobs, library),
         jobs=results,
         timeline=timeline,

@@ -113,6 +113,8 @@ class Scenario:
     path: str = ""
     policies: tuple[str, ...] = field(default=_POLICY_NAMES)
     checkpoint_every_seconds: float = 600.0
+    #: The control loop wakes at every arrival and finish, besides every interval (``SimCluster.sleep``).
+    replan_on_events: bool = True
 
     # ------------------------------------------------------------------------------------------
     def draw(self, seed: int, library: TraceLibrary, data: Path | None = None) -> list[JobSpec]:
@@ -145,6 +147,12 @@ def _num(v: Any, where: str, *, lo: float | None = None, hi: float | None = None
     if hi is not None and x > hi:
         raise ScenarioError(f"{where}: {v!r} is above the maximum {hi:g}")
     return x
+
+
+def _flag(v: Any, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise ScenarioError(f"{where}: expected true or false, got {v!r}")
+    return v
 
 
 def _tier_value(truth: GroundTruth, share: float, epochs: int) -> float:
@@ -365,7 +373,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
     known = {
         "name", "description", "paper", "metric", "baseline", "headline", "headline_text", "interval_seconds",
         "migration_budget", "deadline_confidence", "noise", "stop_at_target", "max_hours", "nodes", "jobs", "trace",
-        "policies", "checkpoint_every_seconds",
+        "policies", "checkpoint_every_seconds", "replan_on_events",
     }  # fmt: skip
     for key in doc:
         if key not in known:
@@ -432,6 +440,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         path=path,
         policies=policies,
         checkpoint_every_seconds=_num(doc.get("checkpoint_every_seconds", 600.0), "checkpoint_every_seconds", lo=1, hi=10**6),
+        replan_on_events=_flag(doc.get("replan_on_events", True), "replan_on_events"),
     )
 
 
