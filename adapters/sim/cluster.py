@@ -153,7 +153,8 @@ class SimJob:
     since_ckpt: float = 0.0  # training seconds since the last checkpoint
     next_event: float = math.inf  # its next resume or finish at the current rates
     speed: TruthSpeed | None = None
-    view: Job | None = None  # what ``observe`` shows of a finished job (it never changes again)
+    view: Job | None = None  # what ``observe`` last showed of the job, reused while ``view_key`` holds
+    view_key: tuple[object, ...] = ()
 
     @property
     def stop_value(self) -> float | None:
@@ -412,8 +413,16 @@ class SimCluster:
         for j in self.jobs.values():
             if j.status == "future":
                 continue
-            if j.view is not None:
-                jobs.append(j.view)
+            # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
+            # log with their progress (the JSON-lines format): time spent training / epochs gained there.
+            speeds = tuple(
+                (max(1, c), g, round(sec / ep, 4))
+                for (c, g), (sec, ep) in sorted(j.trained.items())
+                if ep >= MIN_SPEED_EPOCHS and c >= 1
+            )
+            key = (j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit, len(j.history), j.delivered_at is not None, speeds)
+            if j.view is not None and j.view_key == key:
+                jobs.append(j.view)  # nothing it shows changed (validating it again is most of the cost)
                 continue
             s = j.spec
             metric, direction, field_name = METRICS[s.model]
@@ -425,13 +434,7 @@ class SimCluster:
                 tier2=tier2,
                 max_epochs=s.epochs,
             )
-            # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
-            # log with their progress (the JSON-lines format): time spent training / epochs gained there.
-            speed = [
-                SpeedPoint(cpu_millis=max(1, c), gpus=g, seconds_per_epoch=round(sec / ep, 4))
-                for (c, g), (sec, ep) in sorted(j.trained.items())
-                if ep >= MIN_SPEED_EPOCHS and c >= 1
-            ]
+            speed = [SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=v) for c, g, v in speeds]
             running = j.status == "running"
             jobs.append(
                 Job(
@@ -459,8 +462,7 @@ class SimCluster:
                     delivered=j.delivered_at is not None,
                 )
             )
-            if j.status == "finished":
-                j.view = jobs[-1]
+            j.view, j.view_key = jobs[-1], key
         settings = Settings(
             interval_seconds=sc.interval_seconds,
             migration_budget=sc.migration_budget,
