@@ -16,12 +16,21 @@ Action states (the store's ``actions.status``)::
 On start, :meth:`Daemon.recover` settles the pending actions that way and asks the adapter to
 ``reconcile`` (remove the extra container an interrupted migration can leave). Nothing is replayed
 blindly: the cluster as observed is the truth, and a plan is only ever applied as a diff against it.
+
+Between intervals the daemon sleeps on a :class:`WakeClock`: the interval is a heartbeat, and a
+wake-up (a job container created, started, dead or removed: the engine's events) cuts the sleep
+short after a short debounce, so a job that arrives is placed at once rather than at the next tick.
+Events that are the daemon's own doing (it started, stopped or removed that container a moment ago)
+do not wake it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from adapters.base import Adapter, Clock
@@ -48,14 +57,98 @@ def in_effect(snapshot: Snapshot, action: dict[str, Any]) -> bool:
     if kind == "deliver":
         return job.delivered
     if kind in ("start", "resize", "migrate"):
+        a = job.allocation
         return (
             job.status == "running"
             and job.node == action.get("node")
-            and job.allocation is not None
-            and job.allocation.cpu_millis == action.get("cpu_millis")
-            and job.allocation.gpus == action.get("gpus")
+            and a is not None
+            and a.cpu_millis == action.get("cpu_millis")
+            and a.gpus == action.get("gpus")
+            and _cap_in_effect(snapshot, job.node, job.max_cpu_millis, a.cpu_limit_millis, action.get("cpu_limit_millis"))
         )
     return False
+
+
+def _cap_in_effect(snapshot: Snapshot, node: str | None, job_max: int, seen: int | None, asked: Any) -> bool:
+    """A cap asked for is in effect when seen; "none" (``None``) also covers a cap at the job's max or the node's size."""
+    if asked == seen:
+        return True
+    if seen is not None or not isinstance(asked, int):
+        return False
+    size = next((n.cpu_millis for n in snapshot.nodes if n.name == node), None)
+    return asked >= job_max or (size is not None and asked >= size)
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A reason to re-plan now: what happened, when it was received (``time.monotonic()``), to which container."""
+
+    at: float
+    reason: str
+    container: str | None = None
+
+
+class WakeClock:
+    """The wall clock, with a sleep that returns early.
+
+    - at once when :meth:`halt` is called (SIGTERM, Ctrl-C);
+    - ``debounce`` seconds after the first :meth:`wake` that ``ignore`` does not discard (a burst
+      of events, such as a batch of submissions, gives one re-plan, not one per container).
+
+    ``ignore`` is asked from the sleeping thread, after the interval's changes were applied, so it
+    can tell the daemon's own actions apart (``DockerAdapter.own_event``). Wake-ups that come while
+    the loop is busy are kept and cut the next sleep short. Thread-safe; :meth:`halt` may be called
+    from a signal handler.
+    """
+
+    def __init__(self, debounce: float = 0.4, ignore: Callable[[Wake], bool] | None = None) -> None:
+        self.debounce = max(0.0, debounce)
+        self.ignore = ignore
+        self.stop = threading.Event()
+        self.woken = 0  # sleeps cut short by a wake-up
+        self.reasons: list[str] = []  # what cut the last sleep short
+        self._cond = threading.Condition(threading.RLock())
+        self._wakes: list[Wake] = []
+
+    def now(self) -> float:
+        return time.time()
+
+    def wake(self, reason: str, container: str | None = None) -> None:
+        with self._cond:
+            self._wakes.append(Wake(time.monotonic(), reason, container))
+            self._cond.notify_all()
+
+    def halt(self) -> None:
+        self.stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _relevant(self, pending: list[Wake]) -> None:
+        """Move the wake-ups received so far into ``pending``, less the ignored ones."""
+        for w in self._wakes:
+            try:
+                own = self.ignore is not None and self.ignore(w)
+            except Exception:  # a broken filter must not stop the daemon: wake
+                own = False
+            if not own:
+                pending.append(w)
+        self._wakes.clear()
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + max(0.0, seconds)
+        pending: list[Wake] = []
+        with self._cond:
+            while not self.stop.is_set():
+                self._relevant(pending)
+                until = end if not pending else min(end, pending[0].at + self.debounce)
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._relevant(pending)  # what came during the debounce is covered by the coming re-plan
+            self.reasons = [w.reason for w in pending]
+            if pending and time.monotonic() < end:
+                self.woken += 1
 
 
 class Daemon:
@@ -118,8 +211,26 @@ class Daemon:
         if self._on_tick is not None:
             self._on_tick(tick)
 
-    def run(self, *, max_ticks: int | None = None, until: Callable[[Tick], bool] | None = None) -> tuple[int, Tick | None]:
-        return self.loop.run(max_ticks=max_ticks, until=until)
+    def run(
+        self,
+        *,
+        max_ticks: int | None = None,
+        until: Callable[[Tick], bool] | None = None,
+        stopped: Callable[[], bool] | None = None,
+    ) -> tuple[int, Tick | None]:
+        """Step, sleep, repeat (as ``ControlLoop.run``). ``stopped`` is asked before every step, so a
+        stop request that cuts a sleep short ends the run there instead of planning and applying once more."""
+        if stopped is None:
+            return self.loop.run(max_ticks=max_ticks, until=until)
+        count, last = 0, None
+        while (max_ticks is None or count < max_ticks) and not stopped():
+            last = self.loop.step()
+            count += 1
+            if (until is not None and until(last)) or (max_ticks is not None and count >= max_ticks) or stopped():
+                break
+            interval = self.loop.interval if self.loop.interval is not None else last.snapshot.settings.interval_seconds
+            self.loop.clock.sleep(interval)
+        return count, last
 
 
 def _has_duplicates(adapter: Any) -> bool:

@@ -5,7 +5,13 @@
 
 Metric histories, plans and actions go to the SQLite state store at ``--state``; a restarted daemon
 settles the actions its predecessor left pending (see :mod:`adapters.daemon`) and carries on.
-SIGTERM or Ctrl-C stop it after the interval in progress.
+SIGTERM or Ctrl-C stop it after the interval in progress (a sleeping daemon stops at once, without
+planning again).
+
+The interval is a heartbeat: the daemon also re-plans at once (after ``--debounce`` seconds) when a
+job container is created, started, dies or is removed, from the engines' event streams
+(:mod:`adapters.docker.events`); ``--no-events`` turns that off. If a stream fails, the log says so
+once and the interval alone drives the daemon until the stream is back.
 """
 
 from __future__ import annotations
@@ -14,28 +20,12 @@ import argparse
 import logging
 import signal
 import sys
-import threading
-import time
 from datetime import datetime
 from typing import Any
 
 from flowplan.argtypes import whole
 
 DEFAULT_HOST = "local=unix:///var/run/docker.sock"
-
-
-class StoppableClock:
-    """The wall clock, with a sleep that a signal handler can cut short."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            self.stop.wait(seconds)
 
 
 def _seconds(lo: float, hi: float) -> Any:
@@ -89,6 +79,19 @@ def register(sub: Any) -> None:
         help="after a host has been unreachable this long, its migratable jobs are planned elsewhere (default 60 s)",
     )
     p.add_argument("--migration-budget", type=int, default=4, metavar="N", help="checkpoint-restarts per interval (default 4)")
+    p.add_argument(
+        "--no-events",
+        dest="events",
+        action="store_false",
+        help="re-plan only every --interval (default: also at once when a job container is created, starts, dies or is removed)",
+    )
+    p.add_argument(
+        "--debounce",
+        type=_seconds(0, 60),
+        default=0.4,
+        metavar="S",
+        help="after an engine event, wait this long for more before re-planning (default 0.4 s)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
     p.set_defaults(func=run_daemon)
 
@@ -149,7 +152,7 @@ def _describe(tick: Any, dry_run: bool) -> str:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from adapters.daemon import Daemon
+    from adapters.daemon import Daemon, WakeClock
     from flowplan.cli import UsageError
     from flowplan.render import render_table
     from planner.policies import make_policy
@@ -165,27 +168,43 @@ def run_daemon(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--policy: {exc}") from None
     store = open_store(args.state)
-    clock = StoppableClock()
+    clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
+    # An event about a container the adapter itself just started, stopped or removed is no news.
+    clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
     def on_tick(tick: Any) -> None:
         if args.dry_run:
             sys.stdout.write(render_table(tick.plan, "docker"))
-        print(_describe(tick, args.dry_run), flush=True)
+        woken = f" [woken: {'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}]" if clock.reasons else ""
+        print(_describe(tick, args.dry_run) + woken, flush=True)
+        clock.reasons = []
 
     daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick)
 
     def stop(signum: int, frame: object) -> None:
-        clock.stop.set()
+        clock.halt()
 
+    events = None
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if args.events:
+            from adapters.docker.events import EngineEvents
+
+            events = EngineEvents(
+                [h.spec for h in adapter.hosts.values()],
+                lambda ev: clock.wake(ev.describe(), ev.container or None),
+                heartbeat=args.interval,
+            ).start()
+            events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
         for line in daemon.recover():
             print(f"recovered: {line}", flush=True)
-        daemon.run(max_ticks=args.max_ticks, until=lambda _t: clock.stop.is_set())
+        daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if events is not None:
+            events.close()
         adapter.close()
         store.close()
     return 0

@@ -113,9 +113,14 @@ def create_job(
     args: list[str] | None = None,
     cpus: float | None = None,
     cpu_quota: int | None = None,
+    cpuset: str | None = None,
+    command: list[str] | None = None,
     start: bool = True,
 ) -> str:
-    """Create (and start) a container running ``examples/jobs/train_digits.py`` as job ``job_id``."""
+    """Create (and start) a container running ``examples/jobs/train_digits.py`` as job ``job_id``.
+
+    ``command`` runs something else instead (with the same mounts); ``cpuset`` pins it to those CPUs.
+    """
     client = api(url)
     interpreter, binds, pythonpath = python_mounts()
     binds = [*binds, f"{JOBS}:/jobs:ro", f"{ckpt_dir}:/ckpt"]
@@ -124,12 +129,14 @@ def create_job(
         hc["nano_cpus"] = int(cpus * 1e9)
     if cpu_quota is not None:
         hc.update(cpu_quota=cpu_quota, cpu_period=100_000)
+    if cpuset is not None:
+        hc["cpuset_cpus"] = cpuset
     env = [f"FLOWPLAN_JOB={job_id}", "FLOWPLAN_CHECKPOINT_DIR=/ckpt", "PYTHONUNBUFFERED=1"]
     if pythonpath:
         env.append("PYTHONPATH=" + ":".join(pythonpath))
     res = client.create_container(
         IMAGE,
-        command=[interpreter, "/jobs/train_digits.py", *(args or [])],
+        command=command or [interpreter, "/jobs/train_digits.py", *(args or [])],
         name=name,
         labels={"flowplan.job": job_id, **(labels or {})},
         environment=env,

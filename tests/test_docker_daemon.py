@@ -7,7 +7,10 @@ Case matrix:
 - ``--dry-run`` prints the plan and "would" actions and changes nothing;
 - crash recovery: the daemon is killed (SIGKILL) while actions are pending in the state store; a
   restarted daemon settles them, and converges to every job running exactly once (no duplicate,
-  no lost container), with nothing left pending.
+  no lost container), with nothing left pending;
+- event-driven re-plan: with a 60 s interval, a container created (pending) after the daemon's first
+  interval is started within seconds (the engine's ``create`` event wakes the daemon), and the
+  daemon's own ``start`` of it does not wake it again; ``--no-events`` waits for the interval.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +76,9 @@ def test_snapshot_feeds_plan_and_bad_hosts_exit_2(docker_engines: Any, tmp_path:
     assert res.returncode == 0, res.stderr
     snap = load_snapshot(out)
     jobs = {j.id: j for j in snap.jobs}
-    assert jobs["s1"].status == "running" and jobs["s1"].allocation.cpu_millis == 500
+    # A user's --cpus 0.5 (CpuShares unset): guaranteed no more than its cap, and the cap shown.
+    s1 = jobs["s1"]
+    assert s1.status == "running" and (s1.allocation.cpu_millis, s1.allocation.cpu_limit_millis) == (500, 500)
     assert jobs["s2"].status == "pending"
     assert [n.cpu_millis for n in snap.nodes] == [2000, 2000]
     res = flowplan("plan", str(out), "--format", "json", "--time-limit", "0.3")
@@ -136,3 +142,78 @@ def test_daemon_killed_mid_apply_converges_after_restart(docker_engines: Any, tm
         found = all_containers(docker_engines, job_id)
         assert len(found) == 1, (job_id, found)  # no duplicate, none lost
         assert found[0][1]["State"] == "running", (job_id, found)
+
+
+class Lines:
+    """A process's stdout, line by line, collected in the background (with the time each came)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._t = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._t.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def ticks(self) -> list[str]:
+        return [line for _, line in self.lines if " jobs " in line and " plan " in line]
+
+
+def _engine_time(text: str) -> float:
+    from adapters.docker.progress import parse_timestamp
+
+    sec, nano = parse_timestamp(text)
+    return sec + nano / 1e9
+
+
+def _start_latency(engines: Any, tmp_path: Path, name: str, *extra: str) -> tuple[float, list[str]]:
+    """Run the daemon (60 s interval, one host), create a pending job after its first interval, time created -> started."""
+    from docker_env import api, create_job
+
+    main = engines.engines[0]
+    cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"main={main.url},cpu=2000"]
+    cmd += ["--state", str(tmp_path / f"{name}.db"), "--interval", "60", "--time-limit", "0.3", *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out = Lines(proc)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not out.ticks():
+            time.sleep(0.05)
+        assert out.ticks(), out.lines
+        time.sleep(1.0)
+        cid = create_job(main.url, f"fp-{name}", name, engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
+        client = api(main.url)
+        deadline = time.time() + 20
+        info = client.inspect_container(cid)
+        while time.time() < deadline and info["State"]["Status"] == "created":
+            time.sleep(0.05)
+            info = client.inspect_container(cid)
+        started = info["State"]["Status"] != "created"
+        latency = _engine_time(info["State"]["StartedAt"]) - _engine_time(info["Created"]) if started else float("inf")
+        if started:
+            time.sleep(3.0)  # time for a spurious re-plan on the daemon's own start event to show
+        return latency, out.ticks()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_daemon_starts_a_created_job_at_once_on_its_event(docker_engines: Any, tmp_path: Path) -> None:
+    latency, ticks = _start_latency(docker_engines, tmp_path, "evt")
+    print(f"created -> started under the daemon (interval 60 s): {latency:.2f} s; ticks: {ticks}")
+    assert 0 < latency < 5.0, (latency, ticks)  # the interval is 60 s: only the create event explains it
+    assert len(ticks) == 2, ticks  # the first interval, then the one the create woke; not its own start
+    assert "woken: main: create fp-evt (job evt)" in ticks[1] and "start evt" in ticks[1], ticks
+
+
+def test_daemon_without_events_waits_for_the_interval(docker_engines: Any, tmp_path: Path) -> None:
+    from docker_env import api
+
+    latency, ticks = _start_latency(docker_engines, tmp_path, "noevt", "--no-events")
+    assert latency > 10.0 and len(ticks) == 1, (latency, ticks)
+    # SIGTERM cut the sleep short and stopped the daemon without another interval: still pending.
+    (c,) = api(docker_engines.engines[0].url).containers(all=True, filters={"label": "flowplan.job=noevt"})
+    assert c["State"] == "created", c

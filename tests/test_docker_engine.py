@@ -1,11 +1,18 @@
 """The Docker adapter on real engines: three private ones (``docker_engines`` fixture), named main, extra0, extra1.
 
 Every job is a real container running ``examples/jobs/train_digits.py`` (numpy, scikit-learn's
-digits). Case matrix:
+digits), except the busy loops of the kernel test. Case matrix:
 
-- CPU: a ``--cpus`` container resized live → ``NanoCpus`` and the cgroup quota change, and epochs
-  get measurably slower; a ``--cpu-quota`` container is resized with its quota; the engine rejects a
-  quota update on a ``--cpus`` container and the adapter reports it as a ``conflict``;
+- the kernel's semantics the simulator assumes: two busy containers pinned to one CPU with weights
+  1:3 (set by the adapter from guarantees 250m and 750m) split it about 1:3; when one stops, the
+  other gets about the whole CPU at once (work-conserving);
+- CPU: a planned cap on a running container → ``NanoCpus`` and the cgroup quota change, epochs get
+  measurably slower, and the speed points are keyed by the CPU actually used; lifting the cap makes
+  them fast again; a ``--cpu-quota`` container is capped with its quota; the engine rejects a quota
+  update on a ``--cpus`` container and the adapter reports it as a ``conflict``;
+- observe → plan → diff with the real planner: guarantees become ``CpuShares``, a declared max
+  becomes the only cap, a user's ``--cpus`` is lifted, and no later interval asks for a change that
+  is already in effect;
 - labels: a container with a bad ``flowplan.*`` label is unmanaged, named in its host's node labels;
 - a container that vanishes before a change is applied → ``not_found`` outcome, no exception;
 - migration between two engines: checkpoint, re-create, resume from the checkpoint, history intact,
@@ -18,6 +25,7 @@ digits). Case matrix:
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +36,8 @@ import pytest
 
 from adapters.base import Change
 from adapters.docker import DOWN_LABEL, UNMANAGED_PREFIX, DockerAdapter, DockerAdapterError, HostSpec
+from adapters.docker.engine import shares_for
+from adapters.docker.events import EngineEvent, EngineEvents
 from adapters.loop import ControlLoop
 from planner.policies import make_policy
 
@@ -91,39 +101,113 @@ def log_events(engine: Any, container: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_cpu_limit_change_is_visible_and_slows_epochs(docker_engines: Any) -> None:
+def _cores(ad: DockerAdapter, host: str, cids: list[str], seconds: float) -> list[float]:
+    """Cores each container used over ``seconds``, from two engine stats samples each (taken in parallel)."""
+
+    def sample() -> list[tuple[float, float]]:
+        out: list[Any] = [None] * len(cids)
+
+        def one(i: int) -> None:
+            out[i] = ad.hosts[host].cpu_usage(cids[i])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(cids))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(out), out
+        return out
+
+    a = sample()
+    time.sleep(seconds)
+    b = sample()
+    return [(y[0] - x[0]) / (y[1] - x[1]) for x, y in zip(a, b, strict=True)]
+
+
+def test_shares_split_a_pinned_cpu_by_weight_and_idle_cycles_flow(docker_engines: Any) -> None:
+    """Real: the kernel's CFS on this machine, through Docker's ``CpuShares`` as the adapter sets them.
+
+    Two busy loops (``sh``, no training) pinned to CPU 0 with ``cpuset_cpus="0"`` are started by the
+    adapter with guarantees 250m and 750m, i.e. ``CpuShares`` 256 and 768. Their CPU time comes from
+    the engine's stats over 4 s. If the shares were ignored the ratio would be about 1; the test
+    asks for 2 to 4.5 (3 expected). Then the heavier one stops, and the lighter one must get about
+    the whole CPU (no cap holds it back): at least 2.5 times what it had (4 expected).
+    """
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    busy = ["/bin/sh", "-c", "while :; do :; done"]
+    light = create_job(main.url, "fp-light", "light", docker_engines.ckpt, command=busy, cpuset="0", start=False)
+    heavy = create_job(main.url, "fp-heavy", "heavy", docker_engines.ckpt, command=busy, cpuset="0", start=False)
+    ad = adapter_for(docker_engines, read_stats=False)
+    ad.observe()
+    outs = ad.apply([Change("light", "start", "main", 250, 0), Change("heavy", "start", "main", 750, 0)])
+    assert all(o.ok for o in outs), outs
+    hc = {cid: api(main.url).inspect_container(cid)["HostConfig"] for cid in (light, heavy)}
+    assert [hc[light]["CpuShares"], hc[heavy]["CpuShares"]] == [256, 768]
+    assert [hc[light]["NanoCpus"], hc[heavy]["NanoCpus"]] == [0, 0]  # no cap: nothing asked for one
+    time.sleep(1.0)
+    lo, hi = _cores(ad, "main", [light, heavy], 4.0)
+    print(f"pinned to CPU 0, shares 256:768: {lo:.3f} and {hi:.3f} cores, ratio {hi / lo:.2f}")
+    assert 2.0 <= hi / lo <= 4.5, (lo, hi)
+    api(main.url).remove_container(heavy, force=True)
+    time.sleep(0.5)
+    (alone,) = _cores(ad, "main", [light], 3.0)
+    print(f"alone on CPU 0: {alone:.3f} cores ({alone / lo:.1f} x what it had)")
+    assert alone >= 2.5 * lo and alone > 0.4, (lo, alone)
+    api(main.url).remove_container(light, force=True)
+
+
+def test_cap_where_asked_slows_epochs_and_lifting_it_restores_them(docker_engines: Any) -> None:
     from docker_env import api, create_job
 
     main = docker_engines.engines[0]
     cid = create_job(main.url, "fp-cpu", "cpu", docker_engines.ckpt, args=FAST, cpus=1.0)
     ad = adapter_for(docker_engines)
     before = wait_for(lambda: epochs_seen(ad, "cpu", 5), 60, "5 epochs at 1000m")
-    assert before.allocation.cpu_millis == 1000
+    # A user's --cpus 1 (CpuShares unset: the kernel's 1024): a cap at the job's max (1000) reads as none beyond it.
+    assert (before.allocation.cpu_millis, before.allocation.cpu_limit_millis) == (1000, None)
     t_change = time.time()
-    (out,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main")])
+    (out,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main", cpu_limit_millis=250)])
     assert out.ok, out
     hc = api(main.url).inspect_container(cid)["HostConfig"]
-    assert (hc["NanoCpus"], hc["CpuQuota"]) == (250_000_000, 0)
+    assert (hc["NanoCpus"], hc["CpuQuota"], hc["CpuShares"]) == (250_000_000, 0, 256)
     cgroup = Path(f"/sys/fs/cgroup/cpu/docker/{cid}/cpu.cfs_quota_us")
     if cgroup.exists():  # cgroup v1 with the cgroupfs driver, as on this machine
         assert int(cgroup.read_text()) == 25_000
     # Repeating the change is a no-op.
-    (again,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main")])
+    (again,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main", cpu_limit_millis=250)])
     assert again.ok and "already" in again.message
     after = wait_for(
         lambda: (j := epochs_seen(ad, "cpu", 1)) and sum(p.time > t_change for p in j.history) >= 4 and j, 90, "4 epochs at 250m"
     )
-    assert after.allocation.cpu_millis == 250
+    assert (after.allocation.cpu_millis, after.allocation.cpu_limit_millis) == (250, 250)
 
     def durations(points: list[Any]) -> list[float]:
         return [b.time - a.time for a, b in zip(points, points[1:], strict=False)]
 
     fast = median(durations([p for p in after.history if p.time <= t_change][1:]))
     slow = median(durations([p for p in after.history if p.time > t_change])[1:])
-    print(f"epoch time at 1000m {fast:.3f} s, at 250m {slow:.3f} s, ratio {slow / fast:.2f}")
+    print(f"epoch time at 1000m {fast:.3f} s, capped at 250m {slow:.3f} s, ratio {slow / fast:.2f}")
     assert slow > 1.8 * fast, (fast, slow)
+    # Speed points are keyed by the CPU the job used (engine stats), not by a share it was given.
     speeds = {s.cpu_millis: s.seconds_per_epoch for s in after.speed}
-    assert set(speeds) >= {1000, 250} and speeds[250] > 1.8 * speeds[1000], speeds
+    low = [v for k, v in speeds.items() if k <= 350]
+    high = [v for k, v in speeds.items() if k >= 600]
+    assert low and high and min(low) > 1.8 * max(high), speeds
+    # Lifting the cap (none planned, none declared): the quota goes to every core, epochs are fast again.
+    t_lift = time.time()
+    (out,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main")])
+    assert out.ok, out
+    ncpu = int(api(main.url).info()["NCPU"])
+    assert api(main.url).inspect_container(cid)["HostConfig"]["NanoCpus"] == ncpu * 10**9
+    lifted = wait_for(
+        lambda: (j := epochs_seen(ad, "cpu", 1)) and sum(p.time > t_lift for p in j.history) >= 4 and j, 60, "4 epochs uncapped"
+    )
+    assert (lifted.allocation.cpu_millis, lifted.allocation.cpu_limit_millis) == (250, None)
+    free = median(durations([p for p in lifted.history if p.time > t_lift])[1:])
+    print(f"epoch time with the cap lifted (guarantee still 250m): {free:.3f} s")
+    assert free < slow / 1.8, (free, slow)
     api(main.url).remove_container(cid, force=True)
 
 
@@ -134,17 +218,62 @@ def test_quota_container_keeps_quota_and_engine_conflicts_are_data(docker_engine
     cid = create_job(main.url, "fp-quota", "quota", docker_engines.ckpt, args=FAST, cpu_quota=100_000)
     ad = adapter_for(docker_engines)
     wait_for(lambda: job_of(ad, "quota"), 30, "the quota job")
+    (out,) = ad.apply([Change("quota", "resize", "main", 500, 0, from_node="main", cpu_limit_millis=500)])
+    assert out.ok, out
+    hc = api(main.url).inspect_container(cid)["HostConfig"]
+    assert (hc["CpuQuota"], hc["CpuPeriod"], hc["NanoCpus"], hc["CpuShares"]) == (50_000, 100_000, 0, 512)
+    # No cap asked for: the quota is lifted (-1), and the container stays a quota one.
     (out,) = ad.apply([Change("quota", "resize", "main", 500, 0, from_node="main")])
     assert out.ok, out
     hc = api(main.url).inspect_container(cid)["HostConfig"]
-    assert (hc["CpuQuota"], hc["CpuPeriod"], hc["NanoCpus"]) == (50_000, 100_000, 0)
+    assert (hc["CpuQuota"], hc["CpuPeriod"], hc["NanoCpus"]) == (-1, 100_000, 0)
+    assert job_of(ad, "quota").allocation.cpu_limit_millis is None
     # What the adapter avoids: the engine refuses NanoCpus on a quota container. Reported as data.
     c = ad.hosts["main"].inspect(cid)
     c.cpu_quota = c.cpu_period = 0  # pretend it has no limit, so the host's default mechanism (nano) is tried
     with pytest.raises(DockerAdapterError) as err:
-        ad.hosts["main"].set_cpu(c, 700)
+        ad.hosts["main"].set_cpu(c, 700, 700, engine_cpu_millis=2000)
     assert err.value.kind == "conflict" and "Nano" in err.value.message
     api(main.url).remove_container(cid, force=True)
+
+
+def test_observe_plan_diff_round_trips_without_spurious_resizes(docker_engines: Any) -> None:
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    declared = {"flowplan.min_cpu_millis": "250", "flowplan.max_cpu_millis": "1000"}
+    ids = {
+        "declared": create_job(main.url, "fp-rt-d", "declared", docker_engines.ckpt, args=FAST, labels=declared, start=False),
+        "free": create_job(main.url, "fp-rt-f", "free", docker_engines.ckpt, args=FAST, start=False),
+        "usercap": create_job(main.url, "fp-rt-u", "usercap", docker_engines.ckpt, args=FAST, cpus=0.5),
+    }
+    ad = DockerAdapter([HostSpec("main", main.url, cpu_millis=2000)])
+    loop = ControlLoop(ad, make_policy("flowplan", time_limit=0.5), ad.clock)
+    ticks = []
+    for _ in range(5):
+        ticks.append(loop.step())
+        time.sleep(1.0)
+    assert not [t.violations for t in ticks if t.violations]
+    assert all(o.ok for t in ticks for o in t.outcomes), [o for t in ticks for o in t.outcomes if not o.ok]
+    # Nothing asked for is already in effect: observe → plan → diff comes back to the same figures.
+    spurious = [(o.change, o.message) for t in ticks for o in t.outcomes if "already" in o.message]
+    assert not spurious, spurious
+    ncpu = int(api(main.url).info()["NCPU"])
+    last = {j.id: j for j in ad.observe().jobs}
+    for job, cid in ids.items():
+        hc = api(main.url).inspect_container(cid)["HostConfig"]
+        j = last[job]
+        if j.status != "running":
+            continue
+        assert hc["CpuShares"] == shares_for(j.allocation.cpu_millis), (job, hc["CpuShares"], j.allocation)
+        assert j.allocation.cpu_limit_millis is None, (job, j.allocation)  # the planner asked for no cap
+        if job == "declared" and ncpu > 1:
+            assert hc["NanoCpus"] == 1_000_000_000, hc  # the job's own max is a cap that is the point
+        elif job == "free":
+            assert hc["NanoCpus"] == 0, hc  # no cap: idle capacity flows
+        elif job == "usercap" and j.allocation.cpu_millis != 500:
+            assert hc["NanoCpus"] == ncpu * 10**9, hc  # the user's --cpus 0.5 was lifted
+    assert last["declared"].status == "running" and last["free"].status == "running"
 
 
 def test_unmanaged_container_and_vanished_container(docker_engines: Any) -> None:
@@ -233,9 +362,15 @@ def test_engine_down_does_not_stop_planning_for_the_others(docker_engines: Any) 
     create_job(e1.url, "fp-down", "down", docker_engines.ckpt, args=FAST, cpus=1.0)
     create_job(main.url, "fp-up", "up", docker_engines.ckpt, args=FAST, cpus=0.5)
     ad = adapter_for(docker_engines, down_grace=0.0)
+    seen: list[EngineEvent] = []
+    events = EngineEvents([ad.hosts["extra1"].spec], seen.append, retry=0.5).start()
+    assert events.wait_connected(5)
     wait_for(lambda: epochs_seen(ad, "down", 2) and epochs_seen(ad, "up", 1), 60, "both jobs running")
     e1.stop()  # the host shuts down: its container gets SIGTERM, checkpoints, the engine goes away
     try:
+        # The job's death came through the stream before the engine went; the stream then failed.
+        assert any(ev.action == "die" and ev.job == "down" for ev in seen), seen
+        wait_for(lambda: not events.connected()["extra1"], 10, "the events stream to notice", every=0.1)
         snap = ad.observe()
         n1 = snap.node("extra1")
         assert not n1.schedulable and DOWN_LABEL in n1.labels
@@ -254,6 +389,9 @@ def test_engine_down_does_not_stop_planning_for_the_others(docker_engines: Any) 
         wait_for(lambda: any(e["event"] == "resumed" for e in log_events(where, moved["Id"])), 30, "resume elsewhere")
     finally:
         e1.start()
+    # The stream is back on its own, and says so once (the daemon then re-plans: it may have missed events).
+    wait_for(lambda: any(ev.action == "reconnected" for ev in seen), 15, "the events stream to reconnect", every=0.1)
+    events.close()
     # Back: the old, stopped container is a duplicate; reconcile removes it, the running one stays.
     ad.observe()
     done = ad.reconcile()

@@ -9,20 +9,41 @@ Case matrix:
   trailing Loss held back until final; events; garbage, NaN and negative epochs ignored;
 - host specs: good forms; each bad part named;
 - GPU requests: none, lowest free ids, not enough free → conflict (no GPU here: request construction only);
-- recreate_spec keeps the CPU mechanism and carries image, command, env, binds, labels, devices;
+- recreate_spec: the guarantee as CpuShares, a cap only when there is one (keeping the container's
+  mechanism), and image, command, env, binds, labels, devices carried over;
+- CPU round trip: for every kind of container (never capped, ``--cpus``, ``--cpu-quota``), guarantee,
+  planned cap and declared max, what ``set_cpu`` posts (to a fake engine that keeps the real engine's
+  rules) is observed back as the same guarantee and cap, and the change is then "already" in effect;
 - error classification for docker-py / requests exceptions;
-- daemon recovery: which recorded actions count as in effect.
+- daemon recovery: which recorded actions count as in effect (caps included);
+- the daemon's wake clock: a wake-up cuts the sleep short after the debounce; an ignored one (the
+  daemon's own action) does not; one that came while busy cuts the next sleep; halt returns at once.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from typing import Any
 
 import pytest
 
-from adapters.daemon import in_effect
-from adapters.docker import DockerAdapterError, HostSpec, LabelError, LogCursor, classify, gpu_request, parse_labels, read_lines
-from adapters.docker.engine import recreate_spec, view
+from adapters.base import Change
+from adapters.daemon import WakeClock, in_effect
+from adapters.docker import (
+    DockerAdapter,
+    DockerAdapterError,
+    HostSpec,
+    LabelError,
+    LogCursor,
+    classify,
+    gpu_request,
+    parse_labels,
+    read_lines,
+)
+from adapters.docker.adapter import Placed
+from adapters.docker.engine import guarantee_of, recreate_spec, shares_for, view
 from planner.snapshot import Allocation, Job, Node, Snapshot
 
 # -- labels -----------------------------------------------------------------------------------
@@ -228,18 +249,24 @@ def _inspect(**hc: object) -> dict:
 
 
 @pytest.mark.parametrize(
-    "hc,key,value",
+    "hc,cap,mechanism,key,value",
     [
-        ({"NanoCpus": 2_000_000_000}, "nano_cpus", 500_000_000),
-        ({"CpuQuota": 200_000, "CpuPeriod": 100_000}, "cpu_quota", 50_000),
-        ({}, "nano_cpus", 500_000_000),
+        ({"NanoCpus": 2_000_000_000}, 500, "quota", "nano_cpus", 500_000_000),
+        ({"CpuQuota": 200_000, "CpuPeriod": 100_000}, 500, "nano", "cpu_quota", 50_000),
+        ({}, 500, "nano", "nano_cpus", 500_000_000),
+        ({}, 500, "quota", "cpu_quota", 50_000),
+        ({}, 500, "shares", None, None),
+        ({"NanoCpus": 2_000_000_000}, None, "nano", None, None),
+        ({"CpuQuota": 200_000, "CpuPeriod": 100_000}, None, "nano", None, None),
     ],
-    ids=["nano-stays-nano", "quota-stays-quota", "unlimited-becomes-nano"],
+    ids=["nano-stays-nano", "quota-stays-quota", "uncapped-nano", "uncapped-quota", "shares-host", "no-cap", "no-cap-q"],
 )
-def test_recreate_spec_keeps_mechanism_and_everything_else(hc: dict, key: str, value: int) -> None:
+def test_recreate_spec_shares_cap_and_everything_else(hc: dict, cap: int | None, mechanism: Any, key: Any, value: Any) -> None:
     c = view(_inspect(**hc))
-    spec = recreate_spec(c, 500, {"driver": "nvidia", "device_ids": ["1"], "capabilities": [["gpu"]]})
-    assert spec["host_config"][key] == value
+    spec = recreate_spec(c, 400, cap, {"driver": "nvidia", "device_ids": ["1"], "capabilities": [["gpu"]]}, mechanism=mechanism)
+    assert spec["host_config"]["cpu_shares"] == 410  # the guarantee, 1024 per core
+    if key is not None:
+        assert spec["host_config"][key] == value
     other = {"nano_cpus", "cpu_quota"} - {key}
     assert not other & set(spec["host_config"])
     assert spec["config"]["image"] == "img:1" and spec["config"]["command"] == ["python", "train.py"]
@@ -251,8 +278,99 @@ def test_recreate_spec_keeps_mechanism_and_everything_else(hc: dict, key: str, v
 
 def test_view_reads_limits_and_gpus() -> None:
     c = view(_inspect(CpuQuota=150_000, CpuPeriod=100_000, DeviceRequests=[{"Driver": "nvidia", "DeviceIDs": ["0", "1"]}]))
-    assert (c.cpu_millis(), c.mechanism(), c.gpu_count, c.gpu_ids, c.name) == (1500, "quota", 2, ["0", "1"], "job-a")
+    assert (c.cpu_cap_millis(), c.mechanism(), c.gpu_count, c.gpu_ids, c.name) == (1500, "quota", 2, ["0", "1"], "job-a")
+    assert c.guarantee_millis() == 1000  # CpuShares unset: the kernel's 1024
     assert c.created == pytest.approx(1767225600.5)
+
+
+# -- CPU: guarantees as shares, caps where they are the point ---------------------------------
+
+
+def test_shares_round_trip() -> None:
+    assert shares_for(1000) == 1024 and shares_for(250) == 256 and shares_for(1) == 2
+    assert guarantee_of(0) == 1000 and guarantee_of(2) == 2
+    assert all(guarantee_of(shares_for(m)) == m for m in range(2, 200_001))
+
+
+class FakeEngine:
+    """The update endpoint with the real engine's CPU rules (docs/docker.md), for one container."""
+
+    def __init__(self, hc: dict[str, Any], ncpu: int) -> None:
+        self.hc = {"NanoCpus": 0, "CpuQuota": 0, "CpuPeriod": 0, "CpuShares": 0, **hc}
+        self.ncpu = ncpu
+        self.posts: list[dict[str, Any]] = []
+
+    def _url(self, path: str, *args: str) -> str:
+        return path
+
+    def _post_json(self, url: str, data: dict[str, Any]) -> dict[str, Any]:
+        self.posts.append(dict(data))
+        return data
+
+    def _result(self, data: dict[str, Any], json: bool = False) -> None:
+        hc = self.hc
+        if data.get("NanoCpus") and (hc["CpuPeriod"] or hc["CpuQuota"] > 0):
+            raise DockerAdapterError("conflict", "Nano CPUs cannot be updated as CPU Period has already been set")
+        if data.get("CpuQuota") and hc["NanoCpus"]:
+            raise DockerAdapterError("conflict", "CPU Quota cannot be updated as NanoCPUs has already been set")
+        if data.get("NanoCpus", 0) > self.ncpu * 10**9:
+            raise DockerAdapterError("invalid", f"Range of CPUs is from 0.01 to {self.ncpu}.00")
+        for key in ("NanoCpus", "CpuQuota", "CpuPeriod", "CpuShares"):
+            if data.get(key):  # 0 is ignored by the engine
+                hc[key] = data[key]
+
+
+CONTAINERS = {"uncapped": {}, "nano": {"NanoCpus": 700_000_000}, "quota": {"CpuQuota": 30_000, "CpuPeriod": 100_000}}
+
+
+@pytest.mark.parametrize("kind", list(CONTAINERS))
+@pytest.mark.parametrize("declared", [None, 1000, 4000])
+@pytest.mark.parametrize("cap", [None, 600, 1000, 8000])
+@pytest.mark.parametrize("guarantee", [250, 600])
+@pytest.mark.parametrize("mechanism", ["nano", "quota"])
+def test_cpu_round_trip_no_spurious_resize(kind: str, declared: Any, cap: Any, guarantee: int, mechanism: Any) -> None:
+    ncpu = 2
+    labels = {"flowplan.job": "a", **({"flowplan.max_cpu_millis": str(declared)} if declared else {})}
+    inspect = _inspect(**CONTAINERS[kind])
+    inspect["Config"]["Labels"] = labels
+    parsed = parse_labels(labels)
+    assert parsed is not None
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere", mechanism=mechanism)])
+    ad._info["h"] = {"NCPU": ncpu}
+    engine = FakeEngine(CONTAINERS[kind], ncpu)
+    ad.hosts["h"]._api = engine
+    c = view(inspect)
+    ch = Change("a", "resize", "h", guarantee, 0, from_node="h", cpu_limit_millis=cap)
+    ad._set_cpu(ch, Placed("h", c, parsed), c)
+    after = view({**inspect, "HostConfig": {**inspect["HostConfig"], **engine.hc}})
+    alloc = ad._allocation("h", after, parsed.fields)
+    # What the cap should be: the planned one or the declared max, the lower; none from 2 cores up.
+    want = min([x for x in (cap, declared) if x is not None], default=None)
+    want = None if want is None or want >= ncpu * 1000 else want
+    assert engine.hc["CpuShares"] == shares_for(guarantee)
+    assert after.cpu_cap_millis() == want or (want is None and after.cpu_cap_millis() in (None, ncpu * 1000)), engine.posts
+    # Observed back: the same guarantee, and the cap (none when it is the job's own max).
+    assert alloc.cpu_millis == guarantee
+    assert alloc.cpu_limit_millis == (None if want is None or want == parsed.fields["max_cpu_millis"] else want)
+    # ... so a second identical change is in effect: no call, no spurious resize.
+    engine.posts.clear()
+    assert ad._in_effect(ch, Placed("h", after, parsed), after)
+    ad._set_cpu(ch, Placed("h", after, parsed), after)
+    assert engine.posts == []
+
+
+def test_shares_host_never_caps() -> None:
+    labels = {"flowplan.job": "a", "flowplan.max_cpu_millis": "1000"}
+    parsed = parse_labels(labels)
+    assert parsed is not None
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere", mechanism="shares")])
+    ad._info["h"] = {"NCPU": 8}
+    ad.hosts["h"]._api = engine = FakeEngine({}, 8)
+    inspect = _inspect()
+    inspect["Config"]["Labels"] = labels
+    c = view(inspect)
+    ad._set_cpu(Change("a", "resize", "h", 300, 0, cpu_limit_millis=500), Placed("h", c, parsed), c)
+    assert engine.posts == [{"CpuShares": 307}]
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -304,3 +422,44 @@ def test_in_effect() -> None:
     assert in_effect(snap, {"job": "p", "kind": "pause"})
     assert not in_effect(snap, {"job": "p", "kind": "start", "node": "a", "cpu_millis": 500, "gpus": 0})
     assert not in_effect(snap, {"job": "gone", "kind": "pause"})
+    # Caps: asked and seen; "none" also covers a cap at the job's max (1000) or the node's size.
+    capped = snap.model_copy(
+        update={"jobs": [Job(id="r", status="running", node="b", allocation=Allocation(cpu_millis=500, cpu_limit_millis=700))]}
+    )
+    resize = {"job": "r", "kind": "resize", "node": "b", "cpu_millis": 500, "gpus": 0}
+    assert in_effect(capped, {**resize, "cpu_limit_millis": 700})
+    assert not in_effect(capped, {**resize, "cpu_limit_millis": None})
+    assert not in_effect(snap, {**resize, "cpu_limit_millis": 700})
+    assert in_effect(snap, {**resize, "cpu_limit_millis": 1000})
+
+
+# -- the daemon's wake clock ------------------------------------------------------------------
+
+
+def _later(seconds: float, fn: Any, *args: Any) -> threading.Timer:
+    t = threading.Timer(seconds, fn, args)
+    t.start()
+    return t
+
+
+def test_wake_clock_wakes_after_debounce_and_ignores_own_events() -> None:
+    clock = WakeClock(debounce=0.2, ignore=lambda w: w.container == "mine")
+    t0 = time.monotonic()
+    clock.sleep(0.05)  # nothing: the whole interval
+    assert time.monotonic() - t0 >= 0.05 and clock.woken == 0
+    _later(0.1, clock.wake, "ours", "mine")  # the daemon's own action: ignored
+    _later(0.4, clock.wake, "create job x", "theirs")
+    _later(0.45, clock.wake, "create job y", "theirs2")  # in the debounce: the same re-plan
+    t0 = time.monotonic()
+    clock.sleep(10)
+    took = time.monotonic() - t0
+    assert 0.55 <= took < 2.0, took
+    assert clock.woken == 1 and clock.reasons == ["create job x", "create job y"]
+    clock.wake("arrived while busy", "theirs3")  # while the loop plans: cuts the next sleep short
+    t0 = time.monotonic()
+    clock.sleep(10)
+    assert time.monotonic() - t0 < 0.5 and clock.reasons == ["arrived while busy"]
+    _later(0.1, clock.halt)
+    t0 = time.monotonic()
+    clock.sleep(10)
+    assert time.monotonic() - t0 < 1.0 and clock.stop.is_set()

@@ -27,6 +27,13 @@ only then is the old one removed. If creating or starting fails, the new contain
 the old one started again where it was (it resumes from its checkpoint). So a job is never running
 twice, and never left stopped by a failure the adapter can still act on.
 
+CPU: a planned ``cpu_millis`` is a *guaranteed share*, applied as a weight (``CpuShares``, 1024 per
+core), so a core other jobs leave idle flows to whoever can use it. A hard cap (a CFS quota) is set
+only where a cap is the point: a planned ``cpu_limit_millis``, or the job's own declared maximum
+(the ``flowplan.max_cpu_millis`` label) when it is below the host's cores. ``observe`` reports the
+guarantee from ``CpuShares`` and the cap from the quota (``None`` when there is none, or it is the
+job's own maximum), so observe → plan → diff comes back to the same figures and changes nothing.
+
 A host whose engine cannot be reached is a node with ``schedulable: false`` and the label
 ``flowplan.io/down`` (the error). After ``down_grace`` seconds its migratable jobs are reported as
 pending (from the container specification remembered when they were last seen), so the planner can
@@ -39,13 +46,23 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 from adapters.base import Change, Clock, Outcome, WallClock
-from adapters.docker.engine import ContainerView, Host, HostSpec, recreate_spec, view
+from adapters.docker.engine import (
+    DEFAULT_SHARES,
+    ContainerView,
+    Host,
+    HostSpec,
+    effective_cap,
+    recreate_spec,
+    shares_for,
+    view,
+)
 from adapters.docker.errors import DockerAdapterError, LabelError
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
@@ -59,6 +76,14 @@ log = logging.getLogger("flowplan.docker")
 RESUMABLE_EXITS = (75, 137, 143)
 DOWN_LABEL = "flowplan.io/down"
 UNMANAGED_PREFIX = "flowplan.io/unmanaged."
+MAX_CPU_LABEL = "flowplan.max_cpu_millis"
+#: Speed points are kept per CPU actually used, rounded to this many millicores.
+SPEED_GRID_MILLIS = 50
+#: CPU-time samples kept per container (one per observe) to pair epochs with the CPU they used.
+SPEED_SAMPLES = 200
+#: An engine event about a container the adapter started, stopped, created or removed this recently
+#: (seconds after the call returned) is the adapter's own doing (:meth:`DockerAdapter.own_event`).
+OWN_EVENT_GRACE = 2.0
 
 
 @dataclass
@@ -110,8 +135,10 @@ class DockerAdapter:
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
-        self._usage: dict[str, tuple[float, float]] = {}  # container id -> (cpu seconds, time)
+        self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
+        self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
         self._drained: set[str] = set()
+        self._touched: dict[str, float] = {}  # container id -> time.monotonic() when a call of ours on it returned
 
     # -- persistent per-job state (in the store's key-value table) ------------------------------
 
@@ -161,16 +188,16 @@ class DockerAdapter:
                     found.setdefault(parsed.job_id, []).append((name, c, parsed))
             nodes.append(self._node(name, node_labels, schedulable=True))
 
+        for job_id in sorted(found):
+            obs.placed[job_id] = self._primary(found[job_id])
+        if self.read_stats:  # before the logs are read: a speed point pairs the epochs and the CPU of one window
+            self._read_cpu_usage(obs)
         jobs: list[Job] = []
         for job_id in sorted(found):
-            placed = self._primary(found[job_id])
-            obs.placed[job_id] = placed
-            job = self._job(placed, obs, now)
+            job = self._job(obs.placed[job_id], obs, now)
             if job is not None:
                 jobs.append(job)
         jobs.extend(self._jobs_of_down_hosts(obs, set(found), now))
-        if self.read_stats:
-            self._read_cpu_usage(obs)
         self.last = obs
         return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
 
@@ -216,13 +243,7 @@ class DockerAdapter:
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
         delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
-        allocation = None
-        if status == "running":
-            node_cpu = self._node(host, {}, schedulable=True).cpu_millis
-            cpu = c.cpu_millis()
-            allocation = Allocation(
-                cpu_millis=cpu if cpu is not None else min(fields["max_cpu_millis"], node_cpu), gpus=c.gpu_count
-            )
+        allocation = self._allocation(host, c, fields) if status == "running" else None
         return Job(
             id=job_id,
             status=status,
@@ -233,6 +254,53 @@ class DockerAdapter:
             delivered=delivered,
             **fields,
         )
+
+    def _engine_cpu(self, host: str) -> int | None:
+        """The engine's cores in millicores (its ``NCPU``): a cap at or above it caps nothing."""
+        n = int(self._info.get(host, {}).get("NCPU") or 0)
+        return n * 1000 if n > 0 else None
+
+    def _allocation(self, host: str, c: ContainerView, fields: dict[str, Any]) -> Allocation:
+        """The guarantee (from ``CpuShares``, never above the cap) and the cap, as the planner states them.
+
+        A cap equal to the job's own maximum is reported as none (``None`` means "none beyond the
+        job's max" in the contract), so a job capped at its declared max is not resized every interval.
+        """
+        cap = effective_cap(c, self._engine_cpu(host))
+        guarantee = c.guarantee_millis() if cap is None else min(c.guarantee_millis(), cap)
+        shown = None if cap is None or cap == fields["max_cpu_millis"] else cap
+        return Allocation(cpu_millis=guarantee, gpus=c.gpu_count, cpu_limit_millis=shown)
+
+    def _wanted_cap(self, host: str, c: ContainerView, fields: dict[str, Any], asked: int | None) -> int | None:
+        """The cap a change means on ``host``: the planned one or the job's own declared max, the lower.
+
+        ``None`` (no cap) when neither is set, when it is at least every core of the engine, or on a
+        ``mechanism=shares`` host for a container that was never capped.
+        """
+        if self.hosts[host].spec.mechanism == "shares" and c.mechanism() is None:
+            return None
+        declared = fields["max_cpu_millis"] if MAX_CPU_LABEL in c.labels else None
+        caps = [x for x in (asked, declared) if x is not None]
+        if not caps:
+            return None
+        engine = self._engine_cpu(host)
+        return None if engine is not None and min(caps) >= engine else min(caps)
+
+    def _touch(self, *containers: str | None) -> None:
+        now = time.monotonic()
+        for cid in containers:
+            if cid:
+                self._touched[cid] = now
+
+    def own_event(self, container: str, received: float) -> bool:
+        """Was an engine event about ``container``, received at ``received`` (``time.monotonic()``), our doing?
+
+        True when the adapter itself started, stopped, created or removed that container and the
+        event came before the call returned or within :data:`OWN_EVENT_GRACE` seconds after it.
+        The daemon does not re-plan for its own actions.
+        """
+        t = self._touched.get(container)
+        return t is not None and received <= t + OWN_EVENT_GRACE
 
     def _remember(self, job_id: str, host: str, c: ContainerView) -> None:
         """Keep what a re-create needs, so the job can be started elsewhere if its host goes down."""
@@ -290,6 +358,10 @@ class DockerAdapter:
             for job, p in obs.placed.items()
             if p.container.state == "running" and p.host not in obs.down
         ]
+        live = {c.id for _, _, c in running}
+        for cid in [cid for cid in self._usage if cid not in live]:  # forget containers that stopped or went
+            self._usage.pop(cid, None)
+            self._speed_done.pop(cid, None)
         if not running:
             return
         from concurrent.futures import ThreadPoolExecutor
@@ -301,31 +373,54 @@ class DockerAdapter:
                 obs.cpu_usage[job] = usage
 
     def _cpu_usage(self, host: str, c: ContainerView) -> float | None:
+        """Cores used since the previous sample of this container (the sample is kept for the speeds)."""
         try:
             sample = self.hosts[host].cpu_usage(c.id)
         except DockerAdapterError:
             return None
         if sample is None:
             return None
-        prev = self._usage.get(c.id)
-        self._usage[c.id] = sample
-        if prev is None or sample[1] <= prev[1]:
+        cpu, t = sample
+        samples = self._usage.setdefault(c.id, [])
+        prev = samples[-1] if samples else None
+        if prev is not None and (t <= prev[0] or cpu < prev[1]):
             return None
-        return max(0.0, (sample[0] - prev[0]) / (sample[1] - prev[1]))
+        samples.append((t, cpu))
+        del samples[:-SPEED_SAMPLES]
+        if prev is None:
+            return None
+        return (cpu - prev[1]) / (t - prev[0])
 
     def _speeds(self, job_id: str, c: ContainerView, history: Sequence[MetricPoint], status: str) -> list[SpeedPoint]:
-        """Observed seconds per epoch, per CPU share: from epochs finished in this container since its last change."""
+        """Observed seconds per epoch, at the CPU the job actually used.
+
+        The guarantee is a floor, not what a job gets: a job guaranteed 250m runs at a whole core
+        while the others are idle. So every epoch that ran inside this container between two of its
+        stats samples is paired with the cores it used meanwhile (the container's CPU time,
+        interpolated between samples, over the epoch's wall time). Epochs are grouped by that CPU
+        (rounded to :data:`SPEED_GRID_MILLIS`); each group's median is averaged into the point kept
+        for it. Each epoch counts once.
+        """
         key = f"docker.speed.{job_id}"
         table: dict[str, float] = self._kv_json(key) or {}
-        cpu = c.cpu_millis()
-        changed = self._kv_json(f"docker.changed.{job_id}") or {}
-        if status == "running" and cpu is not None and c.started is not None:
-            since = max(c.started, float(changed.get("time", 0.0)) if changed.get("container") == c.id else c.started)
-            pts = [p for p in history if p.time >= since]
-            # The first epoch after a change straddles it; the rest ran entirely at ``cpu``.
-            gaps = [(b.time - a.time) / (b.epoch - a.epoch) for a, b in zip(pts[1:], pts[2:], strict=False) if b.epoch > a.epoch]
-            if gaps:
-                table[str(cpu)] = float(median(gaps[-5:]))
+        samples = self._usage.get(c.id) or []
+        if status == "running" and len(samples) >= 2:
+            lo, hi = samples[0][0], samples[-1][0]
+            done = self._speed_done.get(c.id, -math.inf)
+            groups: dict[int, list[float]] = {}
+            for a, b in zip(history, history[1:], strict=False):
+                if b.epoch <= a.epoch or b.time <= a.time or a.time < lo or b.time > hi or b.time <= done:
+                    continue
+                cores = (_cpu_at(samples, b.time) - _cpu_at(samples, a.time)) / (b.time - a.time)
+                self._speed_done[c.id] = max(self._speed_done.get(c.id, -math.inf), b.time)
+                if cores > 0.005:
+                    millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
+                    groups.setdefault(millis, []).append((b.time - a.time) / (b.epoch - a.epoch))
+            for millis, gaps in groups.items():
+                seen = float(median(gaps))
+                old = table.get(str(millis))
+                table[str(millis)] = seen if old is None or not math.isfinite(old) else (old + seen) / 2
+            if groups:
                 self._set_kv_json(key, table)
         out = []
         for k, v in sorted(table.items(), key=lambda kv: int(kv[0])):
@@ -409,8 +504,17 @@ class DockerAdapter:
     def _fresh(self, placed: Placed) -> ContainerView:
         return self.hosts[placed.host].inspect(placed.container.id)
 
-    def _mark_changed(self, job: str, container: str) -> None:
-        self._set_kv_json(f"docker.changed.{job}", {"time": self.clock.now(), "container": container})
+    def _set_cpu(self, ch: Change, placed: Placed, c: ContainerView) -> str:
+        """Apply ``ch``'s guarantee and cap to ``c`` where it is (nothing is called when both are in effect)."""
+        host = placed.host
+        cap = self._wanted_cap(host, c, placed.labels.fields, ch.cpu_limit_millis)
+        engine = self._engine_cpu(host) or max(self.hosts[host].spec.cpu_millis or 0, 1000)
+        return self.hosts[host].set_cpu(c, ch.cpu_millis, cap, engine_cpu_millis=engine)
+
+    def _in_effect(self, ch: Change, placed: Placed, c: ContainerView) -> bool:
+        cap = self._wanted_cap(placed.host, c, placed.labels.fields, ch.cpu_limit_millis)
+        now = ((c.cpu_shares or DEFAULT_SHARES), effective_cap(c, self._engine_cpu(placed.host)))
+        return now == (shares_for(ch.cpu_millis), cap)
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         if ch.node != placed.host:
@@ -418,11 +522,12 @@ class DockerAdapter:
         c = self._fresh(placed)
         if c.gpu_count != ch.gpus:
             return self._recreate(ch, placed, c, ch.node)
-        if c.cpu_millis() == ch.cpu_millis:
+        if self._in_effect(ch, placed, c):
             return f"already at {ch.cpu_millis}m"
-        mech = self.hosts[placed.host].set_cpu(c, ch.cpu_millis)
-        self._mark_changed(ch.job, c.id)
-        return f"cpu {c.cpu_millis()}m -> {ch.cpu_millis}m ({mech})"
+        before = self._allocation(placed.host, c, placed.labels.fields)
+        what = self._set_cpu(ch, placed, c)
+        cap = f" cap {before.cpu_limit_millis}m" if before.cpu_limit_millis is not None else ""
+        return f"{before.cpu_millis}m{cap} -> {what}"
 
     def _start(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
@@ -434,12 +539,13 @@ class DockerAdapter:
             return "already running"
         if c.gpu_count != ch.gpus:
             return self._recreate(ch, placed, c, ch.node, stop_first=False)
-        if c.cpu_millis() != ch.cpu_millis:
-            host.set_cpu(c, ch.cpu_millis)
-        host.start(c.id)
+        what = self._set_cpu(ch, placed, c)
+        try:
+            host.start(c.id)
+        finally:
+            self._touch(c.id)
         self._drained.discard(c.id)
-        self._mark_changed(ch.job, c.id)
-        return f"started on {ch.node} at {ch.cpu_millis}m"
+        return f"started on {ch.node}: {what}"
 
     def _checkpoint_stop(self, host: Host, c: ContainerView) -> int:
         """Ask the job to checkpoint and exit (SIGTERM); wait for it. A timeout leaves it running."""
@@ -456,6 +562,8 @@ class DockerAdapter:
                     "transient", f"{c.name} did not checkpoint within {self.checkpoint_timeout:g} s; left running"
                 ) from exc
             raise
+        finally:
+            self._touch(c.id)
         return code
 
     def _pause(self, ch: Change, placed: Placed) -> str:
@@ -482,9 +590,10 @@ class DockerAdapter:
         """Checkpoint-stop ``c``, create and start it on ``target_name``, remove the old one (see the module docstring)."""
         source = self.hosts[placed.host]
         target = self.hosts[target_name]
-        target.info()  # the target must answer before anything is stopped
+        self._info[target_name] = target.info()  # the target must answer before anything is stopped
         gpu = gpu_request(ch.gpus, self._held_gpus(target_name, exclude=c.id), target.spec.gpus) if ch.gpus else None
-        spec = recreate_spec(c, ch.cpu_millis, gpu)
+        cap = self._wanted_cap(target_name, c, placed.labels.fields, ch.cpu_limit_millis)
+        spec = recreate_spec(c, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
         if stop_first:
             code = self._checkpoint_stop(source, c)
             self._read_progress(ch.job, placed.host, self._fresh(placed))
@@ -494,13 +603,16 @@ class DockerAdapter:
         new_id: str | None = None
         try:
             new_id = target.create(spec, name)
+            self._touch(new_id)
             target.start(new_id)
+            self._touch(new_id)
         except DockerAdapterError as exc:
             if new_id is not None:
                 try:
                     target.remove(new_id, force=True)
                 except DockerAdapterError:
                     pass
+                self._touch(new_id)
             restarted = ""
             if stop_first:
                 try:
@@ -509,10 +621,10 @@ class DockerAdapter:
                     restarted = f"; restarted on {placed.host}"
                 except DockerAdapterError as exc2:
                     restarted = f"; could not restart on {placed.host} either ({exc2.kind}: {exc2.message})"
+                self._touch(c.id)
             raise DockerAdapterError(
                 exc.kind, f"job {ch.job}: re-create on {target_name} failed: {exc.message}{restarted}"
             ) from exc
-        self._mark_changed(ch.job, new_id)
         removed = "old container left (host down)"
         if placed.host not in self.last.down:
             try:
@@ -520,7 +632,9 @@ class DockerAdapter:
                 removed = f"removed {c.name} on {placed.host}"
             except DockerAdapterError as exc:
                 removed = f"old container not removed ({exc.kind}: {exc.message})"
-        return f"re-created on {target_name} at {ch.cpu_millis}m/{ch.gpus}g; {removed}"
+            self._touch(c.id)
+        cap_text = f" cap {cap}m" if cap is not None else ""
+        return f"re-created on {target_name} at {ch.cpu_millis}m{cap_text}/{ch.gpus}g; {removed}"
 
     def _held_gpus(self, host: str, exclude: str) -> list[str]:
         held: list[str] = []
@@ -545,6 +659,7 @@ class DockerAdapter:
                     if other.state in ("running", "paused", "restarting"):
                         self._checkpoint_stop(host, other)
                     host.remove(other.id, force=False)
+                    self._touch(other.id)
                     done.append(
                         f"{job_id}: removed duplicate {other.name} on {host_name} (kept {placed.container.name} on {placed.host})"
                     )
@@ -557,6 +672,14 @@ class DockerAdapter:
     def close(self) -> None:
         for h in self.hosts.values():
             h.close()
+
+
+def _cpu_at(samples: Sequence[tuple[float, float]], t: float) -> float:
+    """A container's CPU seconds at time ``t``, interpolated between (time, CPU seconds) samples around it."""
+    for (t0, c0), (t1, c1) in zip(samples, samples[1:], strict=False):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+    return samples[-1][1] if t > samples[-1][0] else samples[0][1]
 
 
 def _next_name(name: str) -> str:

@@ -1,19 +1,29 @@
 """One Docker host: a thin, typed layer over docker-py's low-level client with errors translated.
 
 Every method either returns plain data or raises :class:`~adapters.docker.errors.DockerAdapterError`
-with a protocol error kind. Nothing here decides anything; :mod:`adapters.docker.observe` and
-:mod:`adapters.docker.apply` do.
+with a protocol error kind. Nothing here decides anything; :mod:`adapters.docker.adapter` does.
 
-CPU limits, as measured on Docker 20.10 (cgroup v1) on this machine (``docs/docker.md``):
+CPU, as FlowPlan uses it (``docs/docker.md``):
+
+- a job's **guaranteed share** is a weight, ``CpuShares`` (1024 per core, :func:`shares_for`): while
+  every container on the host is busy each gets CPU in proportion to its weight; a core one leaves
+  idle flows to the others at once (work-conserving);
+- a **cap** is a CFS quota, set only where a cap is the point (a planned ``cpu_limit_millis``, or the
+  job's own declared maximum): ``NanoCpus`` (``--cpus``), or ``CpuQuota``/``CpuPeriod``.
+
+The engine's CPU-limit rules, as measured on Docker 20.10 (cgroup v1) on this machine:
 
 - a container started with ``--cpus`` (``NanoCpus``) accepts a ``NanoCpus`` update but rejects a CFS
   quota update ("Conflicting options: CPU Quota cannot be updated as NanoCPUs has already been set");
 - a container started with ``--cpu-quota/--cpu-period`` accepts a quota update but rejects a
   ``NanoCpus`` update ("Nano CPUs cannot be updated as CPU Period has already been set");
-- a container started without a limit takes either, and is then bound to the one it took.
+- a container started without a limit takes either, and is then bound to the one it took;
+- ``NanoCpus: 0`` in an update is ignored (the cap stays); the largest accepted value is the host's
+  CPU count, which lifts the cap (quota = every core); ``CpuQuota: -1`` lifts a CFS quota;
+- ``CpuShares`` can be updated on any container, next to either cap; ``CpuShares: 0`` is ignored.
 
-:meth:`Host.set_cpu` therefore uses the mechanism the container already has. docker-py's
-``update_container`` has no ``NanoCpus`` argument, so that update goes to the same endpoint directly.
+:meth:`Host.set_cpu` therefore keeps the cap mechanism the container already has. docker-py's
+``update_container`` has no ``NanoCpus`` argument, so every update goes to the endpoint directly.
 """
 
 from __future__ import annotations
@@ -27,7 +37,21 @@ from adapters.docker.errors import DockerAdapterError, translate
 
 CpuMechanism = Literal["nano", "quota", "shares"]
 DEFAULT_PERIOD = 100_000  # CFS period in microseconds (the kernel's and Docker's default)
+DEFAULT_SHARES = 1024  # the kernel's weight for a cgroup whose CpuShares were never set (0 in inspect)
 API_VERSION = "1.41"  # Docker 20.10; newer engines accept it
+
+
+def shares_for(cpu_millis: int) -> int:
+    """``CpuShares`` for a guaranteed share: 1024 per core, at least 2 (the kernel's minimum)."""
+    return max(2, round(cpu_millis * DEFAULT_SHARES / 1000))
+
+
+def guarantee_of(cpu_shares: int) -> int:
+    """The guaranteed share in millicores that ``cpu_shares`` stand for (0, unset, is the kernel's 1024).
+
+    ``guarantee_of(shares_for(m)) == m`` for every ``m >= 2``.
+    """
+    return max(1, round((cpu_shares if cpu_shares > 0 else DEFAULT_SHARES) * 1000 / DEFAULT_SHARES))
 
 
 @dataclass(frozen=True)
@@ -35,7 +59,9 @@ class HostSpec:
     """A Docker host as the operator names it: ``name=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]``.
 
     ``cpu_millis`` / ``gpus`` override what the engine reports (several engines on one machine, or
-    a share of a machine); ``mechanism`` is how CPU is limited for containers that have no limit yet.
+    a share of a machine). ``mechanism`` is how a cap is set on a container that has none yet:
+    ``nano`` (``--cpus``, the default) or ``quota`` (``--cpu-quota``); ``shares``: never cap on this
+    host (weights only, even where a cap was asked for).
     """
 
     name: str
@@ -103,15 +129,20 @@ class ContainerView:
     gpu_count: int
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
-    def cpu_millis(self) -> int | None:
-        """The CPU limit in millicores, or ``None`` when it has none."""
+    def cpu_cap_millis(self) -> int | None:
+        """The hard CPU cap (quota) in millicores, or ``None`` when it has none."""
         if self.nano_cpus > 0:
             return round(self.nano_cpus / 1e6)
         if self.cpu_quota > 0:
             return round(self.cpu_quota * 1000 / (self.cpu_period or DEFAULT_PERIOD))
         return None
 
+    def guarantee_millis(self) -> int:
+        """The guaranteed share its ``CpuShares`` stand for, in millicores (:func:`guarantee_of`)."""
+        return guarantee_of(self.cpu_shares)
+
     def mechanism(self) -> CpuMechanism | None:
+        """How its cap is (or once was) set: ``nano``, ``quota``, or ``None`` (never capped)."""
         if self.nano_cpus > 0:
             return "nano"
         if self.cpu_quota > 0 or self.cpu_period > 0:
@@ -235,21 +266,46 @@ class Host:
         t = _time(read)
         return (total / 1e9, t) if t is not None else None
 
-    def set_cpu(self, c: ContainerView, cpu_millis: int, cpuset: str | None = None) -> CpuMechanism:
-        """Set the CPU limit with the mechanism the container already uses (see the module docstring)."""
+    def set_cpu(
+        self, c: ContainerView, cpu_millis: int, cap_millis: int | None, *, engine_cpu_millis: int, cpuset: str | None = None
+    ) -> str:
+        """Give ``c`` the guaranteed share ``cpu_millis`` (``CpuShares``) and the cap ``cap_millis`` (``None``: no cap).
+
+        One update call. The cap keeps the mechanism the container already has (see the module
+        docstring); lifting one sets ``NanoCpus`` to every core (0 would be ignored) or ``CpuQuota``
+        to -1. A cap at or above ``engine_cpu_millis`` is no cap. Returns what it set, in words.
+        """
+        data: dict[str, Any] = {}
+        shares = shares_for(cpu_millis)
+        if (c.cpu_shares or DEFAULT_SHARES) != shares:
+            data["CpuShares"] = shares
+        want = cap_millis if cap_millis is not None and cap_millis < engine_cpu_millis else None
+        now = effective_cap(c, engine_cpu_millis)
         mech = c.mechanism() or self.spec.mechanism
-        with _engine_errors():
-            api = self.api()
-            extra: dict[str, Any] = {"CpusetCpus": cpuset} if cpuset is not None else {}
-            if mech == "nano":
-                url = api._url("/containers/{0}/update", c.id)
-                api._result(api._post_json(url, data={"NanoCpus": int(cpu_millis) * 1_000_000, **extra}), True)
+        if want != now:
+            if want is None:
+                if c.nano_cpus > 0:
+                    data["NanoCpus"] = engine_cpu_millis * 1_000_000
+                elif c.cpu_quota > 0:
+                    data["CpuQuota"] = -1
+            elif mech == "nano":
+                data["NanoCpus"] = int(want) * 1_000_000
             elif mech == "quota":
                 period = c.cpu_period or DEFAULT_PERIOD
-                api.update_container(c.id, cpu_quota=int(cpu_millis * period / 1000), cpu_period=period, cpuset_cpus=cpuset)
-            else:
-                api.update_container(c.id, cpu_shares=max(2, round(cpu_millis * 1024 / 1000)), cpuset_cpus=cpuset)
-        return mech
+                data.update(CpuQuota=int(want * period / 1000), CpuPeriod=period)
+        if cpuset is not None:
+            data["CpusetCpus"] = cpuset
+        if data:
+            with _engine_errors():
+                api = self.api()
+                api._result(api._post_json(api._url("/containers/{0}/update", c.id), data=data), True)
+        if want is None:
+            cap = "no cap"
+        elif mech == "shares":
+            cap = f"cap {want}m not set (mechanism=shares)"
+        else:
+            cap = f"cap {want}m ({mech})"
+        return f"share {cpu_millis}m (CpuShares {shares}), {cap}"
 
     def start(self, container: str) -> None:
         with _engine_errors():
@@ -278,11 +334,27 @@ class Host:
             return str(res["Id"])
 
 
-def recreate_spec(c: ContainerView, cpu_millis: int, gpu_request: dict[str, Any] | None) -> dict[str, Any]:
+def effective_cap(c: ContainerView, engine_cpu_millis: int | None) -> int | None:
+    """``c``'s cap in millicores, ``None`` when it has none or it is at least every core of the engine."""
+    cap = c.cpu_cap_millis()
+    if cap is None or (engine_cpu_millis is not None and cap >= engine_cpu_millis):
+        return None
+    return cap
+
+
+def recreate_spec(
+    c: ContainerView,
+    cpu_millis: int,
+    cap_millis: int | None,
+    gpu_request: dict[str, Any] | None,
+    *,
+    mechanism: CpuMechanism = "nano",
+) -> dict[str, Any]:
     """Everything needed to create ``c`` again elsewhere: image, command, environment, mounts, labels.
 
-    The CPU limit keeps the container's mechanism (``--cpus`` stays ``--cpus``); ``gpu_request``
-    replaces its device requests (``None``: keep none).
+    The guaranteed share becomes ``CpuShares``; a cap (``cap_millis``, already checked against the
+    target's cores) keeps the container's mechanism (``--cpus`` stays ``--cpus``), else the target's
+    ``mechanism``; ``gpu_request`` replaces its device requests (``None``: keep none).
     """
     cfg = c.raw.get("Config") or {}
     hc = c.raw.get("HostConfig") or {}
@@ -290,17 +362,16 @@ def recreate_spec(c: ContainerView, cpu_millis: int, gpu_request: dict[str, Any]
         "binds": list(hc.get("Binds") or []),
         "network_mode": hc.get("NetworkMode") or "none",
         "init": hc.get("Init"),
+        "cpu_shares": shares_for(cpu_millis),
     }
     if hc.get("Memory"):
         host_config["mem_limit"] = int(hc["Memory"])
-    mech = c.mechanism() or "nano"
-    if mech == "quota":
+    mech = c.mechanism() or mechanism
+    if cap_millis is not None and mech == "quota":
         period = c.cpu_period or DEFAULT_PERIOD
-        host_config.update(cpu_quota=int(cpu_millis * period / 1000), cpu_period=period)
-    elif c.cpu_shares and not c.nano_cpus and not c.cpu_quota:
-        host_config["cpu_shares"] = max(2, round(cpu_millis * 1024 / 1000))
-    else:
-        host_config["nano_cpus"] = int(cpu_millis) * 1_000_000
+        host_config.update(cpu_quota=int(cap_millis * period / 1000), cpu_period=period)
+    elif cap_millis is not None and mech == "nano":
+        host_config["nano_cpus"] = int(cap_millis) * 1_000_000
     if gpu_request is not None:
         import docker.types
 

@@ -2,28 +2,29 @@
 
 A container is a FlowPlan job when it carries ``flowplan.job=<job id>``. Every other key is optional:
 
-====================================  =========================================================
-label                                 meaning (the Snapshot field it fills)
-====================================  =========================================================
-``flowplan.job``                      job id (``Job.id``)
-``flowplan.min_cpu_millis``           ``Job.min_cpu_millis`` (default 250)
-``flowplan.max_cpu_millis``           ``Job.max_cpu_millis`` (default 1000)
-``flowplan.min_gpus`` / ``max_gpus``  GPU bounds (default 0)
-``flowplan.memory_mib``               ``Job.memory_mib``
-``flowplan.priority``                 ``Job.priority`` (default 1)
-``flowplan.resizable``                ``true``/``false``: CPU can change live (default true)
-``flowplan.migratable``               ``true``/``false``: can checkpoint and move (default true)
-``flowplan.checkpoint_seconds``       ``Job.checkpoint_seconds`` (default 10)
-``flowplan.restart_seconds``          ``Job.restart_seconds`` (default 10)
-``flowplan.gpu_type``                 ``Job.gpu_type``
-``flowplan.target.metric``            ``QoETarget.metric`` (``loss`` or the JSON lines' ``metric``)
-``flowplan.target.direction``         ``higher`` / ``lower``
-``flowplan.target.tier1``             tier-1 value (a target needs at least this)
-``flowplan.target.tier1.deadline``    tier-1 deadline, Unix seconds
-``flowplan.target.tier1.within``      tier-1 deadline, seconds after the container was created
-``flowplan.target.tier2``             tier-2 value; ``.deadline`` / ``.within`` as for tier 1
-``flowplan.target.max_epochs``        ``QoETarget.max_epochs``
-====================================  =========================================================
+========================================  =========================================================
+label                                     meaning (the Snapshot field it fills)
+========================================  =========================================================
+``flowplan.job``                          job id (``Job.id``)
+``flowplan.min_cpu_millis``               ``Job.min_cpu_millis`` (default 250)
+``flowplan.max_cpu_millis``               ``Job.max_cpu_millis`` (default 1000); when given, a hard cap
+``flowplan.min_gpus`` / ``max_gpus``      GPU bounds (default 0)
+``flowplan.memory_mib``                   ``Job.memory_mib``
+``flowplan.priority``                     ``Job.priority`` (default 1)
+``flowplan.resizable``                    ``true``/``false``: CPU can change live (default true)
+``flowplan.migratable``                   ``true``/``false``: can checkpoint and move (default true)
+``flowplan.checkpoint_seconds``           ``Job.checkpoint_seconds`` (default 10)
+``flowplan.restart_seconds``              ``Job.restart_seconds`` (default 10)
+``flowplan.checkpoint_every_seconds``     ``Job.checkpoint_every_seconds`` (default: at epoch ends only)
+``flowplan.gpu_type``                     ``Job.gpu_type``
+``flowplan.target.metric``                ``QoETarget.metric`` (``loss`` or the JSON lines' ``metric``)
+``flowplan.target.direction``             ``higher`` / ``lower``
+``flowplan.target.tier1``                 tier-1 value (a target needs at least this)
+``flowplan.target.tier1.deadline``        tier-1 deadline, Unix seconds
+``flowplan.target.tier1.within``          tier-1 deadline, seconds after the container was created
+``flowplan.target.tier2``                 tier-2 value; ``.deadline`` / ``.within`` as for tier 1
+``flowplan.target.max_epochs``            ``QoETarget.max_epochs``
+========================================  =========================================================
 
 Parsing is all or nothing: one bad value (a number that is not one, NaN, min above max, an unknown
 ``flowplan.*`` key) makes the container *unmanaged*, with a :class:`LabelError` naming the label and
@@ -52,7 +53,12 @@ _INTS = {
     "max_gpus": (0, 10**6),
     "memory_mib": (0, 10**9),
 }
-_FLOATS = {"priority": (0.01, 100.0), "checkpoint_seconds": (0.0, 86400.0), "restart_seconds": (0.0, 86400.0)}
+_FLOATS = {
+    "priority": (0.01, 100.0),
+    "checkpoint_seconds": (0.0, 86400.0),
+    "restart_seconds": (0.0, 86400.0),
+    "checkpoint_every_seconds": (0.001, 86400.0),
+}
 _BOOLS = ("resizable", "migratable")
 _TARGET = {
     "target.metric",

@@ -7,8 +7,7 @@ Keys the adapter writes (values are JSON):
 - ``docker.log.<container id>``: the log cursor (last consumed timestamp);
 - ``docker.spec.<job>``: host, container id, state and the parts of ``inspect`` a re-create needs;
 - ``docker.jobs``: every job id ever seen (to find the jobs of a host that is down);
-- ``docker.speed.<job>``: observed seconds per epoch per CPU share;
-- ``docker.changed.<job>``: when the job's share last changed, and in which container;
+- ``docker.speed.<job>``: observed seconds per epoch per CPU actually used (millicores, 50m grid);
 - ``docker.delivered.<job>``: the job reported its tier-1 delivery.
 """
 
