@@ -14,6 +14,7 @@ documents, ``flowplan check`` accepts a plan it produced and rejects a tampered 
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -369,3 +370,124 @@ def test_simulate_table_without_idle_measure_shows_a_dash() -> None:
     idle = rows["flowplan"][header.index("IDLE")]
     assert idle == "-" if getattr(runs[0], "idle_waits", None) is None else idle.isdigit()
     assert rows["flowplan"][header.index("TIER1")] == "1:40"
+
+
+# -- benchmarks/results.py: the split, the goals, and a run end to end ------------------------------------
+
+
+@functools.cache
+def _results_module() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results.py"
+    spec = importlib.util.spec_from_file_location("bench_results", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _scenario(metric: str, n_nodes: int = 1, name: str = "t", policies: tuple[str, ...] = ("flowplan", "docker")) -> Any:
+    from adapters.sim.scenario import parse_scenario
+
+    return parse_scenario(
+        {"name": name, "metric": metric, "baseline": "docker", "policies": list(policies),
+         "nodes": [{"name": "h", "cpu_millis": 8000, "count": n_nodes}],
+         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}  # fmt: skip
+    )
+
+
+def _runs(finishes: dict[str, list[float]], **per_policy: dict[str, Any]) -> list[Any]:
+    """One run per policy; its jobs (arriving at 0) finish at the given times."""
+    return [
+        _run_result(p, [_job_result(f"j{k}", 0, f, None, None) for k, f in enumerate(fs)], **per_policy.get(p, {}))
+        for p, fs in finishes.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    "metric,values,best,gap,prediction,formulation",
+    [
+        # mean JCT (lower is better): flowplan 110, oracle 105, best docker 100: +10 % = +5 % + +5 %
+        ("mean_jct", {"flowplan": 110, "oracle": 105, "docker": 100}, "docker", 10.0, 5.0, 5.0),
+        # the oracle better than the best baseline: a negative formulation error; flowplan is the best
+        ("mean_jct", {"flowplan": 100, "oracle": 90, "docker": 120}, "flowplan", 0.0, 10.0, -10.0),
+        # deadlines met (higher is better), in jobs: flowplan 2, oracle 3, docker 4
+        ("qoe_met", {"flowplan": 2, "oracle": 3, "docker": 4}, "docker", 2.0, 1.0, 1.0),
+    ],
+)
+def test_results_split_gap_into_prediction_and_formulation(
+    metric: str, values: dict[str, float], best: str, gap: float, prediction: float, formulation: float
+) -> None:
+    res = _results_module()
+    runs = _runs({p: [v] for p, v in values.items()})
+    if metric == "qoe_met":
+        for r in runs:
+            r.qoe_met, r.qoe_total = int(values[r.policy]), 4
+    sp = res.split(_scenario(metric), runs)
+    assert sp["best"] == best
+    assert (sp["gap"], sp["prediction"], sp["formulation"]) == pytest.approx((gap, prediction, formulation))
+    assert sp["gap"] == pytest.approx(sp["prediction"] + sp["formulation"])
+
+
+def test_results_goals_are_computed_met_and_not_met() -> None:
+    res = _results_module()
+    # One host, bound 500 s. flowplan: mean JCT 550, makespan 600 (1.20 x bound), p95 600, idle 0.
+    # docker: mean JCT 500, makespan 590, p95 590; flowplan[makespan]: 560 / 580 (1.16) / 580.
+    runs = _runs(
+        {"flowplan": [500, 600], "oracle": [480, 590], "flowplan[makespan]": [540, 580], "docker": [410, 590]},
+        flowplan={"idle_waits": 0},
+        oracle={"idle_waits": 0},
+        **{"flowplan[makespan]": {"idle_waits": 2}, "docker": {"idle_waits": 0}},
+    )
+    got = {g.goal: g for g in res.goals(_scenario("mean_jct"), runs)}
+    assert set(got) == {
+        "best or within 1% of the best on mean_jct",
+        "mean JCT no worse than docker",
+        "makespan within 5% of the best",
+        "p95 JCT within 10% of the best",
+        "makespan / lower bound <= 1.15 (one host)",
+        "idle waits = 0",
+    }
+    assert (got["best or within 1% of the best on mean_jct"].met, got["mean JCT no worse than docker"].met) == (False, False)
+    assert got["mean JCT no worse than docker"].reference == "docker 8m20s"
+    assert got["makespan within 5% of the best"].met is True and "(+1.7%)" in got["makespan within 5% of the best"].flowplan
+    assert got["makespan / lower bound <= 1.15 (one host)"].flowplan == "1.20"
+    assert got["makespan / lower bound <= 1.15 (one host)"].met is False
+    assert (got["idle waits = 0"].met, got["idle waits = 0"].makespan_profile) == (True, False)
+    # Several nodes: no single-host goal; pollux-160 adds the Tiresias goal.
+    many = res.goals(_scenario("mean_jct", n_nodes=2, name="pollux-160"), [*runs, *_runs({"tiresias": [520, 600]})])
+    names = [g.goal for g in many]
+    assert "makespan / lower bound <= 1.15 (one host)" not in names
+    tiresias = next(g for g in many if g.goal == "mean JCT below tiresias")
+    assert (tiresias.met, tiresias.makespan_profile) == (True, False)
+
+
+def test_results_rows_add_the_oracle_and_the_makespan_profile() -> None:
+    res = _results_module()
+    sc = _scenario("makespan", policies=("flowplan", "docker", "tiresias"))
+    assert res.policy_rows(sc) == ["flowplan", "oracle", "flowplan[makespan]", "docker", "tiresias"]
+    assert res.build_policy("flowplan[makespan]", None).objective == "deadlines>makespan>mean-jct"
+    assert res.build_policy("oracle", None).reads_ground_truth is True
+
+
+def test_results_script_runs_end_to_end_and_keeps_the_analysis(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "results.py"
+    res = _results_module()
+    (tmp_path / "results.md").write_text(f"old tables\n{res.ANALYSIS_MARKER}\n## Hand-written analysis\nkept.\n")
+    r = subprocess.run(
+        [sys.executable, str(script), "--seeds", "1", "--scenarios", "demo", "--jobs", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "results.md").read_text()
+    assert "old tables" not in md and md.endswith(f"{res.ANALYSIS_MARKER}\n## Hand-written analysis\nkept.\n")
+    for needle in ("## Goals, checked per scenario", "| **flowplan** |", "| **oracle** |", "| flowplan[makespan] |",
+                   "prediction error (flowplan − oracle)", "| demo | idle waits = 0 |", "restarts / job"):  # fmt: skip
+        assert needle in md, needle
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {r["policy"] for r in data["demo"]["runs"]} >= {"flowplan", "oracle", "flowplan[makespan]", "docker"}
+    assert data["demo"]["checker_failures"] == 0
+    bad = subprocess.run([sys.executable, str(script), "--scenarios", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown scenario 'nope'" in bad.stderr

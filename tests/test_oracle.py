@@ -13,18 +13,29 @@ Case matrix:
 - contract: on random snapshots (real curve prefixes) with a made-up truth per job, every plan
   passes the independent checker;
 - objective profiles: a policy's ``objective`` reaches the snapshot it plans (the plan's digest is
-  the digest of the snapshot with that profile), for FlowPlan and the oracle alike.
+  the digest of the snapshot with that profile), for FlowPlan and the oracle alike;
+- in the simulator (the demo): every other policy's run is identical when any read of the truth
+  fails; the oracle finishes with checked plans, differs from FlowPlan, and a wrong truth changes
+  its run (it reads it); ``flowplan simulate --policy oracle`` prints its row and FlowPlan's gap to it.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import random_snapshot, real_curve
 
+from adapters.sim.cluster import SimCluster
+from adapters.sim.run import simulate
+from adapters.sim.scenario import load_scenario
+from adapters.sim.truth import TraceLibrary
 from planner import JobTruth, check_plan, snapshot_digest
 from planner.policies import POLICIES, OracleError, make_policy, reads_ground_truth
 from planner.policies.flowplan import OBJECTIVE_ALIASES, resolve_objective, with_objective
@@ -185,3 +196,60 @@ def test_the_policys_objective_reaches_the_planned_snapshot(name: str, objective
     planned = snap if objective is None else with_objective(snap, resolve_objective(objective))
     assert plan.snapshot_digest == snapshot_digest(planned)
     assert (plan.snapshot_digest == snapshot_digest(snap)) == (objective in (None, snap.settings.objective))
+
+
+# -- in the simulator: the oracle alone is handed the truth ----------------------------------------------
+
+DEMO = Path(__file__).resolve().parents[1] / "adapters" / "sim" / "data" / "demo.toml"
+
+
+def _result(run: Any) -> dict[str, Any]:
+    """A run's results without its wall times."""
+    return {k: v for k, v in run.to_dict().items() if not k.startswith("plan_seconds")}
+
+
+@pytest.fixture(scope="module")
+def demo_runs() -> dict[str, Any]:
+    """Each policy on the demo (seed 0) as the simulator runs it."""
+    sc, library = load_scenario(DEMO), TraceLibrary.bundled()
+    return {name: simulate(sc, make_policy(name), name, 0, library, record_timeline=False) for name in sorted(POLICIES)}
+
+
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"oracle"}))
+def test_in_the_simulator_no_other_policy_reads_the_truth(name: str, demo_runs: dict[str, Any], monkeypatch: Any) -> None:
+    """Runs are identical whether or not the simulator has a truth to give: any read of it fails the run."""
+
+    def no_truth(self: SimCluster) -> dict[str, JobTruth]:
+        raise AssertionError(f"{name} made the simulator read the ground truth")
+
+    monkeypatch.setattr(SimCluster, "truth", no_truth)
+    sc, library = load_scenario(DEMO), TraceLibrary.bundled()
+    again = simulate(sc, make_policy(name), name, 0, library, record_timeline=False)
+    assert _result(again) == _result(demo_runs[name])
+
+
+def test_in_the_simulator_the_oracle_plans_with_the_truth(demo_runs: dict[str, Any], monkeypatch: Any) -> None:
+    oracle = demo_runs["oracle"]
+    assert oracle.finished and oracle.checker_failures == 0
+    assert _result(oracle) != {**_result(demo_runs["flowplan"]), "policy": "oracle"}  # it planned differently
+    # A wrong truth (each job is told what remains of another one) changes what the oracle does: it reads it.
+    real = SimCluster.truth
+
+    def wrong(self: SimCluster) -> dict[str, JobTruth]:
+        truth = real(self)
+        ids = sorted(truth)
+        return {k: truth[ids[(i + 1) % len(ids)]] for i, k in enumerate(ids)}
+
+    monkeypatch.setattr(SimCluster, "truth", wrong)
+    misled = simulate(load_scenario(DEMO), make_policy("oracle"), "oracle", 0, TraceLibrary.bundled(), record_timeline=False)
+    assert misled.checker_failures == 0 and _result(misled) != _result(oracle)
+
+
+def test_simulate_cli_runs_the_oracle_beside_flowplan(tmp_path: Path) -> None:
+    args = ["simulate", "--policy", "flowplan", "--policy", "oracle", "--quiet", "--out", str(tmp_path)]
+    r = subprocess.run([sys.executable, "-m", "flowplan", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split()[0] for line in r.stdout.splitlines() if line.startswith(("flowplan ", "oracle ")) and " vs " not in line]
+    assert rows == ["flowplan", "oracle"]
+    assert "flowplan vs oracle:" in r.stdout and "prediction errors" in r.stdout
+    assert json.loads((tmp_path / "oracle-seed0.json").read_text())["checker_failures"] == 0
