@@ -373,7 +373,8 @@ def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
     header = ["POLICY", "MAKESPAN", "/BOUND", "MEAN JCT", "P95 JCT", "TIER1", "DEADLINES", "UTIL", "MIGR", "RESIZE"]
     header += ["RESTARTS", "IDLE", "PLAN"]
     rows: list[list[str]] = []
-    reached: list[str] = []
+    reached: list[str] = []  # "jobs that reached tier 1 / jobs", for the policies where not all did
+    reached_by: list[str] = []
     for p in summary["policies"]:
         util_field = "gpu_utilisation" if get(p, "gpu_utilisation")[0] is not None else "cpu_utilisation"
         ratio = summary["makespan_over_bound"].get(p)
@@ -381,7 +382,8 @@ def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
         deadlines = "-" if not total else f"{_count(get(p, 'qoe_met')[0], n)}/{_count(total, n)}"
         n_reached, n_jobs = get(p, "tier1_reached")[0], get(p, "jobs")[0]
         if n_jobs and n_reached is not None and n_reached < n_jobs:
-            reached.append(f"{p} {_count(n_reached, n)}/{_count(n_jobs, n)}")
+            reached.append(f"{_count(n_reached, n)}/{_count(n_jobs, n)}")
+            reached_by.append(p)
         rows.append(
             [
                 p,
@@ -403,12 +405,16 @@ def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
     lb = summary["lower_bound"]["mean"]
     lines.append("")
     lines.append(f"makespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, or total work / capacity)")
-    lines.append(
-        "TIER1: mean time from arrival to tier 1 of the jobs that reached it"
-        + (f" (reached by: {', '.join(reached)} jobs)" if reached else "")
-    )
-    lines.append("DEADLINES: tier-1 deadlines met / jobs with one; RESTARTS: checkpoint-restarts (migrations, pauses)")
-    lines.append("IDLE: intervals x jobs left waiting while a node had room for their minimum")
+    if not reached:
+        how_many = ""
+    elif len(set(reached)) == 1 and len(reached) == len(summary["policies"]):
+        how_many = f" ({reached[0]} jobs under every policy)"
+    else:
+        how_many = f" (reached by {', '.join(f'{c} jobs under {p}' for c, p in zip(reached, reached_by, strict=True))})"
+    lines.append(f"TIER1: mean time from arrival to tier 1 of the jobs that reached it{how_many}")
+    lines.append("DEADLINES: tier-1 deadlines met / jobs with one")
+    lines.append("RESTARTS: checkpoint-restarts (migrations, pauses, restarts in place)")
+    lines.append("IDLE: intervals x jobs left waiting while a node had room for their minimum (0: work-conserving)")
     width = max((len(b) for b in summary["improvement"]), default=0)
     for base, imp in summary["improvement"].items():
         label = f"flowplan vs {base:<{width}}:"

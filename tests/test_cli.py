@@ -356,7 +356,7 @@ def test_simulate_table_tells_deadlines_tier1_idle_and_restarts() -> None:
     assert (fp[col["DEADLINES"]], dk[col["DEADLINES"]]) == ("3/4", "-")
     assert (fp[col["TIER1"]], dk[col["TIER1"]]) == ("2:30", "-")
     assert (fp[col["RESTARTS"]], fp[col["IDLE"]], dk[col["IDLE"]]) == ("3", "0", "5")
-    assert "reached by: flowplan 2/4, docker 0/4 jobs" in table
+    assert "(reached by 2/4 jobs under flowplan, 0/4 jobs under docker)" in table
     # docker's mean JCT 1321.5 s against flowplan's 750 s: flowplan is 43.2 % shorter; the reverse reads "longer".
     assert "flowplan vs docker: 43.2 % shorter" in table
     slower = [_run_result("flowplan", dk_jobs), _run_result("docker", fp_jobs)]
