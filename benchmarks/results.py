@@ -151,7 +151,8 @@ def run_all(tasks: Sequence[Task], jobs: int, on_done: Callable[[Task, RunResult
 def metric_value(metric: str, run: RunResult, baseline_run: RunResult | None) -> float | None:
     """A run's value on the scenario's metric. For ``job_jct`` (FlowCon's claim, relative by nature):
     the largest one-job completion-time reduction against the scenario's baseline on the same seed,
-    in percent (0 for the baseline itself)."""
+    in percent, counted only when the makespan is not longer than the baseline's (else 0, nothing
+    to claim; 0 for the baseline itself)."""
     if metric in ("makespan", "mean_jct"):
         return getattr(run, metric)
     if metric == "tier1_time":
@@ -161,9 +162,14 @@ def metric_value(metric: str, run: RunResult, baseline_run: RunResult | None) ->
     if metric == "job_jct":
         if baseline_run is None:
             return None
-        value = improvement("job_jct", run, baseline_run)["value"]
-        return None if value is None else float(value)
+        d = improvement("job_jct", run, baseline_run)
+        if d["value"] is None or d["makespan_change"] is None:
+            return None
+        return float(d["value"]) if d["makespan_change"] <= 0.0 else 0.0
     raise ValueError(f"unknown metric {metric!r}")
+
+
+JOB_JCT_NOTE = " (largest one-job reduction vs the baseline; 0 when the makespan is longer than the baseline's)"
 
 
 def higher_is_better(metric: str) -> bool:
@@ -428,7 +434,7 @@ def split_lines(sc: Scenario, sp: dict[str, Any]) -> list[str]:
     v = sp["values"]
     m = sc.metric
     lines = [
-        f"FlowPlan and the oracle on **{m}**" + (" (largest one-job reduction vs the baseline)" if m == "job_jct" else "") + ":",
+        f"FlowPlan and the oracle on **{m}**{JOB_JCT_NOTE if m == 'job_jct' else ''}:",
         "",
         "| flowplan | oracle | flowplan[makespan] | best (FlowPlan or a baseline) | gap to best | = prediction error "
         "(flowplan − oracle) | + formulation error (oracle − best) |",

@@ -431,6 +431,16 @@ def test_results_split_gap_into_prediction_and_formulation(
     assert sp["gap"] == pytest.approx(sp["prediction"] + sp["formulation"])
 
 
+def test_results_job_jct_counts_a_one_job_gain_only_without_a_longer_makespan() -> None:
+    res = _results_module()
+    # docker (the baseline): jobs finish at 100 s and 200 s. flowplan: one job 50 % shorter but the
+    # makespan 5 % longer: nothing to claim. oracle: one job 40 % shorter, makespan shorter: 40.
+    runs = _runs({"flowplan": [50, 210], "oracle": [60, 190], "docker": [100, 200]})
+    sp = res.split(_scenario("job_jct"), runs)
+    assert sp["values"] == {"flowplan": 0.0, "oracle": pytest.approx(40.0), "docker": 0.0}
+    assert (sp["gap"], sp["prediction"], sp["formulation"]) == pytest.approx((0.0, 40.0, -40.0))
+
+
 def test_results_goals_are_computed_met_and_not_met() -> None:
     res = _results_module()
     # One host, bound 500 s. flowplan: mean JCT 550, makespan 600 (1.20 x bound), p95 600, idle 0.
