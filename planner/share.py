@@ -204,9 +204,11 @@ def _rollout(
     jobs: Sequence[ShareJob],
     rates: list[np.ndarray],
     allocate: Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray],
+    trajectory: list[tuple[float, np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predicted (finish, tier-1 time) per job when ``allocate(active, left, left1, now)`` (a share
-    per job) is re-applied at every event, and the first allocation."""
+    per job) is re-applied at every event, and the first allocation; ``trajectory`` (if given)
+    collects (time, shares) at every event."""
     J = len(jobs)
     left = np.array([max(j.remaining, 0.0) for j in jobs])
     left1 = np.array([j.remaining_tier1 if j.remaining_tier1 is not None else 0.0 for j in jobs])
@@ -221,6 +223,8 @@ def _rollout(
         if not active.any():
             break
         share = allocate(active, left, left1, now)
+        if trajectory is not None:
+            trajectory.append((now, np.where(active, share, 0.0)))
         if event == 0:
             first = np.where(active, share, first)
         rate = np.zeros(J)
@@ -269,20 +273,37 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
     # split (the kernel's default) keeps at least its equal share at every moment, so the batch's
     # critical path is never slower than the default's while the others go shortest-first.
     # Makespan first: every job is reserved what finishes it by the node's makespan lower bound.
-    fair, _, _ = _rollout(jobs, rates, lambda active, left, left1, now: _equal_levels(jobs, active, capacity))
+    path: list[tuple[float, np.ndarray]] = []
+    fair, _, _ = _rollout(jobs, rates, lambda active, left, left1, now: _equal_levels(jobs, active, capacity), path)
+    times = np.array([t for t, _ in path]) if path else np.zeros(1)
+    fair_shares = np.stack([x for _, x in path]) if path else np.zeros((1, J))
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
     guard = np.full(J, math.inf)
-    if profile == MAKESPAN_FIRST:
-        left = [max(j.remaining, 0.0) for j in jobs]
-        alone = max((j.blocked + w / r[-1] for j, w, r in zip(jobs, left, rates, strict=True) if w > 0), default=0.0)
-        work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left, strict=True) if w > 0)
-        guard[:] = max(alone, work / max(capacity, 1.0))
 
     def allocate(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
-        floor = np.where(critical & active, _equal_levels(jobs, active, capacity), 0.0)
+        # Mean completion first: the critical job's share along the equal split's own trajectory
+        # (not the equal share among the jobs still active here: shortest-first keeps long jobs
+        # alive longer, which would keep that share small for longer and slow the critical path).
+        floor = np.zeros(J)
+        if profile != MAKESPAN_FIRST:
+            at = fair_shares[max(int(np.searchsorted(times, now + 1e-9, side="right")) - 1, 0)]
+            floor = np.where(critical & active, np.where(at > 0, at, [j.hi for j in jobs]), 0.0)
         level = _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
         return np.array([float(jobs[j].grid[max(int(level[j]), 0)]) for j in range(J)])
+
+    if profile == MAKESPAN_FIRST:
+        # Makespan first, lexicographically: (1) every job reserved what finishes it by the node's
+        # makespan lower bound (longest first when that does not fit) gives the makespan reachable
+        # here; (2) every job is then reserved only what meets *that* makespan, and the rest goes
+        # shortest-first, so short jobs still end early when it costs the makespan nothing.
+        left0 = [max(j.remaining, 0.0) for j in jobs]
+        alone = max((j.blocked + w / r[-1] for j, w, r in zip(jobs, left0, rates, strict=True) if w > 0), default=0.0)
+        work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left0, strict=True) if w > 0)
+        guard[:] = max(alone, work / max(capacity, 1.0))
+        reach, _, _ = _rollout(jobs, rates, allocate)
+        done = reach[np.isfinite(reach)]
+        guard[:] = float(done.max()) if done.size else math.inf
 
     finish, tier1, first = _rollout(jobs, rates, allocate)
     level = np.array([int(np.searchsorted(j.grid, f)) for j, f in zip(jobs, first, strict=True)])
