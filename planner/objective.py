@@ -75,6 +75,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         qoe = (m.t1_met == 0) * t1_cost + (m.t2_met == 0) * t2_cost
         churn = np.zeros_like(fq)
         move_q = max(w.migration_quanta, math.ceil(w.migration_margin * float(m.lost[MOVE]) / q))
+        if w.cpu_jobs_move_when_forced and m.outlook.job.max_gpus == 0:
+            move_q = R
         churn[MOVE, :] = m.weight * move_q
         if m.current_level is not None:
             churn[STAY, :] = m.weight * w.resize_quanta
