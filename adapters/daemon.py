@@ -217,18 +217,35 @@ class Daemon:
         max_ticks: int | None = None,
         until: Callable[[Tick], bool] | None = None,
         stopped: Callable[[], bool] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> tuple[int, Tick | None]:
-        """Step, sleep, repeat (as ``ControlLoop.run``). ``stopped`` is asked before every step, so a
-        stop request that cuts a sleep short ends the run there instead of planning and applying once more."""
-        if stopped is None:
-            return self.loop.run(max_ticks=max_ticks, until=until)
+        """Step, sleep, repeat, as ``ControlLoop.run``, with two differences for a long-lived daemon:
+
+        - ``stopped`` is asked before every step, so a stop request that cuts a sleep short ends the
+          run there instead of planning and applying once more;
+        - an interval that raises (a policy's bug, an adapter's) is logged and passed to
+          ``on_error``; nothing of it is applied, and the next interval plans again from what is
+          observed. ``max_ticks`` counts such intervals too.
+        """
         count, last = 0, None
-        while (max_ticks is None or count < max_ticks) and not stopped():
-            last = self.loop.step()
+        while (max_ticks is None or count < max_ticks) and not (stopped is not None and stopped()):
+            tick: Tick | None = None
+            try:
+                tick = self.loop.step()
+            except Exception as exc:
+                log.error("interval failed, nothing applied; planning again next interval: %s: %s", type(exc).__name__, exc)
+                if on_error is not None:
+                    on_error(exc)
             count += 1
-            if (until is not None and until(last)) or (max_ticks is not None and count >= max_ticks) or stopped():
+            if tick is not None:
+                last = tick
+                if until is not None and until(tick):
+                    break
+            if (max_ticks is not None and count >= max_ticks) or (stopped is not None and stopped()):
                 break
-            interval = self.loop.interval if self.loop.interval is not None else last.snapshot.settings.interval_seconds
+            interval = self.loop.interval
+            if interval is None:
+                interval = last.snapshot.settings.interval_seconds if last is not None else 60.0
             self.loop.clock.sleep(interval)
         return count, last
 

@@ -1,18 +1,29 @@
 """End to end on the real Docker engine: real training containers under Docker's default and under the daemon.
 
-    python benchmarks/e2e_docker.py e2e [--jobs 5] [--gap 10] [--epochs 40] [--work 120] [--interval 3]
+    python benchmarks/e2e_docker.py e2e [--jobs 5] [--gap 10] [--epochs 40] [--work 120] [--interval 3] [--no-deadline]
+                                        [--side-by-side DEFAULT_CPUS DAEMON_CPUS]
     python benchmarks/e2e_docker.py overhead [--containers 100]
 
 ``e2e``: ``--jobs`` containers of ``examples/jobs/train_digits.py`` arrive ``--gap`` seconds apart on
 this machine's engine (one node, its cores). The third to arrive has a tight tier-1 target
 (validation accuracy 0.93 within ``--tight`` seconds of its arrival, priority 4); the others have
-tier 1 = 0.90 without a deadline. Run twice:
+tier 1 = 0.90 without a deadline. ``--no-deadline``: every job is like the others (a batch with no
+deadline, where the mean completion time is what counts). Run twice:
 
 - ``default``: ``docker run`` without limits (Docker's default: CFS shares equal for all);
-- ``daemon``: the jobs are created (pending) and ``flowplan daemon`` places and sizes them.
+- ``daemon``: the jobs are created (pending) and ``flowplan daemon`` places and sizes them
+  (guarantees as ``CpuShares``, each job capped at its declared max of 1000m, re-planned at once when
+  a job arrives or ends, and every ``--interval`` seconds).
+
+``--side-by-side 0 1`` runs the two at the same time instead, each pinned to its cpuset (a node of
+that many cores): Docker's default on the main engine, the daemon (itself pinned there too, with
+``taskset``) on a private engine (``tests/docker_env.py``). On a shared machine, whatever else runs
+then weighs on both alike; run one after the other, the two modes see different background load.
 
 Printed per run: each job's time to tier 1 and to finish (from its arrival), the prioritised job's
-time to target, the makespan (first arrival to last finish), and the daemon's actions.
+time to target, the makespan (first arrival to last finish), the mean completion time (JCT), the
+daemon's actions, and under the daemon how long each job waited from its container's creation to
+its first start (from the engine's own ``create`` and ``start`` event times).
 
 ``overhead``: ``--containers`` light containers that print a JSON progress line each second; the
 adapter's observe and apply (a CPU change for every container) are timed: wall time, this process's
@@ -30,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +53,35 @@ import docker_env as de  # noqa: E402  (the same image and mounts as the tests)
 
 SOCKET = "/var/run/docker.sock"
 URL = f"unix://{SOCKET}"
+
+
+class StartTimes:
+    """The engine's ``create`` and ``start`` events of job containers, in a background thread (engine times)."""
+
+    def __init__(self, url: str) -> None:
+        self.created: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+        self._stream = de.api(url).events(
+            decode=True, filters={"type": "container", "label": ["flowplan.job"], "event": ["create", "start"]}
+        )
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        for ev in self._stream:
+            job = (ev.get("Actor") or {}).get("Attributes", {}).get("flowplan.job")
+            t = int(ev.get("timeNano") or 0) / 1e9
+            table = self.created if ev.get("Action") == "create" else self.started
+            if job and t and job not in table:
+                table[job] = t
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def latency(self, job: str) -> float | None:
+        if job in self.created and job in self.started:
+            return self.started[job] - self.created[job]
+        return None
 
 
 def _labels(i: int, tight: float, epochs: int, prioritised: bool) -> dict[str, str]:
@@ -60,9 +101,9 @@ def _labels(i: int, tight: float, epochs: int, prioritised: bool) -> dict[str, s
     return labels
 
 
-def _events(container: str) -> list[dict[str, Any]]:
+def _events(container: str, url: str = URL) -> list[dict[str, Any]]:
     out = []
-    for line in de.api(URL).logs(container).decode().splitlines():
+    for line in de.api(url).logs(container).decode().splitlines():
         if line.startswith("{"):
             try:
                 out.append(json.loads(line))
@@ -71,34 +112,45 @@ def _events(container: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_e2e(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    de.remove_jobs(URL)
-    de.ensure_image(URL)
+def run_e2e(
+    mode: str, args: argparse.Namespace, url: str = URL, cpuset: str | None = None, start_at: float | None = None
+) -> dict[str, Any]:
+    """One run of the batch in ``mode`` on the engine at ``url``; jobs pinned to ``cpuset`` when given."""
+    de.remove_jobs(url)
+    de.ensure_image(url)
     ckpt = Path(tempfile.mkdtemp(prefix="fp-e2e-"))
-    client = de.api(URL)
+    client = de.api(url)
     daemon = None
     db = ckpt / "state.db"
+    starts = StartTimes(url)
+    cpu = args.cpu if cpuset is None else 1000 * len(_cpus(cpuset))
     if mode == "daemon":
-        cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"local={URL},cpu={args.cpu}", "--state", str(db)]
+        cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"local={url},cpu={cpu}", "--state", str(db)]
         cmd += ["--interval", str(args.interval), "--time-limit", str(args.time_limit), "--checkpoint-timeout", "30"]
+        if cpuset is not None:  # the daemon's own CPU counts against its side
+            cmd = ["taskset", "-c", cpuset, *cmd]
+        print("$ " + " ".join(cmd), flush=True)
         log = open(ckpt / "daemon.log", "w")  # noqa: SIM115
         daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         time.sleep(2)
-    prioritised = min(2, args.jobs - 1)
+    prioritised = -1 if args.no_deadline else min(2, args.jobs - 1)
     ids = {}
     arrivals: dict[str, float] = {}
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
     t0 = time.time()
     for i in range(args.jobs):
         time.sleep(max(0.0, t0 + i * args.gap - time.time()))
         arrivals[f"job{i}"] = time.time()
         job_args = ["--epochs", str(args.epochs), "--work", str(args.work), "--seed", str(i)]
         ids[f"job{i}"] = de.create_job(
-            URL,
+            url,
             f"fp-e2e-{i}",
             f"job{i}",
             ckpt,
             labels=_labels(i, args.tight, args.epochs, i == prioritised),
             args=job_args,
+            cpuset=cpuset,
             start=(mode == "default"),
         )
     deadline = time.time() + args.timeout
@@ -113,11 +165,12 @@ def run_e2e(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     if daemon is not None:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=60)
-    result: dict[str, Any] = {"mode": mode, "jobs": {}}
+    starts.close()
+    result: dict[str, Any] = {"mode": mode, "jobs": {}, "load_average": os.getloadavg()[0], "cpuset": cpuset, "cpu": cpu}
     for job in ids:
         (c,) = client.containers(all=True, filters={"label": f"flowplan.job={job}"})
         arrival = arrivals[job]  # a re-created container is younger than its job: count from the submission
-        evs = _events(c["Id"])
+        evs = _events(c["Id"], url)
         pts = [e for e in evs if "epoch" in e and "metric" in e and "event" not in e]
         target = 0.93 if int(job[3:]) == prioritised else 0.90
         t1 = next((e["time"] for e in pts if e["metric"] >= target), None)
@@ -128,22 +181,66 @@ def run_e2e(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             "finish_s": None if fin is None else fin - arrival,
             "finished_at": None if fin is None else fin - t0,
             "prioritised": int(job[3:]) == prioritised,
+            "start_latency_s": starts.latency(job),
         }
     fins = [j["finished_at"] for j in result["jobs"].values()]
     result["makespan_s"] = None if None in fins else max(fins)
+    jcts = [j["finish_s"] for j in result["jobs"].values()]
+    result["mean_jct_s"] = None if None in jcts else statistics.mean(jcts)
+    if daemon is not None:
+        result["daemon_log"] = str(ckpt / "daemon.log")
     if db.exists():
         import sqlite3
 
         with sqlite3.connect(db) as conn:
             rows = conn.execute("SELECT kind, status, COUNT(*) FROM actions GROUP BY kind, status").fetchall()
         result["actions"] = {f"{k}/{s}": n for k, s, n in rows}
-    de.remove_jobs(URL)
+    de.remove_jobs(url)
     return result
 
 
+def _cpus(cpuset: str) -> list[int]:
+    out: list[int] = []
+    for part in cpuset.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def run_side_by_side(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both modes at once: Docker's default on the main engine pinned to one cpuset, the daemon on a
+    private engine pinned to the other, same arrivals. Whatever else runs on the machine then weighs
+    on both alike, instead of on whichever ran second.
+
+    The private engine puts its containers under a cgroup of their own (``/fp-side``), a sibling of
+    the main engine's ``/docker`` with the same weight. Under one parent, the daemon's shares (1024
+    per core of its node) would weigh less on their CPU than Docker's default 1024 per container on
+    the other, and the kernel's load balancer would move the machine's other work onto the daemon's
+    CPU (seen in a first try: both of another session's busy processes sat on CPU 1)."""
+    engines = de.start_engines(1, extra_args=["--cgroup-parent=/fp-side"])
+    try:
+        start_at = time.time() + 6
+        out: dict[str, dict[str, Any]] = {}
+
+        def run(mode: str, url: str, cpuset: str) -> None:
+            out[mode] = run_e2e(mode, args, url=url, cpuset=cpuset, start_at=start_at)
+
+        threads = [
+            threading.Thread(target=run, args=("default", URL, args.side_by_side[0])),
+            threading.Thread(target=run, args=("daemon", engines.engines[0].url, args.side_by_side[1])),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [out["default"], out["daemon"]]
+    finally:
+        engines.close()
+
+
 def _print_e2e(res: dict[str, Any], tight: float) -> None:
-    print(f"\n== {res['mode']}")
-    print(f"  {'job':<6} {'arrive':>7} {'tier1 after':>12} {'finish after':>13}")
+    print(f"\n== {res['mode']}" + (f" (pinned to CPUs {res['cpuset']}, node {res['cpu']}m)" if res.get("cpuset") else ""))
+    print(f"  {'job':<6} {'arrive':>7} {'tier1 after':>12} {'finish after':>13}")  # after: from the job's arrival
     for job, j in res["jobs"].items():
         t1 = "never" if j["tier1_s"] is None else f"{j['tier1_s']:.1f} s"
         fin = "-" if j["finish_s"] is None else f"{j['finish_s']:.1f} s"
@@ -153,12 +250,29 @@ def _print_e2e(res: dict[str, Any], tight: float) -> None:
     print(f"  makespan {'-' if ms is None else f'{ms:.1f} s'}")
     if res.get("actions"):
         print(f"  daemon actions: {res['actions']}")
+    mean = res.get("mean_jct_s")
+    print(f"  mean JCT {'-' if mean is None else f'{mean:.1f} s'}   (load average at the end: {res['load_average']:.2f})")
+    if res["mode"] == "daemon":
+        lat = [j["start_latency_s"] for j in res["jobs"].values()]
+        shown = ", ".join("-" if x is None else f"{x:.2f} s" for x in lat)
+        print(f"  created -> first started, per job: {shown}")
+        print(f"  daemon log: {res.get('daemon_log')}")
 
 
 def cmd_e2e(args: argparse.Namespace) -> None:
-    results = [run_e2e(m, args) for m in args.modes]
+    results = run_side_by_side(args) if args.side_by_side else [run_e2e(m, args) for m in args.modes]
+    print("\n$ python benchmarks/e2e_docker.py " + " ".join(sys.argv[1:]))
     for r in results:
         _print_e2e(r, args.tight)
+    by = {r["mode"]: r for r in results}
+    if {"default", "daemon"} <= set(by) and by["default"]["makespan_s"] and by["daemon"]["makespan_s"]:
+        d, f = by["default"], by["daemon"]
+        print(
+            f"\ndaemon vs default: makespan {f['makespan_s']:.1f} s vs {d['makespan_s']:.1f} s "
+            f"({100 * (f['makespan_s'] / d['makespan_s'] - 1):+.1f}%), "
+            f"mean JCT {f['mean_jct_s']:.1f} s vs {d['mean_jct_s']:.1f} s "
+            f"({100 * (f['mean_jct_s'] / d['mean_jct_s'] - 1):+.1f}%)"
+        )
     print("\nJSON:", json.dumps(results))
 
 
@@ -240,6 +354,13 @@ def main() -> None:
     e.add_argument("--cpu", type=int, default=(os.cpu_count() or 2) * 1000, help="the node's CPU in millicores")
     e.add_argument("--timeout", type=float, default=900.0)
     e.add_argument("--modes", nargs="+", default=["default", "daemon"], choices=["default", "daemon"])
+    e.add_argument("--no-deadline", action="store_true", help="no prioritised job: a batch with no deadline (mean JCT counts)")
+    e.add_argument(
+        "--side-by-side",
+        nargs=2,
+        metavar=("DEFAULT_CPUS", "DAEMON_CPUS"),
+        help="run both modes at once, each pinned to its cpuset (e.g. 0 1); the daemon on a private engine",
+    )
     o = sub.add_parser("overhead")
     o.add_argument("--containers", type=int, default=100)
     o.add_argument("--rounds", type=int, default=4)

@@ -20,7 +20,9 @@ import argparse
 import logging
 import signal
 import sys
+import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from flowplan.argtypes import whole
@@ -151,6 +153,24 @@ def _describe(tick: Any, dry_run: bool) -> str:
     return head + ("; " + "; ".join(parts) if parts else "; no change")
 
 
+def _keep_failed_snapshots(policy: Any, state: str) -> Any:
+    """``policy``, writing the snapshot it failed on beside the state store (for a bug report) before re-raising."""
+
+    def plan(snapshot: Any) -> Any:
+        try:
+            return policy(snapshot)
+        except Exception:
+            path = Path(f"{state}.failed-{int(time.time())}.json")
+            try:
+                path.write_text(snapshot.model_dump_json(indent=1))
+                logging.getLogger("flowplan.daemon").error("the policy failed on the snapshot written to %s", path)
+            except OSError:
+                pass
+            raise
+
+    return plan
+
+
 def run_daemon(args: argparse.Namespace) -> int:
     from adapters.daemon import Daemon, WakeClock
     from flowplan.cli import UsageError
@@ -167,6 +187,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         policy = make_policy(args.policy, **options)
     except ValueError as exc:
         raise UsageError(f"--policy: {exc}") from None
+    policy = _keep_failed_snapshots(policy, args.state)
     store = open_store(args.state)
     clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
@@ -181,6 +202,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         clock.reasons = []
 
     daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick)
+
+    def on_error(exc: BaseException) -> None:
+        stamp = datetime.now().strftime("%H:%M:%S")
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"{stamp} interval FAILED, nothing applied: {type(exc).__name__}: {first}", flush=True)
 
     def stop(signum: int, frame: object) -> None:
         clock.halt()
@@ -199,7 +225,7 @@ def run_daemon(args: argparse.Namespace) -> int:
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
         for line in daemon.recover():
             print(f"recovered: {line}", flush=True)
-        daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set)
+        daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set, on_error=on_error)
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -163,6 +163,7 @@ class Engine:
     url: str
     root: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
         """Stop this engine like a host shutting down (its containers get SIGTERM first)."""
@@ -190,6 +191,7 @@ class Engine:
                 "--bridge=none",
                 "--iptables=false",
                 "--ip-masq=false",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -222,8 +224,10 @@ class EngineSet:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start_engines(count: int) -> EngineSet:
+def start_engines(count: int, extra_args: list[str] | None = None) -> EngineSet:
     """``count`` private engines (their own data root, exec root, socket), with the image imported.
+
+    ``extra_args`` go to every ``dockerd`` (e.g. ``--cgroup-parent=/fp-side``).
 
     Private engines, not the machine's main one: other sessions may run the same tests or a daemon
     on the main engine at the same time, and each would see (and remove) the other's containers.
@@ -242,7 +246,7 @@ def start_engines(count: int) -> EngineSet:
         for i in range(count):
             root = tmp / f"e{i}"
             root.mkdir()
-            e = Engine(f"e{i}", f"unix://{root / 'docker.sock'}", root)
+            e = Engine(f"e{i}", f"unix://{root / 'docker.sock'}", root, extra_args=list(extra_args or []))
             e.start()
             engines.append(e)
             es.started.append(e)

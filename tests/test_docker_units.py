@@ -463,3 +463,52 @@ def test_wake_clock_wakes_after_debounce_and_ignores_own_events() -> None:
     t0 = time.monotonic()
     clock.sleep(10)
     assert time.monotonic() - t0 < 1.0 and clock.stop.is_set()
+
+
+def test_daemon_survives_a_failing_interval_and_stops_without_another() -> None:
+    from adapters.daemon import Daemon
+    from planner.policies import make_policy
+
+    snap = Snapshot(time=0, nodes=[Node(name="a", cpu_millis=2000)], jobs=[])
+
+    class Adapter:
+        def observe(self) -> Snapshot:
+            return snap
+
+        def apply(self, changes: Any) -> list[Any]:
+            return []
+
+    class Store:
+        def save_plan(self, plan: Any, snapshot: Any = None) -> int:
+            return 1
+
+        def record_actions(self, plan_id: int, actions: Any) -> list[int]:
+            return []
+
+        def finish_action(self, action_id: int, status: str, message: str = "") -> None: ...
+
+        def pending_actions(self) -> list[Any]:
+            return []
+
+    real = make_policy("flowplan", time_limit=0.2)
+    calls: list[int] = []
+
+    def policy(s: Snapshot) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a planner bug")
+        return real(s)
+
+    clock = WakeClock()
+    errors: list[BaseException] = []
+    stop_after = 4
+
+    def sleep(seconds: float) -> None:
+        if len(calls) >= stop_after:
+            clock.stop.set()
+
+    clock.sleep = sleep  # type: ignore[method-assign]
+    daemon = Daemon(Adapter(), policy, clock, Store(), interval=1.0)
+    count, last = daemon.run(stopped=clock.stop.is_set, on_error=errors.append)
+    assert len(calls) == stop_after and count == stop_after and last is not None  # kept going after the failure
+    assert [str(e) for e in errors] == ["a planner bug"]

@@ -288,6 +288,8 @@ class DockerAdapter:
 
     def _touch(self, *containers: str | None) -> None:
         now = time.monotonic()
+        if len(self._touched) > 1000:  # a long-lived daemon: forget what no event can still be about
+            self._touched = {k: t for k, t in self._touched.items() if t > now - 10 * OWN_EVENT_GRACE}
         for cid in containers:
             if cid:
                 self._touched[cid] = now
