@@ -268,6 +268,9 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
     if J == 0:
         return NodeSplit(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
     rates = [1.0 / np.maximum(j.seconds_per_epoch, 1e-12) for j in jobs]
+    # Jobs with nothing left (at their max_epochs, about to end) keep their minimum; the rollout
+    # shares out the rest.
+    capacity = capacity - sum(j.lo * j.replicas for j in jobs if j.remaining <= 0)
 
     # The tail guard. Mean completion time first: the job that would finish last under the equal
     # split (the kernel's default) keeps at least its equal share at every moment, so the batch's

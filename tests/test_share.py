@@ -152,3 +152,14 @@ def test_profiles_change_the_plan_on_a_real_snapshot() -> None:
         by = {a.job: a.cpu_millis for a in plans[SPAN].assignments}
         mine = {a.job: a.cpu_millis for a in plans[MEAN].assignments}
         assert by[last] >= mine[last] or np.isclose(by[last], mine[last])
+
+
+def test_a_job_with_nothing_left_keeps_its_minimum_and_the_node_is_not_overfilled() -> None:
+    """Regression (found by the Docker end-to-end run): a job at its max_epochs is out of the
+    rollout but keeps its minimum in the plan; the others used to be handed that minimum too
+    (2214 of 2000 millicores)."""
+    done = _linear(250, 1000, 0.0, 60.0)
+    others = [_linear(250, 1000, e, 60.0) for e in (2.2, 1.9, 2.7, 39.0)]
+    split = split_node([done, *others], 2000, MEAN)
+    assert int(split.shares.sum()) <= 2000
+    assert split.shares[0] == 250
