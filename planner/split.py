@@ -27,7 +27,9 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
     job = o.job
     grid = share_grid(job.min_cpu_millis, job.max_cpu_millis, config.cpu_step_millis)
     spe = o.speed.seconds_per_epoch_many(grid, np.full(grid.size, int(m.gpu[level])))
-    open1 = o.job.target is not None and not o.tier1_reached and not o.tiers_assumed and o.remaining_tier1 is not None
+    # An open tier 1 counts even when it is only assumed (no curve yet: tier 1 by the finish, the
+    # pessimistic guess): a new job's deadline is reserved for from its first plan, not ignored.
+    open1 = o.job.target is not None and not o.tier1_reached and o.remaining_tier1 is not None
     deadline = None
     if open1 and m.t1_slack_s is not None:
         deadline = float(m.t1_slack_s)
