@@ -13,7 +13,8 @@ finish and hand their share on:
   job is reserved the share that finishes it by the node's *makespan guard* ``T*`` (below). When
   the reservations do not fit, deadlines go first (higher priority, then less slack), then the
   guard's, longest remaining first; a deadline that cannot be met even at the job's max reserves
-  nothing (the capacity goes where it still buys something).
+  nothing (the capacity goes where it still buys something), unless its tier 1 is only assumed
+  (no curve yet): then it gets its max until a curve can tell.
 - **The rest by marginal value.** What is left goes in small steps to the job whose next step buys
   the most: ``w_j · Δrate_j / W_j`` — priority weight times the epochs per second the step adds,
   over the epochs left to the job's next milestone (tier 1 while it is open, else its finish).
@@ -68,6 +69,9 @@ class ShareJob:
     deadline: float | None  # seconds from now to the tier-1 deadline (open deadlines only)
     blocked: float  # seconds before it trains (start-up, restart)
     current: int | None = None  # the share it holds now (running jobs staying on the node)
+    #: Tier 1 only assumed (no curve yet): a deadline it seems unable to meet still gets its max,
+    #: since nothing is known yet to say it cannot.
+    tier1_assumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ def _rule(
         if job.deadline is not None and left1[j] > 0:
             span = job.deadline - now - start
             k = _level_for_rate(r, left1[j] / span) if span > 0 else None
+            if k is None and job.tier1_assumed and job.deadline > now:
+                k = len(job.grid) - 1
             if k is not None and k > 0:
                 wants.append((0, -job.weight, span, j, k))
         if math.isfinite(guard[j]) and left[j] > 0:
@@ -142,9 +148,9 @@ def _rule(
             level[j] = k
             room -= extra
             continue
-        if cls == 0:
+        if cls == 0 and not jobs[j].tier1_assumed:
             continue  # a deadline share that does not fit would not meet the deadline either
-        # The guard's: the highest level that still fits.
+        # The guard's, or an assumed deadline's: the highest level that still fits.
         fit = np.flatnonzero((g - g[have]) * jobs[j].replicas <= room + 1e-9)
         best = int(fit[-1]) if fit.size else have
         if best > have:

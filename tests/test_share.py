@@ -163,3 +163,18 @@ def test_a_job_with_nothing_left_keeps_its_minimum_and_the_node_is_not_overfille
     split = split_node([done, *others], 2000, MEAN)
     assert int(split.shares.sum()) <= 2000
     assert split.shares[0] == 250
+
+
+def test_an_assumed_tier1_deadline_gets_the_max_until_a_curve_can_tell() -> None:
+    """A new job whose tier 1 is only assumed (at its finish: 30 epochs) cannot meet a 400 s
+    deadline on paper; it still gets its max rather than nothing, since nothing says it cannot."""
+    base = _linear(250, 1000, 30, 60.0, tier1=30.0, deadline=400.0)
+    assumed = ShareJob(**{**base.__dict__, "tier1_assumed": True})
+    others = [_linear(250, 1000, 3, 60.0), _linear(250, 1000, 4, 60.0)]
+    judged = split_node([base, *others], 2000, MEAN)
+    guessed = split_node([assumed, *others], 2000, MEAN)
+    assert guessed.shares[0] == 1000
+    assert judged.shares[0] < 1000
+    # On a node too small for its max beside the others' minimums it gets all the room there is.
+    crowded = split_node([assumed, *others], 1000, MEAN)
+    assert crowded.shares[0] == 500 and int(crowded.shares.sum()) == 1000
