@@ -24,7 +24,7 @@ import numpy as np
 from models import CannotPredict, CurveFit, Direction, SpeedObservation, fit_learning_curve, fit_speed_model
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
-from planner.snapshot import Job, Settings
+from planner.snapshot import Job, QoETarget, Settings
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
 MAX_REMAINING_EPOCHS = 100_000.0
@@ -145,6 +145,15 @@ def _reached(values: np.ndarray, target: float, direction: str) -> bool:
     return bool(best >= target) if direction == "higher" else bool(best <= target)
 
 
+def _open_deadlines(target: QoETarget | None, t1_reached: bool, t2_reached: bool) -> tuple[float | None, float | None]:
+    """The tier deadlines still to plan for (``None``: no such tier, no deadline, or already reached)."""
+    if target is None:
+        return None, None
+    d1 = None if t1_reached else target.tier1.deadline
+    d2 = target.tier2.deadline if (target.tier2 is not None and not t2_reached) else None
+    return d1, d2
+
+
 def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
     """The outlook of a job whose remaining epochs and speed are known (the oracle's)."""
     target = job.target
@@ -152,8 +161,7 @@ def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
     r1, r2 = truth.remaining_tier1, truth.remaining_tier2
     t1_reached = target is not None and r1 is not None and r1 <= 0
     t2_reached = target is not None and target.tier2 is not None and r2 is not None and r2 <= 0
-    d1 = target.tier1.deadline if (target is not None and not t1_reached) else None
-    d2 = target.tier2.deadline if (target is not None and target.tier2 is not None and not t2_reached) else None
+    d1, d2 = _open_deadlines(target, t1_reached, t2_reached)
     return JobOutlook(
         job=job,
         epoch=epoch,
@@ -266,8 +274,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         if target is not None and target.tier2 is not None and not t2_reached:
             r2 = finish
 
-    d1 = target.tier1.deadline if (target is not None and not t1_reached) else None
-    d2 = target.tier2.deadline if (target is not None and target.tier2 is not None and not t2_reached) else None
+    d1, d2 = _open_deadlines(target, t1_reached, t2_reached)
     return JobOutlook(
         job=job,
         epoch=epoch,

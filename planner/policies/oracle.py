@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from models.curve_prior import CurvePrior
-from planner.config import SolverName
 from planner.core import plan
 from planner.errors import PlannerError
 from planner.outlook import JobTruth
@@ -38,15 +36,8 @@ class OraclePolicy(FlowPlanPolicy):
     #: The simulator gives the ground truth only to policies that say they read it: this one alone.
     reads_ground_truth = True
 
-    def __init__(
-        self,
-        solver: SolverName = "cpsat",
-        time_limit: float = 1.0,
-        curve_priors: Mapping[str, CurvePrior] | None = None,
-        objective: str | None = None,
-    ) -> None:
-        super().__init__(solver=solver, time_limit=time_limit, curve_priors=curve_priors, objective=objective)
-        self.truth: dict[str, JobTruth] | None = None
+    #: The truth for the next call (set by :meth:`observe_truth`, used once).
+    truth: dict[str, JobTruth] | None = None
 
     def observe_truth(self, truth: Mapping[str, JobTruth]) -> None:
         """The ground truth for the next call (job id -> :class:`planner.JobTruth`); used once."""
