@@ -8,26 +8,28 @@ finish and hand their share on:
   each job's ``max_cpu_millis``): no node has free CPU while a placed job is below its max (work
   conservation). Applied as weights (``cpu.weight`` / ``--cpu-shares`` / requests), the shares are
   what each job gets while all are busy; a job that finishes or idles hands its share on at once.
-- **Reservations first** (deadlines, then the tail guard). A job with an open tier-1 deadline it can
-  still meet is reserved the smallest share that reaches tier 1 in time at a constant rate. Every
-  job is reserved the share that finishes it by the node's *makespan guard* ``T*`` (below). When
-  the reservations do not fit, deadlines go first (higher priority, then less slack), then the
-  guard's, longest remaining first; a deadline that cannot be met even at the job's max reserves
-  nothing (the capacity goes where it still buys something), unless its tier 1 is only assumed
-  (no curve yet): then it gets its max until a curve can tell.
+- **Deadlines first.** A job with an open tier-1 deadline it can still meet is reserved the
+  smallest share that reaches tier 1 in time at a constant rate (higher priority, then less slack,
+  first). A deadline that cannot be met even at the job's max reserves nothing (the capacity goes
+  where it still buys something), unless its tier 1 is only assumed (no curve yet): then it gets
+  its max, or all the room there is, until a curve can tell.
+- **Then the tail guard**, by objective profile:
+
+  - ``deadlines>mean-jct>makespan``: the job that would finish last under the equal split (what
+    the kernel gives Docker's default) keeps at least its share *along that split's own
+    trajectory*, so the batch's critical path is never slower than the default's;
+  - ``deadlines>makespan>mean-jct``, lexicographically: a first rollout reserves every job what
+    finishes it by the node's makespan lower bound (the slowest job alone at its max, or the total
+    work at each job's most efficient share over the node; longest first when that does not fit),
+    which gives the makespan reachable here; the plan then reserves every job only what meets
+    *that* makespan, so short jobs still end early when it costs the makespan nothing.
 - **The rest by marginal value.** What is left goes in small steps to the job whose next step buys
   the most: ``w_j · Δrate_j / W_j`` — priority weight times the epochs per second the step adds,
   over the epochs left to the job's next milestone (tier 1 while it is open, else its finish).
   With linear speed-ups this is shortest-remaining-first with caps, the rule that minimises mean
   completion time; with concave ones (Amdahl) it balances like heSRPT (Berg et al., 2020): small
-  jobs get more, nobody is cut to nothing while its step still buys much.
-
-**The makespan guard.** ``T_lb`` is a lower bound on the node's makespan from the predictions: the
-larger of the slowest job alone at its max and the node's total work at each job's most efficient
-share over its capacity. ``T* = (1 + slack) · T_lb`` with the profile's slack
-(``deadlines>mean-jct>makespan``: 10 %, so shortest-first never starves the longest job by more
-than that; ``deadlines>makespan>mean-jct``: 0, the makespan first). A guard that cannot be met
-reserves the job's max: it is the critical one.
+  jobs get more, nobody is cut to nothing while its step still buys much. A step a job already
+  holds is worth ``HOLD_BONUS`` more to it (hysteresis). Jobs with nothing left keep their minimum.
 
 **The rollout.** The rule is applied now, then again at every predicted event (a job finishes, a
 restarting job resumes), as the control loop re-plans when things change; the first allocation is
