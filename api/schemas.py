@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.snapshot import MetricPoint, QoETarget
+from planner.snapshot import MAX_EPOCHS, MAX_VALUE, MetricPoint, QoETarget
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE, allow_inf_nan=False)]
 
 
 class Body(BaseModel):
@@ -23,7 +23,7 @@ class PointIn(Body):
     """One progress report: ``epoch`` (may be fractional) or ``step`` (with the batch's ``steps_per_epoch``)."""
 
     time: Finite = Field(description="When the point was measured (seconds; the snapshot's clock, usually Unix time).")
-    epoch: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
+    epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)] | None = None
     step: Annotated[int, Field(ge=0, le=10**15)] | None = None
     loss: Finite | None = None
     metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
@@ -48,10 +48,17 @@ class MetricBatch(Body):
 
     @model_validator(mode="after")
     def _steps_need_a_rate(self) -> MetricBatch:
-        if self.steps_per_epoch is None:
-            for i, p in enumerate(self.points):
-                if p.step is not None:
-                    raise ValueError(f"points[{i}].step: needs 'steps_per_epoch' in the batch to convert steps to epochs")
+        for i, p in enumerate(self.points):
+            if p.step is None:
+                continue
+            if self.steps_per_epoch is None:
+                raise ValueError(f"points[{i}].step: needs 'steps_per_epoch' in the batch to convert steps to epochs")
+            epoch = p.step / self.steps_per_epoch
+            if not epoch <= MAX_EPOCHS:  # also catches inf from a tiny steps_per_epoch
+                raise ValueError(
+                    f"points[{i}].step: {p.step} steps at {self.steps_per_epoch:g} steps per epoch is {epoch:g} epochs "
+                    f"(at most {MAX_EPOCHS:g}); check steps_per_epoch"
+                )
         return self
 
     def metric_points(self) -> list[MetricPoint]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 
@@ -19,3 +20,33 @@ def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
         return v
 
     return parse
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds in (0, 3600]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < v <= 3600):
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 3600 seconds, got {text}")
+    return v
+
+
+def finite(text: str) -> float:
+    """Any finite number."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+    return v
+
+
+def positive_epochs(text: str) -> float:
+    """Epochs in (0, 1,000,000]."""
+    v = finite(text)
+    if not (0 < v <= 1_000_000):
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 1000000 epochs, got {text}")
+    return v

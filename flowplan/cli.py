@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flowplan import __version__
+from flowplan.argtypes import finite, positive_epochs, positive_seconds
 from flowplan.render import render_table
 from planner import PlanCheckError, PlannerConfig, SnapshotError, check_plan, load_snapshot, plan
 from planner.plan import Plan
@@ -27,33 +27,6 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Exception):
     """A user mistake: printed as one line, exit code 2."""
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (0 < v <= 3600):
-        raise argparse.ArgumentTypeError(f"must be > 0 and <= 3600 seconds, got {text}")
-    return v
-
-
-def _finite(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
-    return v
-
-
-def _positive_epochs(text: str) -> float:
-    v = _finite(text)
-    if not (0 < v <= 1_000_000):
-        raise argparse.ArgumentTypeError(f"must be > 0 and <= 1000000 epochs, got {text}")
-    return v
 
 
 def objective_help(who: str) -> str:
@@ -99,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="integer-program backend (default: cpsat)"
     )
     pl.add_argument(
-        "--time-limit", type=_positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)"
+        "--time-limit", type=positive_seconds, default=1.0, metavar="S", help="solver time limit in seconds (default: 1)"
     )
     pl.add_argument("--objective", metavar="PROFILE", help=objective_help("the plan"))
     pl.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
@@ -112,9 +85,9 @@ def _parser() -> argparse.ArgumentParser:
         "the epoch at which it reaches TARGET, with an 80%% band, the plateau and the curve ahead.",
     )
     pr.add_argument("history", help="history CSV ('-' for standard input)")
-    pr.add_argument("--target", type=_finite, required=True, metavar="T", help="metric value to reach")
+    pr.add_argument("--target", type=finite, required=True, metavar="T", help="metric value to reach")
     pr.add_argument("--direction", choices=["higher", "lower"], required=True, help="is a higher metric better?")
-    pr.add_argument("--horizon", type=_positive_epochs, metavar="EPOCHS", help="predict up to this epoch (default: 2x the last)")
+    pr.add_argument("--horizon", type=positive_epochs, metavar="EPOCHS", help="predict up to this epoch (default: 2x the last)")
     pr.add_argument("--format", choices=["table", "json"], default="table")
     pr.add_argument("--plot", metavar="OUT.png", help="also draw the points, the fit and the band to a PNG")
 

@@ -3,6 +3,10 @@
 The history is a CSV with a header naming at least ``epoch`` and ``metric`` (``time`` optional,
 other columns ignored). Rows whose metric is empty or NaN are skipped (and counted); anything else
 that is not a number is an error naming the row and column.
+
+Work is bounded whatever the input: at most :data:`MAX_ROWS` rows, epochs up to :data:`MAX_EPOCH`
+(the contracts' bound), cells up to :data:`MAX_CELL` characters, and the predicted curve is drawn
+on at most :data:`MAX_GRID` epochs however far the horizon.
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ from typing import Any
 import numpy as np
 
 from models import CannotPredict, CurveFit, Direction, fit_learning_curve
+
+#: Most data rows read from a history (a run logged every step of 100 epochs fits).
+MAX_ROWS = 100_000
+#: Largest epoch accepted (as ``MetricPoint.epoch`` in the snapshot contract).
+MAX_EPOCH = 1e9
+#: Longest cell accepted, in characters (Python's csv module's own default limit).
+MAX_CELL = 131_072
+#: Most points of the predicted curve (spread evenly up to the horizon beyond this).
+MAX_GRID = 2000
 
 
 class HistoryError(Exception):
@@ -48,6 +61,7 @@ def read_history(path: str) -> History:
 
 
 def parse_history(text: str) -> History:
+    csv.field_size_limit(MAX_CELL)
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None:
@@ -60,26 +74,40 @@ def parse_history(text: str) -> History:
     epochs: list[float] = []
     values: list[float] = []
     skipped = 0
-    for row_no, row in enumerate(reader, start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        cells = {"epoch": row[ie].strip() if ie < len(row) else "", "metric": row[im].strip() if im < len(row) else ""}
-        if cells["metric"] == "" or cells["metric"].lower() == "nan":
-            skipped += 1
-            continue
-        parsed: dict[str, float] = {}
-        for col, cell in cells.items():
-            try:
-                parsed[col] = float(cell)
-            except ValueError:
-                raise HistoryError(f"row {row_no}, column '{col}': not a number ({cell!r})") from None
-            if not math.isfinite(parsed[col]):
-                raise HistoryError(f"row {row_no}, column '{col}': must be finite (got {cell})")
-        if parsed["epoch"] < 0:
-            raise HistoryError(f"row {row_no}, column 'epoch': must be >= 0 (got {cells['epoch']})")
-        epochs.append(parsed["epoch"])
-        values.append(parsed["metric"])
+    try:
+        for row_no, row in enumerate(reader, start=2):
+            if row_no - 1 > MAX_ROWS:
+                raise HistoryError(f"more than {MAX_ROWS:,} rows; keep every n-th point (the fit needs far fewer)")
+            skipped += _read_row(row_no, row, ie, im, epochs, values)
+    except csv.Error as exc:
+        raise HistoryError(f"row {reader.line_num}: not valid CSV ({exc})") from None
     return History(np.array(epochs, dtype=float), np.array(values, dtype=float), skipped)
+
+
+def _read_row(row_no: int, row: list[str], ie: int, im: int, epochs: list[float], values: list[float]) -> int:
+    """Append one row's epoch and metric; 1 if it was skipped (no metric), else 0."""
+    if not row or all(not c.strip() for c in row):
+        return 0
+    cells = {"epoch": row[ie].strip() if ie < len(row) else "", "metric": row[im].strip() if im < len(row) else ""}
+    if cells["metric"] == "" or cells["metric"].lower() == "nan":
+        return 1
+    parsed: dict[str, float] = {}
+    for col, cell in cells.items():
+        try:
+            parsed[col] = float(cell)
+        except ValueError:
+            raise HistoryError(f"row {row_no}, column '{col}': not a number ({_clip(cell)!r})") from None
+        if not math.isfinite(parsed[col]):
+            raise HistoryError(f"row {row_no}, column '{col}': must be finite (got {_clip(cell)})")
+    if not 0 <= parsed["epoch"] <= MAX_EPOCH:
+        raise HistoryError(f"row {row_no}, column 'epoch': must be 0 to {MAX_EPOCH:g} (got {_clip(cells['epoch'])})")
+    epochs.append(parsed["epoch"])
+    values.append(parsed["metric"])
+    return 0
+
+
+def _clip(cell: str, n: int = 40) -> str:
+    return cell if len(cell) <= n else cell[:n] + f"... ({len(cell):,} characters)"
 
 
 def predict(history: History, target: float, direction: Direction, horizon: float | None) -> dict[str, Any]:
@@ -112,7 +140,7 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
     end = horizon if horizon is not None else max(2.0 * last, (at or 0.0) * 1.2, 10.0)
     # Converged: improving by less than 0.1 % of the plateau per epoch.
     tolerance = 1e-3 * max(abs(fit.plateau), 1e-9)
-    grid = np.arange(1, int(math.floor(end)) + 1, dtype=float)
+    grid = np.arange(1, int(math.floor(end)) + 1, dtype=float) if end <= MAX_GRID else np.linspace(1.0, end, MAX_GRID)
     pred = fit.predict(grid)
     low, high = fit.interval_at(grid)  # 80% two-sided, widening with the horizon
     out.update(

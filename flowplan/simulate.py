@@ -23,7 +23,7 @@ from adapters.sim.compare import improvements, stat, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
 from adapters.sim.truth import TraceError, TraceLibrary, history_priors
-from flowplan.argtypes import whole
+from flowplan.argtypes import positive_seconds, whole
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -50,7 +50,13 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
-    p.add_argument("--time-limit", type=float, default=1.0, metavar="S", help="FlowPlan's solver time limit per interval")
+    p.add_argument(
+        "--time-limit",
+        type=positive_seconds,
+        default=1.0,
+        metavar="S",
+        help="FlowPlan's solver time limit per interval, seconds (default 1)",
+    )
     p.add_argument(
         "--priors",
         action=argparse.BooleanOptionalAction,

@@ -56,6 +56,10 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
     R = w.time_resolution
     horizon = 1.0
     for m in menus:
+        # Clip before anything becomes an integer: a bounded snapshot stays finite, this keeps it so.
+        cap = MAX_HORIZON_SECONDS
+        m.finish_s = np.minimum(np.nan_to_num(m.finish_s, nan=cap, posinf=cap), cap)
+        m.wait_finish_s = min(m.wait_finish_s, MAX_HORIZON_SECONDS) if math.isfinite(m.wait_finish_s) else MAX_HORIZON_SECONDS
         horizon = max(horizon, float(np.max(m.finish_s)), m.wait_finish_s)
     horizon = min(horizon, MAX_HORIZON_SECONDS)
     q = horizon / R

@@ -9,7 +9,9 @@ a job that is not ``resizable`` live, or moving it to another node, is a restart
 (``checkpoint_seconds``), is re-created, and restores (``restart_seconds``); both count as migrations.
 
 Validation is strict: unknown fields, NaN, infinities, negative capacities, duplicate names and jobs
-on unknown nodes are rejected with the path of the offending field.
+on unknown nodes are rejected with the path of the offending field. Numbers are bounded so that
+every figure derived from them stays finite: durations up to 1e9 s, epochs up to 1e9, clock times
+within ±1e12 s, loss and metric values within ±1e12.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$")]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Time = Annotated[float, Field(allow_inf_nan=False)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: Bounds that keep every derived figure finite (a year is 3.2e7 s; Unix time now is 1.8e9 s).
+MAX_SECONDS = 1e9
+MAX_EPOCHS = 1e9
+MAX_VALUE = 1e12  # largest |loss| or |metric| value
+
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Time = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+Finite = Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE, allow_inf_nan=False)]
 Millis = Annotated[int, Field(ge=0, le=10**9)]
 Count = Annotated[int, Field(ge=0, le=10**6)]
 
@@ -66,7 +73,7 @@ class MetricPoint(Contract):
     """One progress report: at ``time``, after ``epoch`` epochs, the job's loss and/or quality metric."""
 
     time: Time
-    epoch: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
     loss: Finite | None = None
     metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
 
@@ -82,7 +89,7 @@ class SpeedPoint(Contract):
 
     cpu_millis: Annotated[int, Field(ge=1, le=10**9)]
     gpus: Count = 0
-    seconds_per_epoch: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    seconds_per_epoch: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 
 
 class Tier(Contract):
@@ -103,7 +110,7 @@ class QoETarget(Contract):
     direction: Literal["higher", "lower"] = "lower"
     tier1: Tier
     tier2: Tier | None = None
-    max_epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _tiers_ordered(self) -> QoETarget:
@@ -142,7 +149,7 @@ class Job(Contract):
     migratable: bool = Field(True, description="Can checkpoint, stop, and restart elsewhere (or be paused).")
     checkpoint_seconds: Seconds = 30.0
     restart_seconds: Seconds = 30.0
-    checkpoint_every_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+    checkpoint_every_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] | None = Field(
         None,
         description="How often the job checkpoints while training, besides every epoch end (null: only at epoch "
         "ends). A restart loses the work since the last checkpoint; the planner prices that.",
@@ -190,7 +197,7 @@ class Settings(Contract):
         description="A deadline counts as met only if the job reaches its tier with this probability: "
         "0.5 uses the median prediction; higher values use the pessimistic side of the curve's band.",
     )
-    convergence_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+    convergence_tolerance: Annotated[float, Field(gt=0, le=MAX_VALUE, allow_inf_nan=False)] = Field(
         1e-3, description="A job without a tier-2 value or max_epochs finishes when it improves less than this per epoch."
     )
 

@@ -113,6 +113,8 @@ def test_bad_snapshot_one_line_exit_2(case: str, tmp_path: Path) -> None:
         (["plan", "-", "--time-limit", "-3"], "--time-limit"),
         (["plan", "-", "--time-limit", "abc"], "--time-limit"),
         (["plan", "-", "--solver", "gurobi"], "--solver"),
+        (["simulate", "--time-limit", "-1"], "--time-limit"),
+        (["simulate", "--time-limit", "0"], "--time-limit"),
         (["schema", "nothing"], "which"),
     ],
 )

@@ -37,6 +37,10 @@ BAD = {
     "text in metric": ("epoch,metric\n1,0.5\n2,high\n", "row 3, column 'metric'"),
     "infinite epoch": ("epoch,metric\ninf,0.5\n", "row 2, column 'epoch'"),
     "negative epoch": ("epoch,metric\n-1,0.5\n", "row 2, column 'epoch'"),
+    "epoch 1e308 (overflowed the fit)": ("epoch,metric\n1,0.5\n1e308,0.4\n", "row 3, column 'epoch': must be 0 to 1e+09"),
+    "epochs near 1e300 (overflowed the grid)": ("epoch,metric\n1e300,0.5\n2e300,0.4\n3e300,0.3\n", "row 2, column 'epoch'"),
+    "a cell over the csv limit": ("epoch,metric\n1," + "9" * 140_000 + "\n", "row 2: not valid CSV"),
+    "too many rows": ("epoch,metric\n" + "".join(f"{i},{1 / i}\n" for i in range(1, 100_002)), "more than 100,000 rows"),
 }
 
 
@@ -98,3 +102,14 @@ def test_nan_rows_skipped_and_plot_written(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "3 row(s) without a metric skipped" in r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_far_last_epoch_is_bounded_work(tmp_path: Path) -> None:
+    """Reproducer: a last epoch of 1e7 built a 2e7-point grid (over 60 s); the curve is now drawn on
+    at most 2,000 epochs spread to the horizon."""
+    f = _csv(tmp_path, "epoch,metric\n1,0.5\n2,0.33\n3,0.25\n4,0.2\n10000000,0.01\n")
+    r = run(str(f), "--target", "0.001", "--direction", "lower", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    grid = [p["epoch"] for p in out["predicted"]]
+    assert 0 < len(grid) <= 2000 and grid[-1] == pytest.approx(2e7)
