@@ -26,6 +26,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from planner.errors import field_path, first_error, unknown_field
+
 log = logging.getLogger("flowplan.api")
 
 _NAMED = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.+)$", re.S)
@@ -71,14 +73,6 @@ def error_response(status: int, message: str, field: str = "", headers: dict[str
     return JSONResponse({"error": {"field": field, "message": message}}, status_code=status, headers=headers)
 
 
-def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 def _short(value: Any) -> str:
@@ -87,14 +81,16 @@ def _short(value: Any) -> str:
 
 
 def describe_validation(errors: list[Any]) -> tuple[str, str]:
-    """(field, message) of the first of pydantic/FastAPI's errors, in the CLI's style."""
-    err = errors[0]
+    """(field, message) of the first of pydantic/FastAPI's errors (an unknown field first), in the
+    CLI's style."""
+    err = first_error(errors)
     loc = tuple(err.get("loc", ()))
     kind = err.get("type", "")
-    if loc and loc[0] == "body":
+    if loc and loc[0] in ("body", "query", "path", "header"):
         loc = loc[1:]
-    elif loc and loc[0] in ("query", "path", "header"):
-        loc = loc[1:]
+    if kind == "extra_forbidden" and loc:
+        stripped = [{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in errors]
+        return field_path(loc), unknown_field(loc, stripped)
     msg = str(err.get("msg", "invalid"))
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]

@@ -199,7 +199,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     snapshot = _read_snapshot(args.snapshot)
     try:
-        plan_obj = Plan.model_validate_json(Path(args.plan).read_bytes())
+        plan_obj = Plan.model_validate_json(Path(args.plan).read_bytes(), strict=True)
     except OSError as exc:
         raise UsageError(f"{args.plan}: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -35,3 +35,58 @@ class PlanCheckError(PlannerError):
     def __init__(self, violations: list[str]) -> None:
         self.violations = violations
         super().__init__("; ".join(violations[:5]) + (f" (+{len(violations) - 5} more)" if len(violations) > 5 else ""))
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``('jobs', 3, 'min_cpu_millis')`` -> ``jobs[3].min_cpu_millis``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def first_error(errors: list[Any]) -> Any:
+    """The validation error to show first: an unknown field, since a misspelt name is also reported
+    as the right name missing, and "Field required" alone never shows the typo."""
+    for err in errors:
+        if err.get("type") == "extra_forbidden":
+            return err
+    return errors[0]
+
+
+def unknown_field(loc: tuple[Any, ...], errors: list[Any], model: Any = None) -> str:
+    """The message for an unknown field at ``loc``: its name, and the closest known name.
+
+    Known names come from ``model`` (a pydantic model class, walked along ``loc``) when given, and
+    from the fields reported missing beside it."""
+    import difflib
+
+    name = str(loc[-1]) if loc else ""
+    known = set(_fields_at(model, loc[:-1])) if model is not None else set()
+    known |= {str(e["loc"][-1]) for e in errors if e.get("type") == "missing" and tuple(e.get("loc", ()))[:-1] == loc[:-1]}
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"unknown field '{name}'" + (f"; did you mean '{close[0]}'?" if close else "")
+
+
+def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the pydantic model reached from ``model`` along ``loc`` (empty if none)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models_in(tp: Any) -> list[type[BaseModel]]:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [tp]
+        return [m for arg in typing.get_args(tp) for m in models_in(arg)]
+
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(str(part))
+        found = models_in(field.annotation) if field is not None else []
+        current = found[0] if found else None
+    return list(current.model_fields) if current is not None else []

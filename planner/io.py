@@ -13,18 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.errors import SnapshotError
+from planner.errors import SnapshotError, field_path, first_error, unknown_field
 from planner.snapshot import Snapshot
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 def _short(value: Any) -> str:
@@ -59,8 +49,11 @@ def validate_snapshot(data: Any) -> Snapshot:
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = _path(tuple(err["loc"]))
+        errors = exc.errors(include_url=False)
+        err = first_error(errors)
+        if err["type"] == "extra_forbidden":
+            raise SnapshotError(field_path(tuple(err["loc"])), unknown_field(tuple(err["loc"]), errors, Snapshot)) from None
+        loc = field_path(tuple(err["loc"]))
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]

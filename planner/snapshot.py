@@ -33,6 +33,8 @@ Time = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
 Finite = Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE, allow_inf_nan=False)]
 Millis = Annotated[int, Field(ge=0, le=10**9)]
 Count = Annotated[int, Field(ge=0, le=10**6)]
+JobStatus = Literal["pending", "running", "finished"]
+Direction = Literal["higher", "lower"]
 
 
 class Contract(BaseModel):
@@ -41,7 +43,15 @@ class Contract(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
-class Node(Contract):
+class Input(Contract):
+    """Base of the models a user or an adapter writes (the snapshot and its parts): strict types as
+    well, so ``true`` is not a number, ``"16000"`` not an integer and ``0`` or ``"yes"`` not a
+    boolean (an integer is still a valid number)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class Node(Input):
     """A machine jobs can run on (a Docker host, a Kubernetes node)."""
 
     name: Name
@@ -53,7 +63,7 @@ class Node(Contract):
     schedulable: bool = Field(True, description="False: cordoned; jobs already there may stay, none is added.")
 
 
-class Allocation(Contract):
+class Allocation(Input):
     """Resources a running job holds now, per replica.
 
     ``cpu_millis`` is the job's *guaranteed* CPU share: a weight (Docker ``--cpu-shares``, cgroup
@@ -69,7 +79,7 @@ class Allocation(Contract):
     )
 
 
-class MetricPoint(Contract):
+class MetricPoint(Input):
     """One progress report: at ``time``, after ``epoch`` epochs, the job's loss and/or quality metric."""
 
     time: Time
@@ -84,7 +94,7 @@ class MetricPoint(Contract):
         return self
 
 
-class SpeedPoint(Contract):
+class SpeedPoint(Input):
     """An observed training speed at a past allocation (per replica)."""
 
     cpu_millis: Annotated[int, Field(ge=1, le=10**9)]
@@ -92,14 +102,14 @@ class SpeedPoint(Contract):
     seconds_per_epoch: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 
 
-class Tier(Contract):
+class Tier(Input):
     """One QoE tier: reach ``value`` of the target metric, by ``deadline`` if one is given."""
 
     value: Finite
     deadline: Time | None = None
 
 
-class QoETarget(Contract):
+class QoETarget(Input):
     """The user's promise: tier 1 (deliver a usable model by its deadline), tier 2 (keep training to it).
 
     ``metric`` names what the tiers are measured on: ``"loss"`` reads ``MetricPoint.loss``; any other
@@ -107,7 +117,7 @@ class QoETarget(Contract):
     """
 
     metric: str = "loss"
-    direction: Literal["higher", "lower"] = "lower"
+    direction: Direction = "lower"
     tier1: Tier
     tier2: Tier | None = None
     max_epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS, allow_inf_nan=False)] | None = None
@@ -124,11 +134,11 @@ class QoETarget(Contract):
         return self
 
 
-class Job(Contract):
+class Job(Input):
     """One training run (a container, or a gang of ``replicas`` containers on one node)."""
 
     id: Name
-    status: Literal["pending", "running", "finished"]
+    status: JobStatus
     task: str | None = Field(
         None,
         max_length=253,
@@ -179,7 +189,7 @@ ObjectiveProfile = Literal["deadlines>mean-jct>makespan", "deadlines>makespan>me
 OBJECTIVE_PROFILES: tuple[str, ...] = ("deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct")
 
 
-class Settings(Contract):
+class Settings(Input):
     """Per-snapshot planning settings (the operator's knobs for this cluster)."""
 
     objective: ObjectiveProfile = Field(
@@ -202,7 +212,7 @@ class Settings(Contract):
     )
 
 
-class Snapshot(Contract):
+class Snapshot(Input):
     """What the cluster looks like at ``time``."""
 
     apiVersion: Literal["flowplan/v1"] = API_VERSION

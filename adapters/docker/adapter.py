@@ -68,7 +68,7 @@ from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogCursor, read_lines
-from planner.snapshot import Allocation, Job, MetricPoint, Node, Settings, Snapshot, SpeedPoint
+from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, Settings, Snapshot, SpeedPoint
 
 log = logging.getLogger("flowplan.docker")
 
@@ -225,7 +225,7 @@ class DockerAdapter:
         host, c, labels = ordered[0]
         return Placed(host, c, labels, [(h, o) for h, o, _ in ordered[1:]])
 
-    def _status(self, c: ContainerView) -> str:
+    def _status(self, c: ContainerView) -> JobStatus:
         if c.state in ("running", "paused", "restarting"):
             return "running"
         if c.state == "created":

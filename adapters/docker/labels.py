@@ -185,12 +185,14 @@ def _target(own: Mapping[str, str], created: float | None) -> QoETarget | None:
         tiers[tier] = t
     max_epochs = _ranged("target.max_epochs", own["target.max_epochs"], 1e-9, 1e6) if "target.max_epochs" in own else None
     try:
-        return QoETarget(
-            metric=own.get("target.metric", "loss").strip() or "loss",
-            direction=direction,
-            tier1=tiers["tier1"],
-            tier2=tiers.get("tier2"),
-            max_epochs=max_epochs,
+        return QoETarget.model_validate(
+            {
+                "metric": own.get("target.metric", "loss").strip() or "loss",
+                "direction": direction,
+                "tier1": tiers["tier1"],
+                "tier2": tiers.get("tier2"),
+                "max_epochs": max_epochs,
+            }
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -48,7 +48,7 @@ from adapters.base import Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
-from planner.snapshot import Allocation, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
+from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
 #: Least progress at one allocation (in epochs) before its speed is reported.
 MIN_SPEED_EPOCHS = 0.02
@@ -439,7 +439,7 @@ class SimCluster:
             jobs.append(
                 Job(
                     id=s.id,
-                    status=j.status,
+                    status=cast(JobStatus, j.status),  # "future" jobs are not in a snapshot
                     task=task_name(s.model, s.batch_size),
                     node=j.node if running else None,
                     allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit)

@@ -35,11 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from models.curve_prior import CurvePrior
+from planner.snapshot import Direction
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "traces.json"
 
 #: Metric of each model's validation trace: (metric name, direction, MetricPoint field).
-METRICS: dict[str, tuple[str, str, str]] = {
+METRICS: dict[str, tuple[str, Direction, str]] = {
     "cifar10": ("accuracy", "higher", "metric"),  # ResNet-18, top-1
     "imagenet": ("accuracy", "higher", "metric"),  # ResNet-50, top-1
     "bert": ("f1", "higher", "metric"),  # SQuAD fine-tuning
