@@ -30,7 +30,7 @@ from api import examples
 from api.auth import check_access
 from api.errors import ApiError, ErrorBody, NotFound, install_handlers
 from api.forecast import live_predictions
-from api.limits import BodySizeLimit
+from api.limits import BodySizeLimit, RequestGuard
 from api.metrics import ServiceMetrics
 from api.schemas import HistorySummary, IngestResult, JobDetail, JobList, JobSummary, MetricBatch, Status
 from api.settings import ApiSettings
@@ -48,6 +48,7 @@ _bearer = HTTPBearer(auto_error=False, description="FLOWPLAN_TOKEN (read-write) 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "Open mode: the Host header names another address (DNS rebinding)."},
     401: {"model": ErrorBody, "description": "No bearer token, or an unknown one."},
     422: {"model": ErrorBody, "description": "The request is malformed: the error names the field."},
     413: {"model": ErrorBody, "description": "The request body is larger than the limit."},
@@ -55,6 +56,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     403: {"model": ErrorBody, "description": "The read-only token cannot write."},
+    415: {"model": ErrorBody, "description": "A write without Content-Type: application/json."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "No such job or plan."}}
 
@@ -116,6 +118,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     app.state.metrics = metrics
     install_handlers(app, metrics.count_error)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, on_reject=lambda: metrics.count_error(413))
+    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, on_reject=metrics.count_error)
 
     def may_read(request: Request, _: Credentials) -> None:
         check_access(settings, request, write=False)

@@ -132,6 +132,12 @@ def _read_snapshot(path: str) -> Snapshot:
         raise UsageError(f"{name}: {exc}") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _write(text: str, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
@@ -147,6 +153,8 @@ def _write(text: str, out: str | None) -> None:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        # mkstemp makes 0600: keep an existing file's mode, give a new one the usual umask default.
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask())
         os.replace(tmp, target)
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None

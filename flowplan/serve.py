@@ -8,6 +8,7 @@ refuses to listen on anything but a loopback address, and says so at start-up.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import socket
 import sys
@@ -74,6 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "may only listen on a loopback address such as 127.0.0.1"
             )
         notice = "no token configured: open access, listening on loopback only"
+        settings = dataclasses.replace(settings, allowed_hosts=("127.0.0.1", "localhost", "::1", args.host))
     elif settings.write_token is None:
         notice = "only a read-only token is configured: every write will be refused"
     else:

@@ -21,6 +21,7 @@ does nothing (the first write wins), so a client may retry a batch safely.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -86,6 +87,10 @@ class StateStore:
         migrations: Sequence[str] | None = None,
     ) -> None:
         self.path = str(path)
+        if self.path != ":memory:" and not self.path.startswith("file:") and not os.path.exists(self.path):
+            # The state holds users' progress, targets and plans: readable by its owner only. SQLite
+            # gives its -wal and -shm files the database file's mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._migrations = list(MIGRATIONS if migrations is None else migrations)
         self._lock = threading.RLock()
         # isolation_level=None: no implicit transactions; every write opens its own BEGIN IMMEDIATE.

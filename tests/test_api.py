@@ -133,9 +133,9 @@ def test_plan_fills_history_and_target_from_the_store(client: httpx.Client, serv
     assert client.post(f"/v1/jobs/{job.id}/metrics", json={"points": posted}).status_code == 200
     assert client.put(f"/v1/jobs/{job.id}/target", json=job.target.model_dump(exclude_none=True)).status_code == 200  # type: ignore[union-attr]
 
-    filled = Plan.model_validate_json(client.post("/v1/plan", content=bare.model_dump_json()).content)
+    filled = Plan.model_validate_json(client.post("/v1/plan", content=bare.model_dump_json(), headers=JSON).content)
     as_posted = Plan.model_validate_json(
-        client.post("/v1/plan", content=bare.model_dump_json(), params={"fill_from_store": False}).content
+        client.post("/v1/plan", content=bare.model_dump_json(), params={"fill_from_store": False}, headers=JSON).content
     )
     original = plan(snapshot, PlannerConfig()).plan
 
@@ -154,7 +154,7 @@ def test_health_ready_and_metrics(client: httpx.Client) -> None:
     assert client.get("/readyz").json()["status"] == "ready"
     before = client.get("/metrics").text
     client.post("/v1/jobs/metrics-probe/metrics", json={"points": curve_points("ncf", 1024, stop=3)})
-    client.post("/v1/plan", content=b"{not json")
+    client.post("/v1/plan", content=b"{not json", headers=JSON)
     after = client.get("/metrics").text
 
     def value(text: str, name: str) -> float:
@@ -179,6 +179,7 @@ def test_openapi_document_has_examples(client: httpx.Client) -> None:
 
 
 BAD_POINT = {"time": 1.0, "epoch": 1.0, "loss": 1.0}
+JSON = {"content-type": "application/json"}
 
 #: (case, method, path, body: JSON-able, or bytes sent as-is, expected status, expected field)
 REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
@@ -411,3 +412,54 @@ def test_serve_refuses_with_one_line(
     assert main(["serve", "--port", "0", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("flowplan: error: ") and words in err[0]
+
+
+# -- open mode against browsers ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def open_loopback(data_dir: Path) -> Iterator[str]:
+    """The service as ``flowplan serve`` runs it with no token: the loopback names and its address."""
+    store = StateStore(":memory:")
+    with ThreadServer(create_app(store, ApiSettings(allowed_hosts=("127.0.0.1", "localhost", "::1")))) as srv:
+        yield srv.url
+    store.close()
+
+
+GUARD: list[tuple[str, str, dict[str, str], int, str]] = [
+    ("cross-site form post (text/plain, no preflight)", "POST", {"content-type": "text/plain"}, 415, "content-type"),
+    ("form encoding", "POST", {"content-type": "application/x-www-form-urlencoded"}, 415, "content-type"),
+    ("no content type", "POST", {}, 415, "content-type"),
+    ("DNS rebinding: another name for this socket", "GET", {"host": "evil.example:8080"}, 400, "host"),
+    ("rebinding on a write", "POST", {"host": "evil.example", "content-type": "application/json"}, 400, "host"),
+]
+
+
+@pytest.mark.parametrize(("case", "method", "headers", "status", "field"), GUARD, ids=[g[0] for g in GUARD])
+def test_open_mode_refuses_what_a_browser_page_could_send(
+    open_loopback: str, case: str, method: str, headers: dict[str, str], status: int, field: str
+) -> None:
+    body = json.dumps({"points": [BAD_POINT]}).encode()
+    path = "/v1/jobs/guarded/metrics" if method == "POST" else "/v1/jobs"
+    with httpx.Client(base_url=open_loopback, timeout=30) as c:
+        resp = c.request(method, path, content=body if method == "POST" else None, headers=headers)
+        assert resp.status_code == status, resp.text
+        assert resp.json()["error"]["field"] == field
+        assert c.get("/v1/jobs/guarded").status_code == 404  # nothing was stored
+
+
+def test_open_mode_serves_its_own_names(open_loopback: str) -> None:
+    port = open_loopback.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        with httpx.Client(base_url=open_loopback, timeout=30, headers={"host": host}) as c:
+            assert c.post("/v1/jobs/named/metrics", json={"points": [BAD_POINT]}).status_code == 200, host
+            assert c.get("/v1/jobs/named").status_code == 200
+
+
+def test_state_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = StateStore(path)
+    store.close()
+    assert path.stat().st_mode & 0o777 == 0o600
+    for extra in tmp_path.glob("state.db-*"):  # WAL and shared-memory files follow the database's mode
+        assert extra.stat().st_mode & 0o077 == 0, extra

@@ -503,3 +503,16 @@ def test_results_script_runs_end_to_end_and_keeps_the_analysis(tmp_path: Path) -
     assert data["demo"]["checker_failures"] == 0
     bad = subprocess.run([sys.executable, str(script), "--scenarios", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown scenario 'nope'" in bad.stderr
+
+
+def test_out_keeps_an_existing_files_mode(tmp_path: Path) -> None:
+    """--out replaces the file atomically (a temporary file renamed over it) and keeps its mode;
+    a new file gets the usual default, not the temporary file's 0600."""
+    shared = tmp_path / "shared.json"
+    shared.write_text("old")
+    shared.chmod(0o644)
+    assert run("plan", "-", "--format", "json", "--out", str(shared), stdin=json.dumps(GOOD)).returncode == 0
+    assert shared.stat().st_mode & 0o777 == 0o644 and json.loads(shared.read_text())["kind"] == "Plan"
+    fresh = tmp_path / "fresh.json"
+    assert run("plan", "-", "--format", "json", "--out", str(fresh), stdin=json.dumps(GOOD)).returncode == 0
+    assert fresh.stat().st_mode & 0o777 != 0o600 and fresh.stat().st_mode & 0o444 == 0o444
