@@ -59,6 +59,9 @@ _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     415: {"model": ErrorBody, "description": "A write without Content-Type: application/json."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "No such job or plan."}}
+_NOT_READABLE: dict[int | str, dict[str, Any]] = {
+    405: {"model": ErrorBody, "description": "A write-only sub-resource (.../target, .../metrics) read with GET."}
+}
 
 
 def _version() -> str:
@@ -275,13 +278,22 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         tags=["jobs"],
         summary="A job's history summary and live predictions",
         dependencies=read,
-        responses={**_ERRORS, **_NOT_FOUND},
+        responses={**_ERRORS, **_NOT_FOUND, **_NOT_READABLE},
     )
     def get_job(job_id: JobId) -> JobDetail:
         """Predictions: ETA to each tier with its 80% band, the plateau and the convergence epoch, from
         the same curve models the planner uses, at the job's observed speed."""
         record = store.job_record(job_id)
         if record is None:
+            # ".../target" and ".../metrics" are write-only sub-resources, not job ids.
+            for suffix, allow in (("/target", "PUT"), ("/metrics", "POST")):
+                if job_id.endswith(suffix):
+                    raise ApiError(
+                        f"{suffix[1:]} of a job is written with {allow}; read the job with GET /v1/jobs/{{id}}",
+                        "",
+                        405,
+                        {"Allow": allow},
+                    )
             raise NotFound(f"no job '{job_id}'", "job_id")
         history = store.history(job_id)
         target = store.target(job_id)

@@ -270,6 +270,8 @@ REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
     ("target: bad direction", "PUT", "/v1/jobs/j/target", {"direction": "up", "tier1": {"value": 1}}, 422, "direction"),
     ("jobs: limit 0", "GET", "/v1/jobs?limit=0", None, 422, "limit"),
     ("job: unknown", "GET", "/v1/jobs/nobody-here", None, 404, "job_id"),
+    ("target: read with GET (write-only)", "GET", "/v1/jobs/j/target", None, 405, ""),
+    ("metrics: read with GET (write-only)", "GET", "/v1/jobs/j/metrics", None, 405, ""),
     ("plan: id 0", "GET", "/v1/plans/0", None, 422, "plan_id"),
     ("plan: id not a number", "GET", "/v1/plans/abc", None, 422, "plan_id"),
     ("plan: unknown id", "GET", "/v1/plans/987654", None, 404, "plan_id"),
