@@ -82,6 +82,20 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
         dtype=np.int64,
     )
     pinned = np.array([m.outlook.job.status == "running" and not m.outlook.job.migratable for m in menus], dtype=bool)
+    for j, m in enumerate(menus):
+        job = m.outlook.job
+        if current[j] < 0 or job.allocation is None:
+            continue
+        node = nodes[int(current[j])]
+        for what, held, has in (
+            ("millicores", job.allocation.cpu_millis * job.replicas, node.cpu_millis),
+            ("GPUs", job.allocation.gpus * job.replicas, node.gpus),
+        ):
+            if held > has:
+                warnings.append(
+                    f"job {job.id}: holds {held} {what} on node {node.name}, which has {has} (a wrong reading?); "
+                    "planned from its bounds, as a change to what fits"
+                )
     stay_ok = [_stay_levels(m) for m in menus]
     for j, m in enumerate(menus):
         ok = stay_ok[j]

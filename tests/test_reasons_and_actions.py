@@ -208,3 +208,25 @@ def test_deadline_confidence_is_pessimistic() -> None:
         p = plan(snap).plan
         assert check_plan(snap, p) == []
         assert p.assignments[0].predictions.tier1_satisfied is met, confidence
+
+
+def test_an_impossible_reading_is_warned_about_and_planned_to_fit() -> None:
+    """A running job said to hold far more than its node has (issue 15: 1e9 millicores on a
+    96-core node was planned as a resize with no word) is planned to fit, with a warning."""
+    job = {
+        "id": "j",
+        "status": "running",
+        "node": "n1",
+        "allocation": {"cpu_millis": 10**9, "gpus": 2},
+        "min_cpu_millis": 1000,
+        "max_cpu_millis": 2000,
+        "min_gpus": 1,
+        "max_gpus": 2,
+        "history": _hist(),
+    }
+    snap = _snap([NODE], [job])
+    result = plan(snap, PlannerConfig())
+    assert check_plan(snap, result.plan) == []
+    assert any("holds 1000000000 millicores on node n1, which has 4000" in w for w in result.plan.warnings), result.plan.warnings
+    (a,) = result.plan.assignments
+    assert a.cpu_millis is not None and a.cpu_millis <= 4000
