@@ -318,6 +318,26 @@ def test_unmanaged_container_and_vanished_container(docker_engines: Any) -> None
     api(main.url).remove_container(bad, force=True)
 
 
+def test_a_deliver_that_comes_after_the_last_epoch_records_the_final_model(docker_engines: Any) -> None:
+    """Issue 15: tier 1 reached at the last epoch, the container exits 0 before the daemon's deliver
+    arrives. That is a delivery (the final model), not a conflict; a failed job's is still refused."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    done = create_job(main.url, "fp-done", "done", docker_engines.ckpt, command=["/bin/sh", "-c", "exit 0"])
+    failed = create_job(main.url, "fp-failed", "failed", docker_engines.ckpt, command=["/bin/sh", "-c", "exit 3"])
+    ad = adapter_for(docker_engines)
+    wait_for(lambda: all(api(main.url).inspect_container(c)["State"]["Status"] == "exited" for c in (done, failed)), 30, "exits")
+    snap = ad.observe()
+    assert {j.id: j.status for j in snap.jobs if j.id in ("done", "failed")} == {"done": "finished", "failed": "finished"}
+    ok, refused = ad.apply([Change("done", "deliver", "main", 0, 0), Change("failed", "deliver", "main", 0, 0)])
+    assert ok.ok and "final model" in ok.message, ok
+    assert not refused.ok and refused.error == "conflict" and "exited" in refused.message, refused
+    assert next(j for j in ad.observe().jobs if j.id == "done").delivered
+    for c in (done, failed):
+        api(main.url).remove_container(c, force=True)
+
+
 def test_migration_between_engines_resumes_from_checkpoint(docker_engines: Any) -> None:
     from docker_env import create_job
 
