@@ -151,6 +151,10 @@ class WakeClock:
                 self.woken += 1
 
 
+class LeaseLost(Exception):
+    """Another daemon holds (or took over) the jobs this one would manage: stop, act on nothing."""
+
+
 class Daemon:
     """Runs ``adapter`` with ``policy`` on ``clock``, recording to ``store``; see the module docstring."""
 
@@ -164,8 +168,12 @@ class Daemon:
         interval: float | None = None,
         dry_run: bool = False,
         on_tick: Callable[[Tick], None] | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.adapter = adapter
+        #: Called before every interval (and before recovery); raises to stop the daemon, e.g. when
+        #: its lease on the jobs it manages was lost (:class:`LeaseLost`). Never caught here.
+        self.guard = guard
         self.store = store
         self.dry_run = dry_run
         self._on_tick = on_tick
@@ -181,6 +189,8 @@ class Daemon:
 
     def recover(self) -> list[str]:
         """Settle the actions a previous run left pending, then reconcile duplicates. Lines of what it did."""
+        if self.guard is not None:
+            self.guard()
         pending = self.store.pending_actions()
         lines: list[str] = []
         if pending:
@@ -230,6 +240,8 @@ class Daemon:
         count, last = 0, None
         while (max_ticks is None or count < max_ticks) and not (stopped is not None and stopped()):
             tick: Tick | None = None
+            if self.guard is not None:
+                self.guard()
             try:
                 tick = self.loop.step()
             except Exception as exc:

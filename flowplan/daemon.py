@@ -43,6 +43,52 @@ def _seconds(lo: float, hi: float) -> Any:
     return parse
 
 
+def _scope(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,KEY=VALUE], got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def lease_name(adapter: str, scope: dict[str, str] | None) -> str:
+    """The lease a daemon holds: one per adapter kind and scope (``*``: every job)."""
+    return f"{adapter}/" + (",".join(f"{k}={v}" for k, v in sorted(scope.items())) if scope else "*")
+
+
+class LeaseGuard:
+    """A guard for :class:`adapters.daemon.Daemon`: takes the scope's lease in the state store,
+    renews it at every interval, and raises ``LeaseLost`` naming the holder when another daemon has
+    it, or has the whole adapter (``*``), or — for ``*`` — any scope of it."""
+
+    def __init__(self, store: Any, adapter: str, scope: dict[str, str] | None, ttl: float) -> None:
+        import os
+        import socket
+
+        self.store = store
+        self.ttl = ttl
+        self.name = lease_name(adapter, scope)
+        self.holder = f"{socket.gethostname()}:pid {os.getpid()}:since {datetime.now().strftime('%Y-%m-%dT%H:%M:%S')}"
+        self.conflicts = [] if scope is None else [lease_name(adapter, None)]
+        self.prefix = f"{adapter}/" if scope is None else None
+
+    def __call__(self) -> None:
+        from adapters.daemon import LeaseLost
+
+        got = self.store.acquire_lease(self.name, self.holder, self.ttl, conflicts=self.conflicts, conflict_prefix=self.prefix)
+        if not got.held:
+            until = datetime.fromtimestamp(got.expires).strftime("%H:%M:%S")
+            raise LeaseLost(
+                f"lease {got.name!r} is held by {got.holder} (until {until} unless renewed): another daemon manages "
+                "these jobs; stop it, or give this one another --scope"
+            )
+
+    def release(self) -> None:
+        self.store.release_lease(self.name, self.holder)
+
+
 def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by ``daemon`` and ``snapshot``."""
     p.add_argument("--adapter", choices=["docker"], default="docker", help="cluster kind (default: docker)")
@@ -94,6 +140,13 @@ def register(sub: Any) -> None:
         metavar="S",
         help="after an engine event, wait this long for more before re-planning (default 0.4 s)",
     )
+    p.add_argument(
+        "--scope",
+        type=_scope,
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="manage only the flowplan.job containers carrying these labels (default: every one); daemons "
+        "sharing a --state never act on the same scope at once",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
     p.set_defaults(func=run_daemon)
 
@@ -114,7 +167,7 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     except ValueError as exc:
         raise UsageError(f"--migration-budget {getattr(args, 'migration_budget', '')}: {str(exc).splitlines()[-1]}") from None
     try:
-        return DockerAdapter(specs, store=store, settings=settings, **options)
+        return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), **options)
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
 
@@ -172,7 +225,7 @@ def _keep_failed_snapshots(policy: Any, state: str) -> Any:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    from adapters.daemon import Daemon, WakeClock
+    from adapters.daemon import Daemon, LeaseLost, WakeClock
     from flowplan.cli import UsageError
     from flowplan.render import render_table
     from planner.policies import make_policy
@@ -201,7 +254,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         print(_describe(tick, args.dry_run) + woken, flush=True)
         clock.reasons = []
 
-    daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick)
+    # A dry run changes nothing, so it needs no lease. The lease outlives an interval and its slowest
+    # apply (a checkpoint) with room to spare; a daemon that stops renewing frees it by then.
+    ttl = 3 * args.interval + args.checkpoint_timeout + 30
+    guard = None if args.dry_run else LeaseGuard(store, args.adapter, args.scope, ttl)
+    daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick, guard=guard)
 
     def on_error(exc: BaseException) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -223,9 +280,15 @@ def run_daemon(args: argparse.Namespace) -> int:
                 heartbeat=args.interval,
             ).start()
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
-        for line in daemon.recover():
-            print(f"recovered: {line}", flush=True)
-        daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set, on_error=on_error)
+        try:
+            for line in daemon.recover():
+                print(f"recovered: {line}", flush=True)
+            daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set, on_error=on_error)
+        except LeaseLost as exc:
+            print(f"flowplan daemon: {exc}", file=sys.stderr, flush=True)
+            return 3
+        if guard is not None:
+            guard.release()
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -6,12 +6,13 @@ pydantic and the planner's contracts (see ``.importlinter``).
 
 from store.errors import MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
-from store.sqlite import ActionStatus, JobRecord, PointStats, StateStore
+from store.sqlite import ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
     "MIGRATIONS",
     "ActionStatus",
     "JobRecord",
+    "Lease",
     "MigrationError",
     "PointStats",
     "SchemaTooNew",

@@ -66,4 +66,13 @@ MIGRATIONS: list[str] = [
         value TEXT NOT NULL
     );
     """,
+    # 3: leases, so that two daemons sharing a store never act on the same jobs at once.
+    """
+    CREATE TABLE leases (
+        name     TEXT PRIMARY KEY,           -- what is held, e.g. 'docker/team=vision' or 'docker/*'
+        holder   TEXT NOT NULL,              -- who holds it: host, pid and start time
+        expires  REAL NOT NULL,              -- Unix time; a lease not renewed by then is free
+        acquired REAL NOT NULL
+    );
+    """,
 ]

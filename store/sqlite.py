@@ -52,6 +52,16 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A lease as :meth:`StateStore.acquire_lease` found it: ``held`` says whether the caller got it."""
+
+    name: str
+    holder: str
+    expires: float
+    held: bool
+
+
+@dataclass(frozen=True)
 class PointStats:
     """Summary of one job's stored history."""
 
@@ -319,6 +329,34 @@ class StateStore:
     def action_status(self, action_id: int) -> tuple[ActionStatus, str] | None:
         rows = self._read("SELECT status, message FROM actions WHERE id = ?", (action_id,))
         return (rows[0][0], rows[0][1]) if rows else None
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def acquire_lease(
+        self, name: str, holder: str, ttl: float, *, conflicts: Sequence[str] = (), conflict_prefix: str | None = None
+    ) -> Lease:
+        """Take or renew the lease ``name`` for ``ttl`` seconds, unless another holder has it, or has a
+        live lease named in ``conflicts`` or starting with ``conflict_prefix``: then the blocking lease
+        is returned (``held`` False). Atomic: two callers never both get it."""
+        now = time.time()
+        with self._write() as db:
+            live = "SELECT name, holder, expires FROM leases WHERE expires > ? AND holder != ?"
+            rows = db.execute(live, (now, holder)).fetchall()
+            for other, who, until in rows:
+                if other == name or other in conflicts or (conflict_prefix is not None and other.startswith(conflict_prefix)):
+                    return Lease(name=other, holder=who, expires=until, held=False)
+            db.execute(
+                "INSERT INTO leases (name, holder, expires, acquired) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "holder = excluded.holder, expires = excluded.expires, "
+                "acquired = CASE WHEN leases.holder = excluded.holder THEN leases.acquired ELSE excluded.acquired END",
+                (name, holder, now + ttl, now),
+            )
+        return Lease(name=name, holder=holder, expires=now + ttl, held=True)
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease up (only its holder can)."""
+        with self._write() as db:
+            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
 
     # -- key-value -----------------------------------------------------------------------------
 

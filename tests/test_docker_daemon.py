@@ -217,3 +217,70 @@ def test_daemon_without_events_waits_for_the_interval(docker_engines: Any, tmp_p
     # SIGTERM cut the sleep short and stopped the daemon without another interval: still pending.
     (c,) = api(docker_engines.engines[0].url).containers(all=True, filters={"label": "flowplan.job=noevt"})
     assert c["State"] == "created", c
+
+
+def _daemon(engines: Any, state: Path, *extra: str) -> subprocess.Popen[str]:
+    main = engines.engines[0]
+    cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"main={main.url},cpu=2000", "--no-events"]
+    cmd += ["--state", str(state), "--interval", "1", "--time-limit", "0.3", *extra]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+
+
+def test_two_daemons_one_scope_one_acts_and_scopes_keep_them_apart(docker_engines: Any, tmp_path: Path) -> None:
+    """Issue 15: two daemons on one engine fought over every flowplan.job container. Now a second
+    daemon on the same scope (sharing the state store) exits 3 naming the holder; daemons on
+    different scopes each start only their own jobs."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    state = tmp_path / "shared.db"
+    a_job = create_job(
+        main.url, "fp-team-a", "team-a", docker_engines.ckpt, args=JOB_ARGS, labels={**BOUNDS, "team": "a"}, start=False
+    )
+    b_job = create_job(
+        main.url, "fp-team-b", "team-b", docker_engines.ckpt, args=JOB_ARGS, labels={**BOUNDS, "team": "b"}, start=False
+    )
+    client = api(main.url)
+
+    def status(cid: str) -> str:
+        return str(client.inspect_container(cid)["State"]["Status"])
+
+    first = _daemon(docker_engines, state, "--scope", "team=a")
+    out = Lines(first)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and status(a_job) == "created":
+            time.sleep(0.1)
+        assert status(a_job) == "running", out.lines
+        assert status(b_job) == "created"  # not in its scope: left alone
+        second = flowplan(
+            "daemon", "--hosts", f"main={main.url},cpu=2000", "--no-events", "--state", str(state), "--scope", "team=a"
+        )
+        assert second.returncode == 3, second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert "lease 'docker/team=a' is held by" in line and f"pid {first.pid}" in line, line
+        everything = flowplan("daemon", "--hosts", f"main={main.url},cpu=2000", "--no-events", "--state", str(state))
+        assert everything.returncode == 3 and "docker/team=a" in everything.stderr, everything.stderr
+        assert status(b_job) == "created"
+        other = _daemon(docker_engines, state, "--scope", "team=b", "--max-ticks", "3")
+        assert other.wait(timeout=60) == 0
+        assert status(b_job) == "running" and status(a_job) == "running"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+    # Stopped cleanly, the first daemon gave its lease back: a new one on its scope starts at once.
+    again = flowplan(
+        "daemon",
+        "--hosts",
+        f"main={main.url},cpu=2000",
+        "--no-events",
+        "--state",
+        str(state),
+        "--scope",
+        "team=a",
+        "--max-ticks",
+        "1",
+    )
+    assert again.returncode == 0, again.stderr

@@ -239,3 +239,27 @@ def test_key_value(db: StateStore) -> None:
     db.set_kv("x", "1")
     db.set_kv("x", "2")
     assert db.get_kv("x") == "2"
+
+
+def test_leases_exclude_other_holders_until_they_expire(tmp_path: Path) -> None:
+    """One holder at a time per lease; renewing keeps it; an expired lease is free; the whole
+    adapter's '*' lease and a scope of it exclude each other; only the holder releases."""
+    path = tmp_path / "leases.db"
+    with StateStore(path) as a, StateStore(path) as b:  # two daemons sharing one state file
+        got = a.acquire_lease("docker/team=a", "A", 60)
+        assert got.held and got.holder == "A"
+        other = b.acquire_lease("docker/team=a", "B", 60)
+        assert not other.held and other.holder == "A" and other.name == "docker/team=a"
+        assert b.acquire_lease("docker/team=b", "B", 60).held  # another scope: both act
+        everything = b.acquire_lease("docker/*", "C", 60, conflict_prefix="docker/")
+        assert not everything.held and everything.holder in ("A", "B")
+        assert a.acquire_lease("docker/team=a", "A", 60).held  # renewal by the holder
+        b.release_lease("docker/team=a", "B")  # not the holder: nothing happens
+        assert not b.acquire_lease("docker/team=a", "B", 60).held
+        a.acquire_lease("docker/team=a", "A", -1)  # renewed into the past: expired
+        assert b.acquire_lease("docker/team=a", "B", 60).held  # a dead daemon's lease is taken over
+        a.release_lease("docker/team=b", "B")
+        b.release_lease("docker/team=b", "B")
+        b.release_lease("docker/team=a", "B")
+        assert a.acquire_lease("docker/*", "A", 60, conflict_prefix="docker/").held
+        assert not b.acquire_lease("docker/team=z", "B", 60, conflicts=["docker/*"]).held

@@ -47,7 +47,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -121,6 +121,7 @@ class DockerAdapter:
         down_grace: float = 60.0,
         read_stats: bool = True,
         timeout: float = 10.0,
+        scope: Mapping[str, str] | None = None,
     ) -> None:
         names = [h.name for h in hosts]
         if len(set(names)) != len(names):
@@ -132,6 +133,9 @@ class DockerAdapter:
         self.checkpoint_timeout = checkpoint_timeout
         self.down_grace = down_grace
         self.read_stats = read_stats
+        #: Only ``flowplan.job`` containers carrying every one of these labels are this adapter's;
+        #: the others belong to another daemon and are left alone (not observed, never changed).
+        self.scope = dict(scope or {})
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
@@ -179,6 +183,8 @@ class DockerAdapter:
                 nodes.append(self._node(name, {DOWN_LABEL: obs.down[name][:200]}, schedulable=False))
                 continue
             for c in containers:
+                if any(c.labels.get(k) != v for k, v in self.scope.items()):
+                    continue  # another daemon's job
                 try:
                     parsed = parse_labels(c.labels, created=c.created)
                 except LabelError as exc:
