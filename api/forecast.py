@@ -9,7 +9,6 @@ seconds per epoch over its latest points (the allocation a plan may change is no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,20 +17,8 @@ from api.schemas import LivePredictions, TierForecast
 from models import CurveFit
 from planner.config import PlannerConfig
 from planner.outlook import build_outlook
+from planner.progress import recent_seconds_per_epoch
 from planner.snapshot import Job, MetricPoint, QoETarget, Settings, Tier
-
-#: Latest points used for the observed speed.
-SPEED_WINDOW = 6
-
-
-def observed_seconds_per_epoch(history: Sequence[MetricPoint]) -> float | None:
-    """Seconds per epoch between the first and last of the latest points (by epoch); None if not measurable."""
-    pts = history[-SPEED_WINDOW:]
-    if len(pts) < 2:
-        return None
-    dt = pts[-1].time - pts[0].time
-    de = pts[-1].epoch - pts[0].epoch
-    return dt / de if dt > 0 and de > 0 else None
 
 
 def _job(job_id: str, history: list[MetricPoint], target: QoETarget | None, spec: dict[str, Any] | None) -> Job:
@@ -90,7 +77,7 @@ def live_predictions(
         metric, direction = ("loss" if any(p.loss is not None for p in history) else "metric"), curve.direction
     else:
         metric, direction = ("loss", "lower") if any(p.loss is not None for p in history) else ("metric", "higher")
-    spe = observed_seconds_per_epoch(history)
+    spe = recent_seconds_per_epoch(history)
     last_time = history[-1].time if history else None
     epoch = outlook.epoch
     finish_epoch = epoch + outlook.remaining_finish if curve is not None or (target and target.max_epochs) else None

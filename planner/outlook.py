@@ -14,16 +14,16 @@ otherwise the curve's convergence (improvement per epoch below the snapshot's
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Protocol
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, Direction, SpeedObservation, fit_learning_curve, fit_speed_model
+from models import CannotPredict, CurveFit, Direction, fit_learning_curve, fit_speed_model
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
+from planner.progress import judged_series, observed_speeds, reached
 from planner.snapshot import Job, QoETarget, Settings
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
@@ -33,8 +33,6 @@ MIN_REMAINING_EPOCHS = 1.0
 #: Longer histories are thinned to this many points before fitting (evenly spaced, newest kept):
 #: a curve needs far fewer, and a million-point history must not stall the planner.
 MAX_FIT_POINTS = 400
-#: History points used to derive an observed speed at the current allocation (newest ones).
-SPEED_WINDOW = 6
 
 
 class SpeedLike(Protocol):
@@ -86,42 +84,13 @@ class JobOutlook:
 
 
 def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
-    """Epochs, values, name and direction of the metric the job is judged on.
-
-    With a target: the target's metric and direction. Without one: the loss (lower is better) if the
-    job reports a loss, else its quality metric, whose direction is read from the trend (first vs
-    last third of the history) since nothing else says whether it should go up or down.
-    """
-    target = job.target
-    if target is not None:
-        use_loss = target.metric == "loss"
-        name, direction = target.metric, target.direction
-    else:
-        use_loss = any(p.loss is not None for p in job.history)
-        name, direction = ("loss", "lower") if use_loss else ("metric", "higher")
-    pts = [(p.epoch, p.loss if use_loss else p.metric) for p in job.history]
-    pts = sorted((e, v) for e, v in pts if v is not None)
-    arr = np.array(pts, dtype=float).reshape(-1, 2)
-    if arr.shape[0] > MAX_FIT_POINTS:
-        keep = np.unique(np.linspace(0, arr.shape[0] - 1, MAX_FIT_POINTS).round().astype(int))
-        arr = arr[keep]
-    if target is None and not use_loss and arr.shape[0] >= 3:
-        third = max(1, arr.shape[0] // 3)
-        direction = "higher" if arr[-third:, 1].mean() >= arr[:third, 1].mean() else "lower"
-    return arr[:, 0], arr[:, 1], name, direction
-
-
-def _observed_speeds(job: Job) -> list[SpeedObservation]:
-    obs = [SpeedObservation(s.cpu_millis, s.gpus, s.seconds_per_epoch) for s in job.speed]
-    if obs or job.status != "running" or job.allocation is None or len(job.history) < 2:
-        return obs
-    # No explicit speed table: the recent history at the current allocation is one observation.
-    pts = heapq.nlargest(SPEED_WINDOW, ((p.time, p.epoch) for p in job.history))[::-1]
-    dt = pts[-1][0] - pts[0][0]
-    de = pts[-1][1] - pts[0][1]
-    if dt > 0 and de > 0:
-        obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, dt / de))
-    return obs
+    """Epochs, values, name and direction of the judged metric (:func:`planner.progress.judged_series`),
+    thinned evenly to at most :data:`MAX_FIT_POINTS` for the fit."""
+    _, epochs, values, name, direction = judged_series(job)
+    if epochs.size > MAX_FIT_POINTS:
+        keep = np.unique(np.linspace(0, epochs.size - 1, MAX_FIT_POINTS).round().astype(int))
+        epochs, values = epochs[keep], values[keep]
+    return epochs, values, name, direction
 
 
 def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | None:
@@ -136,13 +105,6 @@ def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | Non
     if not prior.references or 2 * len(hits) < len(prior.references):
         return None
     return float(np.median(hits))
-
-
-def _reached(values: np.ndarray, target: float, direction: str) -> bool:
-    if values.size == 0:
-        return False
-    best = values.max() if direction == "higher" else values.min()
-    return bool(best >= target) if direction == "higher" else bool(best <= target)
 
 
 def _open_deadlines(target: QoETarget | None, t1_reached: bool, t2_reached: bool) -> tuple[float | None, float | None]:
@@ -194,10 +156,10 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         curve_note = f"no curve yet ({fit.reason})"
 
     uses_gpu = job.max_gpus > 0
-    speed = fit_speed_model(_observed_speeds(job), uses_gpu=uses_gpu)
+    speed = fit_speed_model(observed_speeds(job), uses_gpu=uses_gpu)
 
-    t1_reached = target is not None and _reached(values, target.tier1.value, direction)
-    t2_reached = target is not None and target.tier2 is not None and _reached(values, target.tier2.value, direction)
+    t1_reached = target is not None and reached(values, target.tier1.value, direction)
+    t2_reached = target is not None and target.tier2 is not None and reached(values, target.tier2.value, direction)
     max_left = (target.max_epochs - epoch) if (target is not None and target.max_epochs is not None) else None
     if max_left is not None:
         max_left = max(max_left, 0.0)

@@ -20,6 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from models import Direction
+
 API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
 Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$")]
@@ -34,7 +36,6 @@ Finite = Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE, allow_inf_nan=False
 Millis = Annotated[int, Field(ge=0, le=10**9)]
 Count = Annotated[int, Field(ge=0, le=10**6)]
 JobStatus = Literal["pending", "running", "finished"]
-Direction = Literal["higher", "lower"]
 
 
 class Contract(BaseModel):

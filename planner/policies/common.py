@@ -13,23 +13,21 @@ Everything here reads only the snapshot: a policy never sees ground truth.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from models import SpeedObservation
+from models import Direction
 from planner.check import check_plan
 from planner.core import snapshot_digest
 from planner.errors import PlanCheckError
 from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Plan, PlanSummary, Predictions, SolverReport, Unserved
+from planner.progress import judged_series, reached
 from planner.snapshot import Job, Node, Snapshot
-
-Direction = Literal["higher", "lower"]
 
 
 class Policy(Protocol):
@@ -114,24 +112,10 @@ def describe(job: Job, cpu: int, gpus: int) -> str:
 
 
 def metric_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, Direction]:
-    """Times, epochs and values of the series the job is judged on, oldest first, and its direction.
-
-    With a target: the target's metric. Without: the loss if the job reports one, else its quality
-    metric, read as higher-is-better unless its trend says otherwise (as the planner's outlook does).
-    """
-    target = job.target
-    if target is not None:
-        use_loss, direction = target.metric == "loss", target.direction
-    else:
-        use_loss = any(p.loss is not None for p in job.history)
-        direction = "lower" if use_loss else "higher"
-    pts = sorted((p.time, p.epoch, p.loss if use_loss else p.metric) for p in job.history)
-    rows = [(t, e, v) for t, e, v in pts if v is not None]
-    arr = np.array(rows, dtype=float).reshape(-1, 3)
-    if target is None and not use_loss and arr.shape[0] >= 3:
-        third = max(1, arr.shape[0] // 3)
-        direction = "higher" if arr[-third:, 2].mean() >= arr[:third, 2].mean() else "lower"
-    return arr[:, 0], arr[:, 1], arr[:, 2], direction
+    """Times, epochs and values of the series the job is judged on, oldest first, and its direction
+    (:func:`planner.progress.judged_series`, as the planner's outlook reads it)."""
+    times, epochs, values, _, direction = judged_series(job)
+    return times, epochs, values, direction
 
 
 def epoch_of(job: Job) -> float:
@@ -142,26 +126,7 @@ def _tier_reached(job: Job) -> bool:
     if job.target is None:
         return False
     _, _, values, direction = metric_series(job)
-    if values.size == 0:
-        return False
-    t = job.target.tier1.value
-    return bool(values.max() >= t) if direction == "higher" else bool(values.min() <= t)
-
-
-#: Newest history points used to derive a speed at the current allocation.
-SPEED_WINDOW = 6
-
-
-def observed_speeds(job: Job) -> list[SpeedObservation]:
-    """The job's reported speeds, or, without any, the recent history at its current allocation."""
-    obs = [SpeedObservation(s.cpu_millis, s.gpus, s.seconds_per_epoch) for s in job.speed]
-    if obs or job.status != "running" or job.allocation is None or len(job.history) < 2:
-        return obs
-    pts = heapq.nlargest(SPEED_WINDOW, ((p.time, p.epoch) for p in job.history))[::-1]
-    dt, de = pts[-1][0] - pts[0][0], pts[-1][1] - pts[0][1]
-    if dt > 0 and de > 0:
-        obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, dt / de))
-    return obs
+    return reached(values, job.target.tier1.value, direction)
 
 
 # --------------------------------------------------------------------------------------------------

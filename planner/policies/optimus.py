@@ -43,9 +43,9 @@ from planner.policies.common import (
     held,
     may_arrive,
     metric_series,
-    observed_speeds,
     submission_order,
 )
+from planner.progress import observed_speeds
 from planner.snapshot import Job, Snapshot
 
 #: Remaining epochs assumed for a job with no fit and no ``max_epochs``.

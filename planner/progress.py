@@ -1,0 +1,70 @@
+"""What a job's reports say, read once for everyone: the series it is judged on, whether it has
+reached a value, and the speed its recent history shows.
+
+The planner's outlook, the baseline policies and the service's forecasts all read a job through
+these functions, so they cannot disagree on which metric counts, which way is better, or how many
+points make an observed speed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+import numpy as np
+
+from models import Direction, SpeedObservation
+from planner.snapshot import Job, MetricPoint
+
+#: Newest history points (by time) that make an observed speed.
+SPEED_WINDOW = 6
+
+
+def judged_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, Direction]:
+    """Times, epochs and values of the metric the job is judged on (by epoch, then time), its name
+    and its direction.
+
+    With a target: the target's metric and direction. Without one: the loss (lower is better) if the
+    job reports a loss, else its quality metric, whose direction is read from the trend (first vs
+    last third of the history), since nothing else says whether it should go up or down.
+    """
+    target = job.target
+    if target is not None:
+        use_loss = target.metric == "loss"
+        name, direction = target.metric, target.direction
+    else:
+        use_loss = any(p.loss is not None for p in job.history)
+        name, direction = ("loss", "lower") if use_loss else ("metric", "higher")
+    rows = sorted((p.epoch, p.time, v) for p in job.history if (v := p.loss if use_loss else p.metric) is not None)
+    arr = np.array(rows, dtype=float).reshape(-1, 3)
+    if target is None and not use_loss and arr.shape[0] >= 3:
+        third = max(1, arr.shape[0] // 3)
+        direction = "higher" if arr[-third:, 2].mean() >= arr[:third, 2].mean() else "lower"
+    return arr[:, 1], arr[:, 0], arr[:, 2], name, direction
+
+
+def reached(values: np.ndarray, value: float, direction: str) -> bool:
+    """Whether any of ``values`` is at least as good as ``value``."""
+    if values.size == 0:
+        return False
+    return bool(values.max() >= value) if direction == "higher" else bool(values.min() <= value)
+
+
+def recent_seconds_per_epoch(history: Iterable[MetricPoint]) -> float | None:
+    """Seconds per epoch over the newest :data:`SPEED_WINDOW` points; ``None`` if not measurable."""
+    pts = heapq.nlargest(SPEED_WINDOW, ((p.time, p.epoch) for p in history))[::-1]
+    if len(pts) < 2:
+        return None
+    dt, de = pts[-1][0] - pts[0][0], pts[-1][1] - pts[0][1]
+    return dt / de if dt > 0 and de > 0 else None
+
+
+def observed_speeds(job: Job) -> list[SpeedObservation]:
+    """The job's reported speeds, or, without any, its recent history at its current allocation."""
+    obs = [SpeedObservation(s.cpu_millis, s.gpus, s.seconds_per_epoch) for s in job.speed]
+    if obs or job.status != "running" or job.allocation is None:
+        return obs
+    spe = recent_seconds_per_epoch(job.history)
+    if spe is not None:
+        obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, spe))
+    return obs
