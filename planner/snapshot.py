@@ -136,7 +136,18 @@ class QoETarget(Input):
 
 
 class Job(Input):
-    """One training run (a container, or a gang of ``replicas`` containers on one node)."""
+    """One training run (a container, or a gang of ``replicas`` containers on one node).
+
+    Cross-field rules: ``min_cpu_millis <= max_cpu_millis``, ``min_gpus <= max_gpus``, and a
+    running job has ``node`` and ``allocation`` (the last is in the JSON Schema too).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"status": {"const": "running"}}, "required": ["status"]},
+            "then": {"required": ["node", "allocation"]},
+        }
+    )
 
     id: Name
     status: JobStatus

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import random_snapshot
+from conftest import REPO, random_snapshot
 
 GOOD: dict[str, Any] = {
     "apiVersion": "flowplan/v1",
@@ -516,3 +516,18 @@ def test_out_keeps_an_existing_files_mode(tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.json"
     assert run("plan", "-", "--format", "json", "--out", str(fresh), stdin=json.dumps(GOOD)).returncode == 0
     assert fresh.stat().st_mode & 0o777 != 0o600 and fresh.stat().st_mode & 0o444 == 0o444
+
+
+def test_schema_states_the_running_job_rule() -> None:
+    """The cross-field rule a JSON Schema can express (a running job has node and allocation) is in
+    the published schema, so a validator other than ours refuses what the planner refuses."""
+    import jsonschema_rs  # schemathesis's validator, installed with the test extras
+
+    r = run("schema", "snapshot")
+    validator = jsonschema_rs.validator_for(json.loads(r.stdout))
+    good = json.loads((REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_text())
+    assert validator.is_valid(good)
+    running = next(j for j in good["jobs"] if j["status"] == "running")
+    del running["node"]
+    assert not validator.is_valid(good)
+    assert "node" in next(iter(validator.iter_errors(good))).message
