@@ -15,10 +15,14 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from flowplan import __version__
 from flowplan.argtypes import finite, positive_epochs, positive_seconds
 from flowplan.render import render_table
 from planner import PlanCheckError, PlannerConfig, SnapshotError, check_plan, load_snapshot, plan
+from planner.core import snapshot_digest
+from planner.errors import field_path, first_error
 from planner.plan import Plan
 from planner.snapshot import ObjectiveProfile, Snapshot
 
@@ -82,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         "predict",
         help="fit a learning curve to a history CSV and predict when it reaches a target",
         description="Fit a learning curve to HISTORY (CSV with columns epoch,metric[,time]) and predict "
-        "the epoch at which it reaches TARGET, with an 80%% band, the plateau and the curve ahead.",
+        "the epoch at which it reaches TARGET, with an 80% band, the plateau and the curve ahead.",
     )
     pr.add_argument("history", help="history CSV ('-' for standard input)")
     pr.add_argument("--target", type=finite, required=True, metavar="T", help="metric value to reach")
@@ -210,9 +214,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
         plan_obj = Plan.model_validate_json(Path(args.plan).read_bytes(), strict=True)
     except OSError as exc:
         raise UsageError(f"{args.plan}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        raise UsageError(f"{args.plan}: not a valid plan: {first[1] if len(first) > 1 else first[0]}") from None
+    except ValidationError as exc:
+        err = first_error(exc.errors(include_url=False))
+        where = field_path(tuple(err["loc"]))
+        what = "empty file" if err["type"] == "json_invalid" and not Path(args.plan).read_bytes().strip() else err["msg"]
+        raise UsageError(f"{args.plan}: not a valid plan: " + (f"{where}: {what}" if where else what)) from None
+    from planner.policies.flowplan import with_objective
+    from planner.snapshot import OBJECTIVE_PROFILES
+
+    # A plan made with --objective answers the snapshot with that profile in its settings.
+    digest = snapshot_digest(snapshot)
+    answered = {snapshot_digest(with_objective(snapshot, p)) for p in OBJECTIVE_PROFILES}  # type: ignore[arg-type]
+    if plan_obj.snapshot_digest not in answered:
+        raise UsageError(
+            f"{args.plan}: this plan answers another snapshot (its snapshot_digest is {plan_obj.snapshot_digest[:12]}..., "
+            f"{args.snapshot}'s is {digest[:12]}...); check a plan against the snapshot it was made for"
+        )
     violations = check_plan(snapshot, plan_obj)
     for v in violations:
         print(f"violation: {v}")

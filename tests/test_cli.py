@@ -531,3 +531,22 @@ def test_schema_states_the_running_job_rule() -> None:
     del running["node"]
     assert not validator.is_valid(good)
     assert "node" in next(iter(validator.iter_errors(good))).message
+
+
+def test_check_says_when_the_plan_answers_another_snapshot_or_is_no_plan(tmp_path: Path) -> None:
+    """Issue 16: a plan checked against another snapshot listed 18 violations; an empty plan file
+    printed pydantic's raw text. Both are now one line, exit 2."""
+    a, b = random_snapshot(3, n_nodes=2, n_jobs=4), random_snapshot(4, n_nodes=2, n_jobs=4)
+    sa, sb = tmp_path / "a.json", tmp_path / "b.json"
+    sa.write_text(a.model_dump_json())
+    sb.write_text(b.model_dump_json())
+    pf = tmp_path / "plan.json"
+    assert run("plan", str(sa), "--objective", "makespan", "--format", "json", "--out", str(pf)).returncode == 0
+    assert run("check", str(sa), str(pf)).returncode == 0  # made with --objective: still its snapshot
+    other = run("check", str(sb), str(pf))
+    assert other.returncode == 2 and other.stdout == ""
+    assert "answers another snapshot" in other.stderr and len(other.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    r = run("check", str(sa), str(empty))
+    assert r.returncode == 2 and r.stderr.strip().endswith("not a valid plan: empty file"), r.stderr
