@@ -305,6 +305,11 @@ def test_simulate_cli_writes_results_and_plots(tmp_path: Path) -> None:
     assert summary["improvement"]["docker"]["mean"] is not None
     for png in ("jct-cdf.png", "allocation.png", "eta-flowplan.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The allocation plot draws CPU in use under the water-fill: never above capacity, and the
+    # whole host while the jobs could use it.
+    used = [sum(t["used_cpu"].values()) for t in result["timeline"]]
+    capacity = result["timeline"][0]["capacity"][0]
+    assert max(used) <= capacity + 1 and max(used) >= 0.99 * capacity, (max(used), capacity)
 
 
 @pytest.mark.parametrize(

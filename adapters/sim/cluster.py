@@ -504,6 +504,16 @@ class SimCluster:
             )
         return out
 
+    def cpu_used_by_job(self) -> dict[str, float]:
+        """Millicores each placed job uses now under its node's water-fill (all replicas)."""
+        out: dict[str, float] = {}
+        for name, placed in self.on.items():
+            jobs = list(placed.values())
+            weights = [j.cpu_millis * j.replicas for j in jobs]
+            for j, used in zip(jobs, share_cpu(self.nodes[name].cpu_millis, weights, [j.cap_total() for j in jobs]), strict=True):
+                out[j.spec.id] = used
+        return out
+
     def cpu_use(self, node: str) -> float:
         """CPU (millicores) the node's placed jobs use under the water-fill, jobs starting or restarting
         counted busy (they are about to use their share)."""
