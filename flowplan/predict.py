@@ -209,11 +209,22 @@ def plot(result: dict[str, Any], history: History, out: str) -> None:
     if pred:
         e = [r["epoch"] for r in pred]
         ax.plot(e, [r["metric"] for r in pred], "-", label=f"{result['family']} fit")
-        ax.fill_between(e, [r["low"] for r in pred], [r["high"] for r in pred], alpha=0.2, label="80% band")
-    ax.axhline(result["target"], ls="--", lw=1, color="gray", label="target")
+        ax.fill_between(e, [r["low"] for r in pred], [r["high"] for r in pred], alpha=0.2, label="80% band of the curve")
+    ax.axhline(result["target"], ls="--", lw=1, color="gray", label=f"target {result['target']:g}")
+    if result.get("plateau") is not None:
+        ax.axhline(result["plateau"], ls=":", lw=1, color="C2", label=f"plateau {result['plateau']:.4g}")
+    at = result.get("epochs_to_target")
+    if at is not None and not result.get("reached"):
+        lo, hi = result["interval"]
+        ax.axvline(at, color="C3", lw=1, label=f"reaches target at epoch {at:.1f}")
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color="C3", alpha=0.12, label=f"80% band of that epoch: {lo:.1f} – {hi:.1f}")
+    goal = f"{'>=' if result['direction'] == 'higher' else '<='} {result['target']:g}"
+    verdict = "already reached" if result.get("reached") else ("not reachable" if at is None else f"epoch {at:.1f}")
+    ax.set_title(f"{result.get('family') or 'no'} fit of {result['points']} points; target {goal}: {verdict}", fontsize=9)
     ax.set_xlabel("epoch")
     ax.set_ylabel("metric")
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
