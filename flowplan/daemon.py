@@ -58,6 +58,24 @@ def lease_name(adapter: str, scope: dict[str, str] | None) -> str:
     return f"{adapter}/" + (",".join(f"{k}={v}" for k, v in sorted(scope.items())) if scope else "*")
 
 
+def _died_here(holder: str) -> bool:
+    """Whether ``holder`` (``host:pid N:since ...``) was a process on this machine that no longer runs."""
+    import os
+    import socket
+
+    host, _, rest = holder.partition(":pid ")
+    pid_text = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    return False
+
+
 class LeaseGuard:
     """A guard for :class:`adapters.daemon.Daemon`: takes the scope's lease in the state store,
     renews it at every interval, and raises ``LeaseLost`` naming the holder when another daemon has
@@ -78,6 +96,12 @@ class LeaseGuard:
         from adapters.daemon import LeaseLost
 
         got = self.store.acquire_lease(self.name, self.holder, self.ttl, conflicts=self.conflicts, conflict_prefix=self.prefix)
+        if not got.held and _died_here(got.holder):
+            # A daemon on this machine that was killed (kill -9, a crash) cannot give its lease back:
+            # its restart takes over at once instead of waiting out the lease.
+            got = self.store.acquire_lease(
+                self.name, self.holder, self.ttl, conflicts=self.conflicts, conflict_prefix=self.prefix, dead=[got.holder]
+            )
         if not got.held:
             until = datetime.fromtimestamp(got.expires).strftime("%H:%M:%S")
             raise LeaseLost(

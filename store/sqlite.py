@@ -333,13 +333,23 @@ class StateStore:
     # -- leases --------------------------------------------------------------------------------
 
     def acquire_lease(
-        self, name: str, holder: str, ttl: float, *, conflicts: Sequence[str] = (), conflict_prefix: str | None = None
+        self,
+        name: str,
+        holder: str,
+        ttl: float,
+        *,
+        conflicts: Sequence[str] = (),
+        conflict_prefix: str | None = None,
+        dead: Sequence[str] = (),
     ) -> Lease:
         """Take or renew the lease ``name`` for ``ttl`` seconds, unless another holder has it, or has a
         live lease named in ``conflicts`` or starting with ``conflict_prefix``: then the blocking lease
-        is returned (``held`` False). Atomic: two callers never both get it."""
+        is returned (``held`` False). Leases of the holders in ``dead`` (known to have died) count as
+        expired. Atomic: two callers never both get it."""
         now = time.time()
         with self._write() as db:
+            for who in dead:
+                db.execute("DELETE FROM leases WHERE holder = ?", (who,))
             live = "SELECT name, holder, expires FROM leases WHERE expires > ? AND holder != ?"
             rows = db.execute(live, (now, holder)).fetchall()
             for other, who, until in rows:

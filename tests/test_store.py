@@ -263,3 +263,5 @@ def test_leases_exclude_other_holders_until_they_expire(tmp_path: Path) -> None:
         b.release_lease("docker/team=a", "B")
         assert a.acquire_lease("docker/*", "A", 60, conflict_prefix="docker/").held
         assert not b.acquire_lease("docker/team=z", "B", 60, conflicts=["docker/*"]).held
+        # A holder known to be dead (its process is gone) loses its live lease at once.
+        assert b.acquire_lease("docker/*", "B", 60, conflict_prefix="docker/", dead=["A"]).held
