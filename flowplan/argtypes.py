@@ -19,3 +19,14 @@ def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
         return v
 
     return parse
+
+
+def positive(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v > 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return v
