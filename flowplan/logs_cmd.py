@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    from adapters.logs import FORMAT_NAMES, LogEvent, LogPoint, LogReader
+    from adapters.logs import FORMAT_NAMES, LogEvent, LogPoint, LogReader, merge_points
     from flowplan.cli import UsageError
 
     name = "<stdin>" if args.log == "-" else args.log
@@ -57,7 +57,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 items = _read_all(fh, reader)
     except OSError as exc:
         raise UsageError(f"{name}: {exc.strerror or exc}") from None
-    points = [i for i in items if isinstance(i, LogPoint)]
+    points = merge_points([i for i in items if isinstance(i, LogPoint)])
     events = [i for i in items if isinstance(i, LogEvent)]
     if not points and not events and reader.unplaced:
         raise UsageError(
@@ -74,9 +74,7 @@ def run_logs(args: argparse.Namespace) -> int:
     if not points and not events:
         what = "empty" if reader.frames == 0 else f"no training progress found in {reader.frames} line(s)"
         only = f" as {args.log_format}" if args.log_format else ""
-        raise UsageError(
-            f"{name}: {what}{only}; formats understood: {', '.join(FORMAT_NAMES)} (examples: flowplan logs --help)"
-        )
+        raise UsageError(f"{name}: {what}{only}; formats understood: {', '.join(FORMAT_NAMES)} (examples: flowplan logs --help)")
     if args.format == "json":
         doc = {
             "points": [p.as_dict() for p in points],

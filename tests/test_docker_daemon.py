@@ -4,6 +4,8 @@ Case matrix:
 
 - snapshot → plan: the written snapshot is valid and ``flowplan plan`` accepts it; a bad ``--hosts``
   is one line and exit code 2;
+- snapshot of containers printing recorded Keras, Lightning and HF Trainer logs: their histories are
+  what ``flowplan logs`` reads from the same files;
 - ``--dry-run`` prints the plan and "would" actions and changes nothing;
 - crash recovery: the daemon is killed (SIGKILL) while actions are pending in the state store; a
   restarted daemon settles them, and converges to every job running exactly once (no duplicate,
@@ -86,6 +88,39 @@ def test_snapshot_feeds_plan_and_bad_hosts_exit_2(docker_engines: Any, tmp_path:
     assert '"s2"' in res.stdout
     bad = flowplan("snapshot", "--hosts", "main=http://nope")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--hosts" in bad.stderr and "http://nope" in bad.stderr
+
+
+FRAMEWORK_LOGS = ["keras/keras-fit-pty.log", "lightning/lightning-tqdm-pipe.log", "transformers/hf-trainer-pipe.log"]
+
+
+def test_snapshot_shows_the_history_of_framework_logs(docker_engines: Any, tmp_path: Path) -> None:
+    """Containers printing recorded Keras, Lightning and HF Trainer logs (``cat`` of the fixture): the
+    snapshot's history is what ``flowplan logs`` reads from the same bytes, stamped by the engine."""
+    from docker_env import api, create_job
+
+    from adapters.logs import read_log
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "logs"
+    main = docker_engines.engines[0]
+    ids = {}
+    for i, rel in enumerate(FRAMEWORK_LOGS):
+        ids[f"log{i}"] = create_job(
+            main.url, f"fp-log{i}", f"log{i}", docker_engines.ckpt, labels=BOUNDS,
+            command=["/bin/cat", f"/logs/{rel}"], extra_binds=[f"{fixtures}:/logs:ro"],
+        )  # fmt: skip
+    deadline = time.time() + 60
+    while time.time() < deadline and any(api(main.url).inspect_container(c)["State"]["Running"] for c in ids.values()):
+        time.sleep(0.3)
+    out = tmp_path / "snap.json"
+    res = flowplan("snapshot", "--hosts", *hosts(docker_engines), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    jobs = {j.id: j for j in load_snapshot(out).jobs}
+    for i, rel in enumerate(FRAMEWORK_LOGS):
+        want, _, _ = read_log((fixtures / rel).read_bytes())
+        job = jobs[f"log{i}"]
+        assert job.status == "finished"
+        assert [(p.epoch, p.loss, p.metric) for p in job.history] == [(p.epoch, p.loss, p.metric) for p in want], rel
+        assert len(job.history) > 10 and all(p.time > 1.7e9 for p in job.history)
 
 
 def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ Case matrix:
   of bad value (not a number, NaN, out of range, min above max, unknown key, bad bool, bad id,
   tier without tier1, both deadline and within) → LabelError naming the label and value;
 - logs: Loss-only; JSON-only; both (JSON wins, no double points); cursor skips what was read;
-  trailing Loss held back until final; events; garbage, NaN and negative epochs ignored;
+  trailing Loss held back until final; events; garbage, NaN and negative epochs ignored; recorded
+  framework logs (Keras, Lightning, HF Trainer, PyTorch, tqdm) read over three intervals, the cursor
+  through JSON between them, give the points ``flowplan logs`` gives;
 - host specs: good forms; each bad part named;
 - GPU requests: none, lowest free ids, not enough free → conflict (no GPU here: request construction only);
 - recreate_spec: the guarantee as CpuShares, a cap only when there is one (keeping the container's
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,6 +187,40 @@ def test_empty_and_garbage_logs() -> None:
     for raw in (b"", b"\n\n", b"not a timestamp Loss: 1\n", "\u00ff\u00fe".encode("latin-1")):
         prog, cur = read_lines(raw, LogCursor(), 0.0, final=True)
         assert prog.points == [] and cur.since == ""
+
+
+FIXTURE_LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+
+def _engine_lines(raw: bytes, t0: int = 0) -> list[bytes]:
+    """A recorded log as ``docker logs --timestamps`` shows it: split at "\\n" only, one stamp a line."""
+    out = []
+    for i, line in enumerate(raw.split(b"\n")[:-1] if raw.endswith(b"\n") else raw.split(b"\n")):
+        out.append(f"2026-01-01T00:{(t0 + i) // 60:02d}:{(t0 + i) % 60:02d}.{i:09d}Z ".encode() + line + b"\n")
+    return out
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    ["keras/keras-fit-pty.log", "lightning/lightning-rich-pty.log", "lightning/lightning-tqdm-pipe.log",
+     "transformers/hf-trainer-pipe.log", "pytorch/pytorch-example.log", "tqdm/tqdm-colour-pipe.log"],
+)  # fmt: skip
+def test_framework_logs_read_across_intervals_like_whole(fixture: str) -> None:
+    """Three intervals, the cursor through JSON between them (as the state store keeps it): the points
+    are the ones ``flowplan logs`` shows, stamped with the engine's time when the log has none."""
+    from adapters.logs import read_log
+
+    raw = (FIXTURE_LOGS / fixture).read_bytes()
+    lines = _engine_lines(raw)
+    cuts = [len(lines) // 3, 2 * len(lines) // 3, len(lines)]
+    cursor, got = LogCursor(), []
+    for n, cut in enumerate(cuts):
+        prog, cursor = read_lines(b"".join(lines[:cut]), cursor, 0.0, final=n == len(cuts) - 1)
+        cursor = LogCursor.from_dict(json.loads(json.dumps(cursor.as_dict())))
+        got += prog.points
+    want, _, _ = read_log(raw)
+    assert [(p["epoch"], p.get("loss"), p.get("metric")) for p in got] == [(p.epoch, p.loss, p.metric) for p in want]
+    assert all(p["time"] > 1.7e9 for p in got)
 
 
 # -- host specs -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.logs import LogPoint, LogReader, read_log
+from adapters.logs import LogPoint, LogReader, merge_points, read_log
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 
@@ -33,21 +33,15 @@ class Case:
 
 KERAS_ENDS = [(1.0, 2.0320, 0.6000), (2.0, 1.3867, 0.7556), (3.0, 0.9027, 0.8278)]
 LIGHTNING_ENDS = [(1.0, 1.22, 0.792), (2.0, 0.331, 0.911), (3.0, 0.368, 0.919)]
-TQDM_ENDS = [
-    (1.0, None, 0.8917),
-    (1.0, 0.6641, None),
-    (2.0, None, 0.9111),
-    (2.0, 0.2514, None),
-    (3.0, None, 0.9528),
-    (3.0, 0.0263, None),
-]
+TQDM_ENDS = [(1.0, 0.6641, 0.8917), (2.0, 0.2514, 0.9111), (3.0, 0.0263, 0.9528)]  # the bar's last loss, the summary's val_acc
 HF_LOSSES = [2.249, 2.057, 1.794, 1.506, 1.267, 1.035, 0.877, 0.7587, 0.6914, 0.6175, 0.6153, 0.588, 0.5608]
 
 CASES = {
     "pytorch-example": Case(
         "pytorch/pytorch-example.log", "pytorch",
-        ends=[(1.0, None, 254 / 360), (2.0, None, 285 / 360), (3.0, None, 308 / 360)],
-        first=(0.0, 2.310898), inside=15,
+        # the test line's accuracy, joined with the next train line at the same epoch ("[0/1437]")
+        ends=[(1.0, 1.909567, 254 / 360), (2.0, 1.085342, 285 / 360), (3.0, None, 308 / 360)],
+        first=(0.0, 2.310898), inside=13,
     ),
     "pytorch-freeform": Case(
         "pytorch/pytorch-freeform.log", "key-value",
@@ -78,8 +72,8 @@ CASES = {
     "hf-trainer": Case(
         "transformers/hf-trainer-pipe.log", "hf-trainer",
         ends=[(0.2222, 2.249, None), (0.4444, 2.057, None), (0.6667, 1.794, None), (0.8889, 1.506, None), (1.0, None, 0.875),
-              (1.111, 1.267, None), (1.333, 1.035, None), (1.556, 0.877, None), (1.778, 0.7587, None), (2.0, 0.6914, None),
-              (2.0, None, 0.8833), (2.222, 0.6175, None), (2.444, 0.6153, None), (2.667, 0.588, None), (2.889, 0.5608, None),
+              (1.111, 1.267, None), (1.333, 1.035, None), (1.556, 0.877, None), (1.778, 0.7587, None), (2.0, 0.6914, 0.8833),
+              (2.222, 0.6175, None), (2.444, 0.6153, None), (2.667, 0.588, None), (2.889, 0.5608, None),
               (3.0, None, 0.9)],
         first=(0.2222, 2.249), inside=0,
     ),
@@ -144,6 +138,7 @@ def test_pytorch_example_train_lines_are_fractions_of_the_epoch() -> None:
     assert train[1] == pytest.approx((320 / 1437, 2.260607))
     assert train[-1] == pytest.approx((2 + 1280 / 1437, 0.658782))
     assert train[5] == pytest.approx((1.0, 1.909567))  # "Train Epoch: 2 [0/1437 (0%)]": one epoch done
+    assert points[5].metric == pytest.approx(254 / 360) and not points[5].partial  # joined with the test line
 
 
 def test_keras_terminal_last_redraw_of_an_epoch() -> None:
@@ -179,7 +174,7 @@ def test_fed_in_pieces_equals_fed_whole(name: str, piece: int) -> None:
     for i in range(0, len(raw), piece):
         items += reader.feed(raw[i : i + piece])
     items += reader.close()
-    assert [i for i in items if isinstance(i, LogPoint)] == whole
+    assert merge_points([i for i in items if isinstance(i, LogPoint)]) == whole
 
 
 @pytest.mark.parametrize(("pipe", "pty"), [("keras-pipe", "keras-pty"), ("tqdm-colour-pipe", "tqdm-colour-pty")])

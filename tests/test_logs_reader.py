@@ -99,7 +99,8 @@ def test_json_wins_and_events_keep_their_fields() -> None:
     points, events, reader = read_log(
         log + "\n",
     )
-    assert [(p.epoch, p.format) for p in points] == [(1.0, "key-value"), (1.0, "jsonl")]  # the Loss line before any JSON
+    # the Loss line before any JSON, and the JSON line of the same epoch, joined
+    assert [(p.epoch, p.loss, p.metric, p.time) for p in points] == [(1.0, 0.9, 0.5, 10.0)]
     assert [e.as_dict() for e in events] == [{"event": "delivered", "epoch": 1.0, "time": None, "path": "/ckpt/a.npz"}]
     assert reader.json_only
 

@@ -12,7 +12,7 @@ imports nothing from the planner or from the Docker and Kubernetes clients (``.i
 
 from adapters.logs.formats import FORMATS
 from adapters.logs.points import LogEvent, LogPoint
-from adapters.logs.reader import FORMAT_NAMES, LogReader, describe_formats, is_json_progress, read_log
+from adapters.logs.reader import FORMAT_NAMES, LogReader, describe_formats, is_json_progress, merge_points, read_log
 from adapters.logs.terminal import Frame, FrameSplitter
 
 __all__ = [
@@ -25,5 +25,6 @@ __all__ = [
     "LogReader",
     "describe_formats",
     "is_json_progress",
+    "merge_points",
     "read_log",
 ]

@@ -21,6 +21,7 @@ unfinished last line, which is bounded (``terminal.MAX_FRAME``).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from adapters.logs.formats import FORMATS, Context, Item, LogFormat
@@ -98,9 +99,15 @@ class LogReader:
             if items is None:
                 continue
             self.recognised[f.name] += 1
-            if f.name == "jsonl" and any(isinstance(i, LogPoint) for i in items):
+            reached = max((i.epoch for i in items if isinstance(i, LogPoint)), default=None)
+            if f.name == "jsonl" and reached is not None:
                 self.json_only = True
-            return self._keep(items)
+            released: list[Item] = []
+            if reached is not None:  # epoch ends others hold back, up to here, come first (the order of epochs)
+                for g in self.formats:
+                    if g is not f and g.held is not None and g.held.epoch <= reached:
+                        released += g.flush()
+            return self._keep(released + items)
         return []
 
     def _keep(self, items: list[Item]) -> list[Item]:
@@ -150,8 +157,33 @@ class LogReader:
         self._last = {str(k): (float(v[0]), float(v[1])) for k, v in (state.get("last") or {}).items()}
 
 
+def merge_points(points: list[LogPoint]) -> list[LogPoint]:
+    """Consecutive points at the same epoch as one: the loss of one, the metric of the other.
+
+    Frameworks print an epoch's training loss and its validation on two lines (Hugging Face's two
+    dicts, PyTorch's train and test lines, a bar and a summary line); the snapshot keeps one point
+    per epoch (the state store's key), so they are joined. The first value of each field and the
+    first time are kept; the point is inside an epoch only if all of them were.
+    """
+    out: list[LogPoint] = []
+    for p in points:
+        if out and out[-1].epoch == p.epoch:
+            q = out[-1]
+            out[-1] = replace(
+                q,
+                loss=q.loss if q.loss is not None else p.loss,
+                metric=q.metric if q.metric is not None else p.metric,
+                time=q.time if q.time is not None else p.time,
+                partial=q.partial and p.partial,
+            )
+        else:
+            out.append(p)
+    return out
+
+
 def read_log(data: bytes | str, **options: Any) -> tuple[list[LogPoint], list[LogEvent], LogReader]:
-    """A whole log at once: its points, its events, and the reader (for what it recognised)."""
+    """A whole log at once: its points (same-epoch points merged), its events, and the reader (for what it recognised)."""
     reader = LogReader(**options)
     items = reader.feed(data) + reader.close()
-    return [i for i in items if isinstance(i, LogPoint)], [i for i in items if isinstance(i, LogEvent)], reader
+    points = merge_points([i for i in items if isinstance(i, LogPoint)])
+    return points, [i for i in items if isinstance(i, LogEvent)], reader
