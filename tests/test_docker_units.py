@@ -113,6 +113,8 @@ BAD = [
     ("min-above-max", {"flowplan.min_cpu_millis": "3000", "flowplan.max_cpu_millis": "1000"}, "min_cpu_millis", "3000"),
     ("unknown-key", {"flowplan.cpus": "2"}, "flowplan.cpus", "2"),
     ("bad-bool", {"flowplan.migratable": "maybe"}, "flowplan.migratable", "maybe"),
+    ("zero-steps-per-epoch", {"flowplan.steps_per_epoch": "0"}, "flowplan.steps_per_epoch", "0"),
+    ("nan-steps-per-epoch", {"flowplan.steps_per_epoch": "nan"}, "flowplan.steps_per_epoch", "nan"),
     ("bad-id", {"flowplan.job": "has space"}, "flowplan.job", "has space"),
     ("tier-without-tier1", {"flowplan.target.tier2": "0.9"}, "flowplan.target.tier1", "missing"),
     ("bad-direction", {"flowplan.target.tier1": "1", "flowplan.target.direction": "up"}, "flowplan.target.direction", "up"),
@@ -221,6 +223,17 @@ def test_framework_logs_read_across_intervals_like_whole(fixture: str) -> None:
     want, _, _ = read_log(raw)
     assert [(p["epoch"], p.get("loss"), p.get("metric")) for p in got] == [(p.epoch, p.loss, p.metric) for p in want]
     assert all(p["time"] > 1.7e9 for p in got)
+
+
+def test_steps_per_epoch_label_places_step_logs() -> None:
+    parsed = parse_labels({"flowplan.job": "j", "flowplan.steps_per_epoch": "23"}, created=0.0)
+    assert parsed is not None and parsed.steps_per_epoch == 23.0 and "steps_per_epoch" not in parsed.fields
+    raw = b"".join(_engine_lines((FIXTURE_LOGS / "pytorch/pytorch-steps.log").read_bytes()))
+    none, _ = read_lines(raw, LogCursor(), 0.0, final=True)
+    placed, _ = read_lines(raw, LogCursor(), 0.0, final=True, steps_per_epoch=parsed.steps_per_epoch)
+    assert none.points == []
+    assert [(round(p["epoch"], 4), p["loss"]) for p in placed.points] == [(round(k * 10 / 23, 4), v) for k, v in
+        enumerate([2.1580, 1.7033, 0.8250, 0.4730, 0.3339, 0.1903], start=1)]  # fmt: skip
 
 
 # -- host specs -------------------------------------------------------------------------------

@@ -240,7 +240,7 @@ class DockerAdapter:
             obs.failed[job_id] = c.exit_code
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
-        self._read_progress(job_id, host, c)
+        self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
@@ -318,7 +318,7 @@ class DockerAdapter:
             if job_id not in known:
                 self._set_kv_json("docker.jobs", [*known, job_id])
 
-    def _read_progress(self, job_id: str, host: str, c: ContainerView) -> None:
+    def _read_progress(self, job_id: str, host: str, c: ContainerView, steps_per_epoch: float | None = None) -> None:
         if c.id in self._drained:
             return
         key = f"docker.log.{c.id}"
@@ -335,7 +335,7 @@ class DockerAdapter:
             return
         stopped = c.state not in ("running", "paused", "restarting")
         last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
-        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped)
+        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped, steps_per_epoch=steps_per_epoch)
         points = []
         for p in progress.points:
             try:
@@ -612,7 +612,7 @@ class DockerAdapter:
         spec = recreate_spec(c, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
         if stop_first:
             code = self._checkpoint_stop(source, c)
-            self._read_progress(ch.job, placed.host, self._fresh(placed))
+            self._read_progress(ch.job, placed.host, self._fresh(placed), placed.labels.steps_per_epoch)
             if code not in RESUMABLE_EXITS and code != 0:
                 log.warning("job %s: %s exited with %d while checkpointing", ch.job, c.name, code)
         name = c.name if target_name != placed.host else _next_name(c.name)
