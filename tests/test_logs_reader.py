@@ -133,6 +133,25 @@ def test_resumed_reader_goes_on_where_the_first_stopped() -> None:
     assert [i for i in items if isinstance(i, LogPoint)] == whole
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        {},
+        {"formats": {"keras": {"held": {"nope": 1}}}},
+        {"formats": {"keras": {"current": "x"}}, "last": {"k": [1]}},
+        {"last_epoch": "x"},
+    ],
+)
+def test_a_damaged_state_starts_afresh(state: dict) -> None:
+    text = "Epoch 1/2\n1/2 - 0s - loss: 0.9 - accuracy: 0.1\n2/2 - 0s - loss: 0.5 - accuracy: 0.7\n"
+    reader = LogReader()
+    reader.restore(state)
+    items = reader.feed(text) + reader.close()
+    fresh, _, _ = read_log(text)
+    assert [i for i in items if isinstance(i, LogPoint)] == fresh
+    assert [(p.epoch, p.loss, p.metric) for p in fresh] == [(0.5, 0.9, None), (1.0, 0.5, 0.7)]
+
+
 def test_forced_format_and_bad_options() -> None:
     points, _, _ = read_log("epoch: 1 loss: 0.5\nTrain Epoch: 1 [10/100 (10%)]\tLoss: 0.9\n", only="pytorch")
     assert [(p.epoch, p.loss) for p in points] == [(0.1, 0.9)]

@@ -76,7 +76,10 @@ SPLIT_EPOCHS = ("hf-trainer", "pytorch")
 
 def cursor_point(cursor: LogCursor) -> list[LogPoint]:
     """The point the last read left waiting for the other half of its epoch (none, or one)."""
-    return [LogPoint(**d) for d in cursor.reader.get("waiting") or [] if isinstance(d, dict)]
+    try:
+        return [LogPoint(**d) for d in cursor.reader.get("waiting") or [] if isinstance(d, dict)]
+    except TypeError:  # a damaged cursor: the point is lost, reading goes on
+        return []
 
 
 def read_lines(

@@ -148,13 +148,19 @@ class LogReader:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        formats = state.get("formats") or {}
-        for f in self.formats:
-            if isinstance(formats.get(f.name), dict):
-                f.restore(formats[f.name])
-        self.json_only = bool(state.get("json_only", False))
-        self.ctx.last_epoch = float(state.get("last_epoch", self.ctx.last_epoch))
-        self._last = {str(k): (float(v[0]), float(v[1])) for k, v in (state.get("last") or {}).items()}
+        """Go on from a :meth:`state`; a state that does not fit (an older or damaged one) starts afresh."""
+        fresh = LogReader(steps_per_epoch=self.ctx.steps_per_epoch, resolution=self.resolution, last_epoch=self.ctx.last_epoch)
+        try:
+            formats = state.get("formats") or {}
+            for f in self.formats:
+                if isinstance(formats.get(f.name), dict):
+                    f.restore(formats[f.name])
+            self.json_only = bool(state.get("json_only", False))
+            self.ctx.last_epoch = float(state.get("last_epoch", self.ctx.last_epoch))
+            self._last = {str(k): (float(v[0]), float(v[1])) for k, v in (state.get("last") or {}).items()}
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            self.formats = [f for f in fresh.formats if any(g.name == f.name for g in self.formats)]
+            self.json_only, self.ctx.last_epoch, self._last = False, fresh.ctx.last_epoch, {}
 
 
 def merge_points(points: list[LogPoint]) -> list[LogPoint]:

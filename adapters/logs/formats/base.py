@@ -61,8 +61,8 @@ class LogFormat:
 
     name: ClassVar[str] = ""
     example: ClassVar[str] = ""
-    #: attributes saved by :meth:`state` besides the epoch base and the held point
-    fields: ClassVar[tuple[str, ...]] = ()
+    #: attributes saved by :meth:`state` besides the epoch base and the held point, with their types
+    fields: ClassVar[tuple[tuple[str, type], ...]] = ()
 
     def __init__(self) -> None:
         self.epochs = EpochCount()
@@ -103,14 +103,18 @@ class LogFormat:
         return {
             "base": self.epochs.base,
             "held": asdict(self.held) if self.held is not None else None,
-            **{f: getattr(self, f) for f in self.fields},
+            **{f: getattr(self, f) for f, _ in self.fields},
         }
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Go on from a :meth:`state`; raises ``ValueError`` or ``TypeError`` when it does not fit."""
         base = state.get("base")
         self.epochs = EpochCount(base if base in (0, 1) else None)
         held = state.get("held")
         self.held = LogPoint(**held) if isinstance(held, dict) else None
-        for f in self.fields:
+        for f, kind in self.fields:
             if f in state:
-                setattr(self, f, state[f])
+                value = state[f]
+                if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                    raise ValueError(f"{self.name} state: {f} is not a {kind.__name__}: {value!r}")
+                setattr(self, f, value)

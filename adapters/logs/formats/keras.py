@@ -25,7 +25,7 @@ BAR = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s+(?:\S*\s+)?(?:\d+\w*\s+)?.*?\s-\s")
 class Keras(LogFormat):
     name = "keras"
     example = "90/90 ━━━━━━━━━━━━━━━━━━━━ 1s 7ms/step - accuracy: 0.85 - loss: 0.90 - val_accuracy: 0.83 - val_loss: 0.86"
-    fields = ("current",)
+    fields = (("current", int),)
 
     def __init__(self) -> None:
         super().__init__()

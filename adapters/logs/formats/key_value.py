@@ -35,7 +35,7 @@ UNIX_2001 = 1e9
 class KeyValue(LogFormat):
     name = "key-value"
     example = "epoch: 3 loss: 0.2668 acc: 0.9444"
-    fields = ("unplaced",)
+    fields = (("unplaced", int),)
 
     def __init__(self) -> None:
         super().__init__()

@@ -35,7 +35,7 @@ VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
 class ProgressBar(LogFormat):
     name = "progress-bar"
     example = "Epoch 1/3:  47%|████▋     | 21/45 [00:00<00:00, 596.48it/s, loss=1.3346]"
-    fields = ("held_epoch", "pending", "last_validation")
+    fields = (("held_epoch", int), ("pending", list), ("last_validation", list))
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,10 +56,16 @@ class ProgressBar(LogFormat):
         if m is not None:
             got = self._bar(frame.text, time, rich=False)
             return None if got is None and not out else out + (got or [])
-        if RICH.match(frame.text) and EPOCH.search(RICH.match(frame.text).group("desc")):  # type: ignore[union-attr]
+        r = RICH.match(frame.text)
+        if r is not None and EPOCH.search(r.group("desc")):
             self.pending = [frame.text, time]
             return out
         return out or None
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        if self.pending is not None and (len(self.pending) != 2 or not isinstance(self.pending[0], str)):
+            raise ValueError(f"progress-bar state: pending is not [text, time]: {self.pending!r}")
 
     def flush(self) -> list[Item]:
         out: list[Item] = []

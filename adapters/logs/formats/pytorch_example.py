@@ -24,7 +24,7 @@ TEST = re.compile(r"Test set:\s*Average loss:\s*(" + NUMBER + r")\s*,\s*Accuracy
 class PytorchExample(LogFormat):
     name = "pytorch"
     example = "Train Epoch: 1 [640/60000 (1%)]\tLoss: 2.300000"
-    fields = ("current",)
+    fields = (("current", int),)
 
     def __init__(self) -> None:
         super().__init__()
