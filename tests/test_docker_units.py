@@ -8,7 +8,8 @@ Case matrix:
 - logs: Loss-only; JSON-only; both (JSON wins, no double points); cursor skips what was read;
   trailing Loss held back until final; events; garbage, NaN and negative epochs ignored; recorded
   framework logs (Keras, Lightning, HF Trainer, PyTorch, tqdm) read over three intervals, the cursor
-  through JSON between them, give the points ``flowplan logs`` gives;
+  through JSON between them, give the points ``flowplan logs`` gives; a step log gives a speed point
+  from its first lines, inside the first epoch;
 - host specs: good forms; each bad part named;
 - GPU requests: none, lowest free ids, not enough free → conflict (no GPU here: request construction only);
 - recreate_spec: the guarantee as CpuShares, a cap only when there is one (keeping the container's
@@ -562,3 +563,23 @@ def test_daemon_survives_a_failing_interval_and_stops_without_another() -> None:
     count, last = daemon.run(stopped=clock.stop.is_set, on_error=errors.append)
     assert len(calls) == stop_after and count == stop_after and last is not None  # kept going after the failure
     assert [str(e) for e in errors] == ["a planner bug"]
+
+
+def test_speed_known_from_the_first_steps_of_a_step_log() -> None:
+    """PyTorch's example loop logs every 5 batches: the adapter's speed table gets a point from the
+    first five lines, all inside epoch 1, instead of waiting for whole epochs (issue 13, "speed known
+    fast"). One line a second, 320 of 1,437 samples a line, one core used: 1437/320 = 4.49 s an epoch."""
+    from adapters.docker.progress import parse_timestamp, to_seconds
+    from planner.snapshot import MetricPoint
+
+    lines = _engine_lines((FIXTURE_LOGS / "pytorch/pytorch-example.log").read_bytes())[:5]
+    prog, _ = read_lines(b"".join(lines), LogCursor(), 0.0, final=False)
+    history = [MetricPoint(**p) for p in prog.points]
+    assert [round(p.epoch, 3) for p in history] == [0.0, 0.223, 0.445, 0.668, 0.891]
+    t0 = to_seconds(parse_timestamp(lines[0].split(b" ")[0].decode()))
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    c = view(_inspect())
+    ad._usage[c.id] = [(t0 - 1, 0.0), (t0 + 10, 11.0)]  # (engine time, CPU seconds): one core throughout
+    (speed,) = ad._speeds("a", c, history, "running")
+    assert speed.cpu_millis == 1000
+    assert speed.seconds_per_epoch == pytest.approx(1437 / 320, rel=1e-6)
