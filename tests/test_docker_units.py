@@ -226,6 +226,40 @@ def test_framework_logs_read_across_intervals_like_whole(fixture: str) -> None:
     assert all(p["time"] > 1.7e9 for p in got)
 
 
+def _engine_partials(raw: bytes, size: int) -> list[bytes]:
+    """A log as the engine keeps a long line: cut every ``size`` bytes into partial messages, each with
+    its own timestamp, "\\n" only after the last piece (UTF-8 characters cut too, as the engine does)."""
+    out, i = [], 0
+    for line in raw.split(b"\n")[:-1]:
+        chunks = [line[j : j + size] for j in range(0, max(len(line), 1), size)]
+        for k, chunk in enumerate(chunks):
+            stamp = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.{i:09d}Z ".encode()
+            out.append(stamp + chunk + (b"\n" if k == len(chunks) - 1 else b""))
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["keras/keras-fit-pipe.log", "tqdm/tqdm-colour-pipe.log"])
+def test_partial_messages_of_long_redrawn_lines(fixture: str) -> None:
+    """A bar redrawn for a whole epoch is one long line, which the engine cuts into stamped pieces:
+    read across intervals that end mid-line, the points are those of the whole log, and points inside
+    an epoch carry the time of the piece they ended in (not the line's first stamp)."""
+    from adapters.logs import read_log
+
+    raw = (FIXTURE_LOGS / fixture).read_bytes()
+    pieces = _engine_partials(raw, 500)
+    assert sum(not p.endswith(b"\n") for p in pieces) > 10
+    cursor, got = LogCursor(), []
+    for cut in [7, 8, 20, 33, len(pieces) // 2, len(pieces) - 1, len(pieces)]:
+        prog, cursor = read_lines(b"".join(pieces[:cut]), cursor, 0.0, final=cut == len(pieces))
+        cursor = LogCursor.from_dict(json.loads(json.dumps(cursor.as_dict())))
+        got += prog.points
+    want, _, _ = read_log(raw)
+    assert [(p["epoch"], p.get("loss"), p.get("metric")) for p in got] == [(p.epoch, p.loss, p.metric) for p in want]
+    times = [p["time"] for p in got]
+    assert times == sorted(times) and len(set(times)) > len(pieces) // 4
+
+
 def test_steps_per_epoch_label_places_step_logs() -> None:
     parsed = parse_labels({"flowplan.job": "j", "flowplan.steps_per_epoch": "23"}, created=0.0)
     assert parsed is not None and parsed.steps_per_epoch == 23.0 and "steps_per_epoch" not in parsed.fields

@@ -23,6 +23,8 @@ from typing import Any
 
 from adapters.logs import LogEvent, LogPoint, LogReader, is_json_progress, merge_points
 
+#: A partial message's timestamp inside an engine line (Docker's RFC 3339 with 9 fractional digits).
+_INLINE_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) ")
 _LOSS = re.compile(r"^\s*Loss:\s*([-+0-9.eEinfINFaN]+)\s*$")
 
 
@@ -94,32 +96,37 @@ def read_lines(
     the next read, where the other half of its epoch may be. Returns the progress and the advanced cursor.
     """
     after = parse_timestamp(cursor.since) if cursor.since else None
-    entries: list[tuple[str, tuple[int, int], str]] = []
+    entries: list[tuple[str, tuple[int, int], str, bool]] = []  # (stamp, parsed stamp, text, the engine ended the line)
     # Split at "\n" only (the engine's line end): "\r" redraws stay inside their line, for the reader.
-    for line in raw.decode("utf-8", "replace").split("\n"):
+    lines = raw.decode("utf-8", "replace").split("\n")
+    for n, line in enumerate(lines):
         stamp_text, _, text = line.partition(" ")
-        try:
-            stamp = parse_timestamp(stamp_text)
-        except ValueError:
-            continue
-        if after is not None and stamp <= after:
-            continue
-        entries.append((stamp_text, stamp, text))
+        # The engine cuts a line longer than 16 KiB (a bar redrawn with "\r" for a whole epoch) into
+        # partial messages, each with its own timestamp and no "\n" until the last.
+        parts = _INLINE_STAMP.split(text)
+        pieces = [(stamp_text, parts[0]), *zip(parts[1::2], parts[2::2], strict=True)]
+        for k, (piece_stamp, piece) in enumerate(pieces):
+            try:
+                stamp = parse_timestamp(piece_stamp)
+            except ValueError:
+                break
+            if after is not None and stamp <= after:
+                continue
+            entries.append((piece_stamp, stamp, piece, n < len(lines) - 1 and k == len(pieces) - 1))
 
     reader = LogReader(steps_per_epoch=steps_per_epoch, last_epoch=last_epoch)
     if cursor.reader:
         reader.restore(cursor.reader)
         reader.ctx.last_epoch = max(reader.ctx.last_epoch, last_epoch)
-    json_seen = cursor.json_seen or any(is_json_progress(t) for _, _, t in entries)
+    json_seen = cursor.json_seen or any(is_json_progress(t) for _, _, t, _ in entries)
     reader.json_only = reader.json_only or json_seen
     out = Progress()
     new_since = cursor.since
     items: list[Any] = []
-    for i, (stamp_text, stamp, text) in enumerate(entries):
+    for i, (stamp_text, stamp, text, ended) in enumerate(entries):
         if i == len(entries) - 1 and not final and not json_seen and _LOSS.match(text):
             break  # the JSON line of this epoch may still come
-        # A line without "\n" ends a burst of "\r" redraws: the engine splits only at "\n".
-        items += reader.feed(text + "\n", time=to_seconds(stamp))
+        items += reader.feed(text + "\n" if ended else text, time=to_seconds(stamp))
         new_since = stamp_text
     if final:
         items += reader.flush()

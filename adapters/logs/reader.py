@@ -15,7 +15,7 @@ and a coloured summary line). Two rules keep the history clean:
 
 The reader's state (:meth:`state`) is small and JSON-able, so a daemon can resume reading a log
 where it stopped (the Docker adapter keeps it beside its log cursor). It holds no text but the
-unfinished last line, which is bounded (``terminal.MAX_FRAME``).
+unfinished last line, which is bounded (``terminal.MAX_FRAME``), and a Rich bar's first line.
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ class LogReader:
     # -- resuming -------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """What a later reader needs to go on (not the unfinished line: callers feed whole lines)."""
+        """What a later reader needs to go on, the unfinished last line included (bounded)."""
         return {
+            "splitter": self.splitter.state(),
             "formats": {f.name: f.state() for f in self.formats},
             "json_only": self.json_only,
             "last_epoch": self.ctx.last_epoch,
@@ -155,12 +156,14 @@ class LogReader:
             for f in self.formats:
                 if isinstance(formats.get(f.name), dict):
                     f.restore(formats[f.name])
+            self.splitter.restore(state.get("splitter") or {})
             self.json_only = bool(state.get("json_only", False))
             self.ctx.last_epoch = float(state.get("last_epoch", self.ctx.last_epoch))
             self._last = {str(k): (float(v[0]), float(v[1])) for k, v in (state.get("last") or {}).items()}
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             self.formats = [f for f in fresh.formats if any(g.name == f.name for g in self.formats)]
             self.json_only, self.ctx.last_epoch, self._last = False, fresh.ctx.last_epoch, {}
+            self.splitter = fresh.splitter
 
 
 def merge_points(points: list[LogPoint]) -> list[LogPoint]:

@@ -84,6 +84,18 @@ class FrameSplitter:
         self._end(out, final=True)
         return out
 
+    def state(self) -> dict[str, object]:
+        """The unfinished last line (at most ``max_frame`` characters), to go on in another splitter."""
+        return {"tail": "".join(self._parts), "skipping": self._skipping, "cr": self._cr_pending}
+
+    def restore(self, state: dict[str, object]) -> None:
+        tail = state.get("tail", "")
+        if not isinstance(tail, str) or len(tail) > self.max_frame:
+            raise ValueError("splitter state: tail is not a string within the frame limit")
+        self._parts, self._size = ([tail], len(tail)) if tail else ([], 0)
+        self._skipping = bool(state.get("skipping", False))
+        self._cr_pending = bool(state.get("cr", False))
+
     def _add(self, piece: str) -> None:
         if not piece or self._skipping:
             return
