@@ -35,9 +35,12 @@ class LogCursor:
     since: str = ""
     json_seen: bool = False
     reader: dict[str, Any] = field(default_factory=dict)
+    #: how many entries stamped exactly ``since`` were consumed (the pieces of a line the engine cut
+    #: share its first timestamp); -1: all of them (a cursor from before this was counted)
+    at_since: int = -1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"since": self.since, "json_seen": self.json_seen, "reader": self.reader}
+        return {"since": self.since, "json_seen": self.json_seen, "reader": self.reader, "at_since": self.at_since}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> LogCursor:
@@ -48,6 +51,7 @@ class LogCursor:
             since=str(d.get("since", "")),
             json_seen=bool(d.get("json_seen", False)),
             reader=reader if isinstance(reader, dict) else {},
+            at_since=int(d.get("at_since", -1)) if isinstance(d.get("at_since", -1), int) else -1,
         )
 
 
@@ -99,6 +103,7 @@ def read_lines(
     entries: list[tuple[str, tuple[int, int], str, bool]] = []  # (stamp, parsed stamp, text, the engine ended the line)
     # Split at "\n" only (the engine's line end): "\r" redraws stay inside their line, for the reader.
     lines = raw.decode("utf-8", "replace").split("\n")
+    seen_at_since = 0
     for n, line in enumerate(lines):
         stamp_text, _, text = line.partition(" ")
         # The engine cuts a line longer than 16 KiB (a bar redrawn with "\r" for a whole epoch) into
@@ -110,8 +115,12 @@ def read_lines(
                 stamp = parse_timestamp(piece_stamp)
             except ValueError:
                 break
-            if after is not None and stamp <= after:
+            if after is not None and stamp < after:
                 continue
+            if after is not None and stamp == after:
+                seen_at_since += 1
+                if cursor.at_since < 0 or seen_at_since <= cursor.at_since:
+                    continue
             entries.append((piece_stamp, stamp, piece, n < len(lines) - 1 and k == len(pieces) - 1))
 
     reader = LogReader(steps_per_epoch=steps_per_epoch, last_epoch=last_epoch)
@@ -121,13 +130,16 @@ def read_lines(
     json_seen = cursor.json_seen or any(is_json_progress(t) for _, _, t, _ in entries)
     reader.json_only = reader.json_only or json_seen
     out = Progress()
-    new_since = cursor.since
+    new_since, at_since = cursor.since, cursor.at_since
     items: list[Any] = []
     for i, (stamp_text, stamp, text, ended) in enumerate(entries):
         if i == len(entries) - 1 and not final and not json_seen and _LOSS.match(text):
             break  # the JSON line of this epoch may still come
         items += reader.feed(text + "\n" if ended else text, time=to_seconds(stamp))
-        new_since = stamp_text
+        if new_since and stamp == parse_timestamp(new_since) and at_since >= 0:
+            at_since += 1
+        else:
+            new_since, at_since = stamp_text, 1
     if final:
         items += reader.flush()
     points = merge_points([*cursor_point(cursor), *(i for i in items if isinstance(i, LogPoint))])
@@ -154,4 +166,4 @@ def read_lines(
             out.events.append(it.as_dict())
         elif isinstance(it, LogEvent):
             out.ignored += 1
-    return out, LogCursor(new_since, json_seen, {**reader.state(), "waiting": waiting})
+    return out, LogCursor(new_since, json_seen, {**reader.state(), "waiting": waiting}, at_since)
