@@ -617,3 +617,26 @@ def test_speed_known_from_the_first_steps_of_a_step_log() -> None:
     (speed,) = ad._speeds("a", c, history, "running")
     assert speed.cpu_millis == 1000
     assert speed.seconds_per_epoch == pytest.approx(1437 / 320, rel=1e-6)
+
+
+def test_speed_known_from_a_bars_own_rate() -> None:
+    """Keras prints one line an epoch at verbose 2 (``90/90 - 1s - 7ms/step - ...``): after epoch 1 the
+    history has one point, so no two epoch ends can be timed, but the bar's rate gives the speed:
+    90 steps x 7 ms = 0.63 s an epoch, at the one core used since the line began."""
+    from adapters.docker.progress import parse_timestamp, to_seconds
+    from planner.snapshot import MetricPoint
+
+    lines = _engine_lines((FIXTURE_LOGS / "keras/keras-fit-verbose2.log").read_bytes())[:2]
+    prog, _ = read_lines(b"".join(lines), LogCursor(), 0.0, final=False)
+    history = [MetricPoint(**p) for p in prog.points]
+    assert [(p.epoch, p.loss, p.metric) for p in history] == [(1.0, 2.032, 0.6)]
+    t0 = to_seconds(parse_timestamp(lines[0].split(b" ")[0].decode()))
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    c = view(_inspect())
+    ad._usage[c.id] = [(t0 - 1, 0.0), (t0 + 0.5, 1.5)]  # less than a second after the line: waits
+    ad._rates[c.id] = prog.rates
+    assert ad._speeds("a", c, history, "running") == [] and ad._rates[c.id] == prog.rates
+    ad._usage[c.id].append((t0 + 10, 11.0))  # one core throughout
+    (speed,) = ad._speeds("a", c, history, "running")
+    assert (speed.cpu_millis, speed.seconds_per_epoch) == (1000, pytest.approx(0.63))
+    assert c.id not in ad._rates  # each rate counts once

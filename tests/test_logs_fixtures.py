@@ -182,3 +182,20 @@ def test_pipe_and_terminal_recordings_agree(pipe: str, pty: str) -> None:
     a, _ = _read(CASES[pipe])
     b, _ = _read(CASES[pty])
     assert _triples([p for p in a if not p.partial]) == _triples([p for p in b if not p.partial])
+
+
+def test_speed_events_from_the_bars_own_rates() -> None:
+    """``90/90 - 1s - 7ms/step`` (then 10 and 9 ms) is 0.63, 0.90, 0.81 s an epoch; tqdm's
+    ``3/45 [00:00<00:00, 304.12it/s`` is 45 / 304.12 s; logs without a rate give none."""
+    _, events, _ = read_log((FIXTURES / "keras/keras-fit-verbose2.log").read_bytes())
+    assert [(e.epoch, e.detail["seconds_per_epoch"]) for e in events if e.kind == "speed"] == [
+        (1.0, pytest.approx(0.63)),
+        (2.0, pytest.approx(0.90)),
+        (3.0, pytest.approx(0.81)),
+    ]
+    _, events, _ = read_log((FIXTURES / "tqdm/tqdm-colour-pipe.log").read_bytes())
+    speeds = [e for e in events if e.kind == "speed"]
+    assert speeds[0].epoch == pytest.approx(3 / 45) and speeds[0].detail["seconds_per_epoch"] == pytest.approx(45 / 304.12)
+    assert all(b.epoch >= a.epoch + 0.25 for a, b in zip(speeds, speeds[1:], strict=False))
+    for path in ("pytorch/pytorch-example.log", "jsonl/jsonl.log", "transformers/hf-trainer-pipe.log"):
+        assert not [e for e in read_log((FIXTURES / path).read_bytes())[1] if e.kind == "speed"]

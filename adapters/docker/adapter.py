@@ -79,6 +79,8 @@ UNMANAGED_PREFIX = "flowplan.io/unmanaged."
 MAX_CPU_LABEL = "flowplan.max_cpu_millis"
 #: Speed points are kept per CPU actually used, rounded to this many millicores.
 SPEED_GRID_MILLIS = 50
+#: Bar rates kept per container until stats samples can pair them with the CPU used.
+MAX_RATES = 50
 #: CPU-time samples kept per container (one per observe) to pair epochs with the CPU they used.
 SPEED_SAMPLES = 200
 #: An engine event about a container the adapter started, stopped, created or removed this recently
@@ -136,6 +138,7 @@ class DockerAdapter:
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
+        self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
         self._drained: set[str] = set()
         self._touched: dict[str, float] = {}  # container id -> time.monotonic() when a call of ours on it returned
@@ -344,6 +347,8 @@ class DockerAdapter:
                 continue
         if points:
             self.store.add_points(job_id, points)
+        if progress.rates:
+            self._rates[c.id] = (self._rates.get(c.id, []) + progress.rates)[-MAX_RATES:]
         for ev in progress.events:
             if ev.get("event") == "delivered":
                 self._set_kv_json(f"docker.delivered.{job_id}", True)
@@ -367,6 +372,7 @@ class DockerAdapter:
         }
         for cid in [cid for cid in self._usage if cid not in running]:  # forget containers that stopped or went
             self._usage.pop(cid, None)
+            self._rates.pop(cid, None)
             self._speed_done.pop(cid, None)
         for cid in [cid for cid in self._stats_pending if cid not in running]:
             self._stats_pending.pop(cid).cancel()
@@ -415,7 +421,7 @@ class DockerAdapter:
         stats samples is paired with the cores it used meanwhile (the container's CPU time,
         interpolated between samples, over the epoch's wall time). Epochs are grouped by that CPU
         (rounded to :data:`SPEED_GRID_MILLIS`); each group's median is averaged into the point kept
-        for it. Each epoch counts once.
+        for it. Each epoch counts once. The rates progress bars show join the same groups.
         """
         key = f"docker.speed.{job_id}"
         table: dict[str, float] = self._kv_json(key) or {}
@@ -432,6 +438,21 @@ class DockerAdapter:
                 if cores > 0.005:
                     millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
                     groups.setdefault(millis, []).append((b.time - a.time) / (b.epoch - a.epoch))
+            # A bar's own rate (tqdm's it/s, Keras' ms/step): known from an epoch's first steps, before
+            # two epoch ends can be timed. Its line is stamped when it began, so it is paired with the
+            # cores used from then to the latest sample; one less than a second old waits.
+            waiting = []
+            for t, per_epoch in self._rates.pop(c.id, []):
+                start = max(t, lo)
+                if hi - start < 1.0:
+                    waiting.append((t, per_epoch))
+                    continue
+                cores = (_cpu_at(samples, hi) - _cpu_at(samples, start)) / (hi - start)
+                if cores > 0.005:
+                    millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
+                    groups.setdefault(millis, []).append(per_epoch)
+            if waiting:
+                self._rates[c.id] = waiting
             for millis, gaps in groups.items():
                 seen = float(median(gaps))
                 old = table.get(str(millis))

@@ -62,6 +62,8 @@ class Progress:
     points: list[dict[str, float]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     ignored: int = 0
+    #: (time, seconds an epoch takes) at the rate a progress bar showed (tqdm's it/s, Keras' ms/step)
+    rates: list[tuple[float, float]] = field(default_factory=list)
 
 
 def parse_timestamp(text: str) -> tuple[int, int]:
@@ -162,7 +164,9 @@ def read_lines(
             point["metric"] = p.metric
         out.points.append(point)
     for it in items:
-        if isinstance(it, LogEvent) and it.format == "jsonl" and it.kind not in ("loss_not_finite", "metric_not_finite"):
+        if isinstance(it, LogEvent) and it.kind == "speed" and it.time is not None:
+            out.rates.append((it.time, float(it.detail["seconds_per_epoch"])))
+        elif isinstance(it, LogEvent) and it.format == "jsonl" and it.kind not in ("loss_not_finite", "metric_not_finite"):
             out.events.append(it.as_dict())
         elif isinstance(it, LogEvent):
             out.ignored += 1

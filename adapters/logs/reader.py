@@ -11,7 +11,8 @@ and a coloured summary line). Two rules keep the history clean:
 
 - JSON progress lines, once seen, are the job's whole truth (FlowPlan's own format, printed on purpose);
 - points inside an epoch (progress bars redrawn many times a second) are kept at most one per
-  ``resolution`` epochs and only moving forward; epoch ends are always kept.
+  ``resolution`` epochs and only moving forward; epoch ends are always kept. A bar's own rate
+  becomes a ``speed`` event (seconds an epoch takes), at most one per quarter epoch.
 
 The reader's state (:meth:`state`) is small and JSON-able, so a daemon can resume reading a log
 where it stopped (the Docker adapter keeps it beside its log cursor). It holds no text but the
@@ -30,6 +31,8 @@ from adapters.logs.points import LogEvent, LogPoint
 from adapters.logs.terminal import MAX_FRAME, Frame, FrameSplitter
 
 FORMAT_NAMES = tuple(f.name for f in FORMATS)
+#: At most one ``speed`` event per format every this many epochs.
+SPEED_RESOLUTION = 0.25
 
 
 def describe_formats() -> str:
@@ -65,6 +68,7 @@ class LogReader:
         self.json_only = False
         self.recognised: Counter[str] = Counter()
         self.frames = 0
+        self._last_speed: dict[str, float] = {}  # format -> epoch of the last speed event kept
         self._last: dict[str, tuple[float, float]] = {}  # format -> (last epoch end, last point inside an epoch)
 
     # -- feeding --------------------------------------------------------------------------------
@@ -113,6 +117,11 @@ class LogReader:
     def _keep(self, items: list[Item]) -> list[Item]:
         out: list[Item] = []
         for it in items:
+            if isinstance(it, LogEvent) and it.kind == "speed" and it.epoch is not None:
+                last = self._last_speed.get(it.format)
+                if last is not None and last <= it.epoch < last + SPEED_RESOLUTION:
+                    continue  # a bar shows its rate on every redraw: a few a epoch are enough
+                self._last_speed[it.format] = it.epoch
             if isinstance(it, LogPoint):
                 whole, partial = self._last.get(it.format, (-1.0, -1.0))
                 if not it.partial:
@@ -146,6 +155,7 @@ class LogReader:
             "json_only": self.json_only,
             "last_epoch": self.ctx.last_epoch,
             "last": {k: list(v) for k, v in self._last.items()},
+            "last_speed": dict(self._last_speed),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -160,9 +170,10 @@ class LogReader:
             self.json_only = bool(state.get("json_only", False))
             self.ctx.last_epoch = float(state.get("last_epoch", self.ctx.last_epoch))
             self._last = {str(k): (float(v[0]), float(v[1])) for k, v in (state.get("last") or {}).items()}
+            self._last_speed = {str(k): float(v) for k, v in (state.get("last_speed") or {}).items()}
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             self.formats = [f for f in fresh.formats if any(g.name == f.name for g in self.formats)]
-            self.json_only, self.ctx.last_epoch, self._last = False, fresh.ctx.last_epoch, {}
+            self.json_only, self.ctx.last_epoch, self._last, self._last_speed = False, fresh.ctx.last_epoch, {}, {}
             self.splitter = fresh.splitter
 
 

@@ -42,6 +42,17 @@ def first(values: dict[str, float], keys: tuple[str, ...]) -> float | None:
     return None
 
 
+#: Steps into an epoch before a bar's rate is taken as its speed (the first include start-up).
+MIN_STEPS = 3
+
+
+def speed(epoch: float, seconds_per_epoch: float | None, time: float | None, name: str) -> list[Item]:
+    """A ``speed`` event: the seconds an epoch takes at the rate the framework itself shows."""
+    if seconds_per_epoch is None or not 0 < seconds_per_epoch < 1e9:
+        return []
+    return [LogEvent("speed", epoch, time, {"seconds_per_epoch": seconds_per_epoch}, name)]
+
+
 class Context:
     """What the reader tells a format: steps per epoch when given, the last epoch any point reached."""
 

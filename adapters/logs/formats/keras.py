@@ -8,17 +8,20 @@
 ``k - 1 + s/S`` (loss only: the running mean of the epoch so far). At ``s == S`` Keras first redraws
 the bar without, then prints it with the validation figures and a newline: the epoch's point (loss,
 and ``val_accuracy``, else ``accuracy``) is held until that line, or the next epoch, or the end.
+The bar's ``ms/step`` (the epoch's mean so far) times ``S`` is a ``speed`` event.
 """
 
 from __future__ import annotations
 
 import re
 
-from adapters.logs.formats.base import LOSS_KEYS, METRIC_KEYS, Context, Item, LogFormat, first, pairs
+from adapters.logs.formats.base import LOSS_KEYS, METRIC_KEYS, MIN_STEPS, Context, Item, LogFormat, first, pairs, speed
 from adapters.logs.points import EpochCount
 from adapters.logs.terminal import Frame
 
 HEADER = re.compile(r"^\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*$")
+STEP_TIME = re.compile(r"\s(\d+(?:\.\d+)?)(us|µs|ms|s)/step\b")
+UNIT = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 BAR = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s+(?:\S*\s+)?(?:\d+\w*\s+)?.*?\s-\s")
 
 
@@ -50,7 +53,10 @@ class Keras(LogFormat):
         if total <= 0 or step > total or not values:
             return []
         loss = first(values, LOSS_KEYS)
+        at = self.epochs.begun(self.current) + step / total
+        t = STEP_TIME.search(frame.text)  # the mean step time of the epoch so far
+        rate = speed(at, float(t.group(1)) * UNIT[t.group(2)] * total if t and step >= MIN_STEPS else None, time, self.name)
         if step < total:
-            return self.point(self.epochs.begun(self.current) + step / total, loss, None, time, partial=True)
-        out = self.hold(self.point(self.epochs.done(self.current), loss, first(values, METRIC_KEYS), time))
+            return self.point(at, loss, None, time, partial=True) + rate
+        out = self.hold(self.point(self.epochs.done(self.current), loss, first(values, METRIC_KEYS), time)) + rate
         return out + self.flush() if frame.final else out

@@ -12,7 +12,8 @@ an epoch is a point with the loss only (the bar's postfix also shows the previou
 until this epoch's is done). At ``n == total`` the bar is redrawn once more after validation with
 the new figures, so the epoch's point is held until the bar moves to another epoch or the log ends.
 Rich wraps a long bar onto an indented second line (even without a terminal): the two are joined.
-Bars without an epoch (validation, Hugging Face's step bar) are not progress points.
+Bars without an epoch (validation, Hugging Face's step bar) are not progress points. A bar's rate
+(``it/s`` or ``s/it``) times its total is a ``speed`` event.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from adapters.logs.formats.base import LOSS_KEYS, VALIDATION_METRIC_KEYS, Context, Item, LogFormat, first, pairs
+from adapters.logs.formats.base import LOSS_KEYS, MIN_STEPS, VALIDATION_METRIC_KEYS, Context, Item, LogFormat, first, pairs, speed
 from adapters.logs.points import EpochCount
 from adapters.logs.terminal import Frame
 
 TQDM = re.compile(r"^(?P<desc>.*?)\s*\d{1,3}%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<info>[^\]]*)")
 RICH = re.compile(r"^(?P<desc>.*?)\s+[━╸╺╾╼─]+\s+(?P<n>\d+)/(?P<total>\d+)\s+(?P<info>.*)$")
 EPOCH = re.compile(r"\bepoch\s*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
+RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(it/s|s/it)\b")
 CONTINUATION = re.compile(r"^\s{8,}\S")
 VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
 
@@ -98,12 +100,25 @@ class ProgressBar(LogFormat):
         if n == total:
             kept = self.held.metric if self.held is not None and self.held_epoch == epoch else None
             self.held_epoch = epoch
-            return out + self.hold(self.point(count.done(epoch), loss, metric if metric is not None else kept, time))
+            end = self.point(count.done(epoch), loss, metric if metric is not None else kept, time)
+            return out + self.hold(end) + self._rate(m, epoch, count, n, total, time)
         if metric is not None:  # a new validation with no epoch end in view: it is the last finished epoch's
             out += self.point(count.begun(epoch), None, metric, time)
         if n == 0:
             return out  # nothing done in this epoch yet: the postfix is the last epoch's
-        return out + self.point(count.begun(epoch) + n / total, loss, None, time, partial=True)
+        return (
+            out
+            + self.point(count.begun(epoch) + n / total, loss, None, time, partial=True)
+            + self._rate(m, epoch, count, n, total, time)
+        )
+
+    def _rate(self, m: re.Match[str], epoch: int, count: EpochCount, n: int, total: int, time: float | None) -> list[Item]:
+        """A ``speed`` event from the bar's own rate (tqdm's smoothed ``it/s`` or ``s/it``; Rich's ``it/s``)."""
+        r = RATE.search(m.group("info"))
+        if r is None or n < MIN_STEPS or float(r.group(1)) <= 0:
+            return []
+        per_step = 1 / float(r.group(1)) if r.group(2) == "it/s" else float(r.group(1))
+        return speed(count.begun(epoch) + n / total, per_step * total, time, self.name)
 
     def _new_validation(self, values: dict[str, float]) -> float | None:
         """The validation metric when the bar shows validation figures it did not show before, else None."""
