@@ -372,8 +372,9 @@ class DockerAdapter:
         }
         for cid in [cid for cid in self._usage if cid not in running]:  # forget containers that stopped or went
             self._usage.pop(cid, None)
-            self._rates.pop(cid, None)
             self._speed_done.pop(cid, None)
+        for cid in [cid for cid in self._rates if cid not in running]:
+            self._rates.pop(cid, None)
         for cid in [cid for cid in self._stats_pending if cid not in running]:
             self._stats_pending.pop(cid).cancel()
         if not running:
