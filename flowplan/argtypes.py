@@ -24,10 +24,7 @@ def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
 
 def positive_seconds(text: str) -> float:
     """Seconds in (0, 3600]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    v = finite(text)
     if not (0 < v <= 3600):
         raise argparse.ArgumentTypeError(f"must be > 0 and <= 3600 seconds, got {text}")
     return v
@@ -41,6 +38,14 @@ def finite(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+    return v
+
+
+def positive(text: str) -> float:
+    """A finite number > 0."""
+    v = finite(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return v
 
 

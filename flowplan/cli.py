@@ -121,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import snapshot_cmd
 
     snapshot_cmd.register(sub)
+
+    from flowplan import logs_cmd
+
+    logs_cmd.register(sub)
     return p
 
 

@@ -116,14 +116,16 @@ def create_job(
     cpuset: str | None = None,
     command: list[str] | None = None,
     start: bool = True,
+    extra_binds: list[str] | None = None,
 ) -> str:
     """Create (and start) a container running ``examples/jobs/train_digits.py`` as job ``job_id``.
 
-    ``command`` runs something else instead (with the same mounts); ``cpuset`` pins it to those CPUs.
+    ``command`` runs something else instead (with the same mounts, and ``extra_binds``); ``cpuset``
+    pins it to those CPUs.
     """
     client = api(url)
     interpreter, binds, pythonpath = python_mounts()
-    binds = [*binds, f"{JOBS}:/jobs:ro", f"{ckpt_dir}:/ckpt"]
+    binds = [*binds, f"{JOBS}:/jobs:ro", f"{ckpt_dir}:/ckpt", *(extra_binds or [])]
     hc: dict[str, Any] = {"binds": binds, "network_mode": "none"}
     if cpus is not None:
         hc["nano_cpus"] = int(cpus * 1e9)

@@ -4,6 +4,9 @@ Case matrix:
 
 - snapshot → plan: the written snapshot is valid and ``flowplan plan`` accepts it; a bad ``--hosts``
   is one line and exit code 2;
+- snapshot of containers printing recorded Keras, Lightning, HF Trainer and step logs: their
+  histories are what ``flowplan logs`` reads from the same files; a bar line the engine cuts at
+  16 KiB into stamped pieces (the cut inside a loss value) is read as the text it was;
 - ``--dry-run`` prints the plan and "would" actions and changes nothing;
 - crash recovery: the daemon is killed (SIGKILL) while actions are pending in the state store; a
   restarted daemon settles them, and converges to every job running exactly once (no duplicate,
@@ -86,6 +89,80 @@ def test_snapshot_feeds_plan_and_bad_hosts_exit_2(docker_engines: Any, tmp_path:
     assert '"s2"' in res.stdout
     bad = flowplan("snapshot", "--hosts", "main=http://nope")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--hosts" in bad.stderr and "http://nope" in bad.stderr
+
+
+FRAMEWORK_LOGS = [
+    "keras/keras-fit-pty.log",
+    "lightning/lightning-tqdm-pipe.log",
+    "transformers/hf-trainer-pipe.log",
+    "pytorch/pytorch-steps.log",  # with flowplan.steps_per_epoch=23
+]
+
+
+STEPS = {"pytorch/pytorch-steps.log": {"flowplan.steps_per_epoch": "23"}}
+
+
+def test_snapshot_shows_the_history_of_framework_logs(docker_engines: Any, tmp_path: Path) -> None:
+    """Containers printing recorded Keras, Lightning, HF Trainer and step logs (``cat`` of the fixture):
+    the snapshot's history is what ``flowplan logs`` reads from the same bytes, stamped by the engine."""
+    from docker_env import api, create_job
+
+    from adapters.logs import read_log
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "logs"
+    main = docker_engines.engines[0]
+    ids = {}
+    for i, rel in enumerate(FRAMEWORK_LOGS):
+        ids[f"log{i}"] = create_job(
+            main.url, f"fp-log{i}", f"log{i}", docker_engines.ckpt, labels={**BOUNDS, **STEPS.get(rel, {})},
+            command=["/bin/cat", f"/logs/{rel}"], extra_binds=[f"{fixtures}:/logs:ro"],
+        )  # fmt: skip
+    deadline = time.time() + 60
+    while time.time() < deadline and any(api(main.url).inspect_container(c)["State"]["Running"] for c in ids.values()):
+        time.sleep(0.3)
+    out = tmp_path / "snap.json"
+    res = flowplan("snapshot", "--hosts", *hosts(docker_engines), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    jobs = {j.id: j for j in load_snapshot(out).jobs}
+    for i, rel in enumerate(FRAMEWORK_LOGS):
+        want, _, _ = read_log((fixtures / rel).read_bytes(), steps_per_epoch=23 if rel in STEPS else None)
+        job = jobs[f"log{i}"]
+        assert job.status == "finished"
+        assert [(p.epoch, p.loss, p.metric) for p in job.history] == [(p.epoch, p.loss, p.metric) for p in want], rel
+        assert len(job.history) >= 6 and all(p.time > 1.7e9 for p in job.history)
+
+
+def test_snapshot_reads_a_bar_line_the_engine_cut(docker_engines: Any, tmp_path: Path) -> None:
+    """A bar redrawn 400 times on one line (39 kB, one newline at the end): the engine cuts it at
+    16 KiB into pieces and writes each piece's timestamp (the line's first, for all of them) at the
+    cut, here inside frame 169's loss, ``loss=169.12|3456789``. The history is what ``flowplan logs``
+    reads from the same text: every frame, the one across the cut with its loss whole."""
+    from docker_env import api, create_job
+
+    from adapters.logs import read_log
+
+    pad = " " * 27  # frames of 97 bytes: 16384 = 168 * 97 + 88, inside frame 169's loss digits
+    fmt = f"Epoch 1/1:{pad} %3d%%|#| %3d/400 [00:00<00:00, 9.9it/s, loss=%3d.123456789]"
+    script = f'i=0; while [ $i -lt 400 ]; do i=$((i+1)); printf "{fmt}\\r" $((i/4)) $i $i; done; echo'
+    text = "".join(
+        f"Epoch 1/1:{pad} {i // 4:3d}%|#| {i:3d}/400 [00:00<00:00, 9.9it/s, loss={i:3d}.123456789]\r" for i in range(1, 401)
+    )
+    main = docker_engines.engines[0]
+    cid = create_job(main.url, "fp-cut", "cut", docker_engines.ckpt, labels=BOUNDS, command=["/bin/sh", "-c", script])
+    deadline = time.time() + 30
+    while time.time() < deadline and api(main.url).inspect_container(cid)["State"]["Running"]:
+        time.sleep(0.2)
+    raw = api(main.url).logs(cid, timestamps=True)
+    assert raw.count(b"\n") == 1 and b"loss=169.12" + raw[:31] + b"3456789]" in raw, raw[:200]  # the cut, as planned
+    out = tmp_path / "snap.json"
+    res = flowplan("snapshot", "--hosts", *hosts(docker_engines), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    (job,) = [j for j in load_snapshot(out).jobs if j.id == "cut"]
+    want, _, _ = read_log(text + "\n")
+    assert [(p.epoch, p.loss) for p in job.history] == [(p.epoch, p.loss) for p in want]
+    assert (169 / 400, 169.123456789) in [(p.epoch, p.loss) for p in job.history] or 169 not in [
+        round(p.epoch * 400) for p in want
+    ]
 
 
 def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ digits), except the busy loops of the kernel test. Case matrix:
   is already in effect;
 - labels: a container with a bad ``flowplan.*`` label is unmanaged, named in its host's node labels;
 - a container that vanishes before a change is applied → ``not_found`` outcome, no exception;
+- a bar redrawn on one long line: read while it runs (the engine's first 16 KiB piece), then whole, none twice;
+- a bar's own rate (it/s) gives the job's speed after its first epoch's line, before two epoch ends;
 - migration between two engines: checkpoint, re-create, resume from the checkpoint, history intact,
   exactly one container afterwards; a migration to an engine without the image fails and the job
   runs again where it was;
@@ -298,6 +300,53 @@ def test_observe_plan_diff_round_trips_without_spurious_resizes(docker_engines: 
         elif job == "usercap" and j.allocation.cpu_millis != 500:
             assert hc["NanoCpus"] == ncpu * 10**9, hc  # the user's --cpus 0.5 was lifted
     assert last["declared"].status == "running" and last["free"].status == "running"
+
+
+def test_a_long_bar_line_is_read_while_it_runs(docker_engines: Any) -> None:
+    """A bar redrawn on one line for a long epoch: the engine writes its first 16 KiB piece at once
+    and the rest when the line ends (same timestamp). An observe in between sees the frames of the
+    first piece; one after the end adds the rest, none twice: the history is the whole text's."""
+    from docker_env import api, create_job
+
+    from adapters.logs import read_log
+
+    frame = 'printf "Epoch 1/1: %3d%%|#| %3d/400 [00:00<00:00, 9.9it/s, loss=%3d.5]\\r" $((i/4)) $i $i'
+    loop = "while [ $i -lt {n} ]; do i=$((i+1)); " + frame + "; done"
+    script = f"i=0; {loop.format(n=300)}; sleep 4; {loop.format(n=400)}; echo"
+    text = "".join(f"Epoch 1/1: {i // 4:3d}%|#| {i:3d}/400 [00:00<00:00, 9.9it/s, loss={i:3d}.5]\r" for i in range(1, 401)) + "\n"
+    main = docker_engines.engines[0]
+    cid = create_job(main.url, "fp-long", "long", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    wait_for(lambda: len(api(main.url).logs(cid)) >= 16384, 10, "the first piece")
+    ad = adapter_for(docker_engines)
+    during = job_of(ad, "long")
+    assert during is not None and during.status == "running"
+    seen = [round(p.epoch * 400) for p in during.history]
+    assert seen and 150 < max(seen) < 300, seen  # frames of the first piece only
+    wait_for(lambda: not api(main.url).inspect_container(cid)["State"]["Running"], 20, "the line's end")
+    after = job_of(ad, "long")
+    want, _, _ = read_log(text)
+    assert [(p.epoch, p.loss) for p in after.history] == [(p.epoch, p.loss) for p in want]
+
+
+def test_speed_from_a_bars_rate_before_two_epochs_end(docker_engines: Any) -> None:
+    """A busy job whose bar says ``10.00it/s`` over 50 steps (5 s an epoch, by its own account; the
+    text is fixed, the work real): once its first epoch's line is out, the snapshot has a speed of
+    5 s an epoch at the CPU it used, while its second epoch (long) is still running, so no two
+    epoch ends could have been timed."""
+    from docker_env import create_job
+
+    busy = "busy() { j=0; while [ $j -lt $1 ]; do j=$((j+1)); done; }"
+    bar = 'printf "Epoch %d/2: %3d%%|#| %d/50 [00:01<00:04, 10.00it/s, loss=0.5]\\r" $e $((i*2)) $i'
+    epoch = "i=0; while [ $i -lt 50 ]; do i=$((i+1)); busy $n; " + bar + "; done; echo"
+    script = f"{busy}; e=1; n=2000; {epoch}; e=2; n=200000; {epoch}"
+    main = docker_engines.engines[0]
+    create_job(main.url, "fp-rate", "rate", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    ad = adapter_for(docker_engines)
+    job = wait_for(lambda: (j := job_of(ad, "rate")) and j.speed and j, 40, "a speed", every=0.5)
+    assert job.status == "running"
+    assert max(p.epoch for p in job.history) < 1.0  # the epoch's end is held until epoch 2 shows
+    assert [s.seconds_per_epoch for s in job.speed] == [pytest.approx(5.0)], job.speed
+    assert job.speed[0].cpu_millis >= 100
 
 
 def test_unmanaged_container_and_vanished_container(docker_engines: Any) -> None:

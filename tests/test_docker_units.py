@@ -6,7 +6,10 @@ Case matrix:
   of bad value (not a number, NaN, out of range, min above max, unknown key, bad bool, bad id,
   tier without tier1, both deadline and within) → LabelError naming the label and value;
 - logs: Loss-only; JSON-only; both (JSON wins, no double points); cursor skips what was read;
-  trailing Loss held back until final; events; garbage, NaN and negative epochs ignored;
+  trailing Loss held back until final; events; garbage, NaN and negative epochs ignored; recorded
+  framework logs (Keras, Lightning, HF Trainer, PyTorch, tqdm) read over three intervals, the cursor
+  through JSON between them, give the points ``flowplan logs`` gives; a step log gives a speed point
+  from its first lines, inside the first epoch;
 - host specs: good forms; each bad part named;
 - GPU requests: none, lowest free ids, not enough free → conflict (no GPU here: request construction only);
 - recreate_spec: the guarantee as CpuShares, a cap only when there is one (keeping the container's
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,6 +114,8 @@ BAD = [
     ("min-above-max", {"flowplan.min_cpu_millis": "3000", "flowplan.max_cpu_millis": "1000"}, "min_cpu_millis", "3000"),
     ("unknown-key", {"flowplan.cpus": "2"}, "flowplan.cpus", "2"),
     ("bad-bool", {"flowplan.migratable": "maybe"}, "flowplan.migratable", "maybe"),
+    ("zero-steps-per-epoch", {"flowplan.steps_per_epoch": "0"}, "flowplan.steps_per_epoch", "0"),
+    ("nan-steps-per-epoch", {"flowplan.steps_per_epoch": "nan"}, "flowplan.steps_per_epoch", "nan"),
     ("bad-id", {"flowplan.job": "has space"}, "flowplan.job", "has space"),
     ("tier-without-tier1", {"flowplan.target.tier2": "0.9"}, "flowplan.target.tier1", "missing"),
     ("bad-direction", {"flowplan.target.tier1": "1", "flowplan.target.direction": "up"}, "flowplan.target.direction", "up"),
@@ -184,6 +190,85 @@ def test_empty_and_garbage_logs() -> None:
     for raw in (b"", b"\n\n", b"not a timestamp Loss: 1\n", "\u00ff\u00fe".encode("latin-1")):
         prog, cur = read_lines(raw, LogCursor(), 0.0, final=True)
         assert prog.points == [] and cur.since == ""
+
+
+FIXTURE_LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+
+def _engine_lines(raw: bytes, t0: int = 0) -> list[bytes]:
+    """A recorded log as ``docker logs --timestamps`` shows it: split at "\\n" only, one stamp a line."""
+    out = []
+    for i, line in enumerate(raw.split(b"\n")[:-1] if raw.endswith(b"\n") else raw.split(b"\n")):
+        out.append(f"2026-01-01T00:{(t0 + i) // 60:02d}:{(t0 + i) % 60:02d}.{i:09d}Z ".encode() + line + b"\n")
+    return out
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    ["keras/keras-fit-pty.log", "lightning/lightning-rich-pty.log", "lightning/lightning-tqdm-pipe.log",
+     "transformers/hf-trainer-pipe.log", "pytorch/pytorch-example.log", "tqdm/tqdm-colour-pipe.log"],
+)  # fmt: skip
+def test_framework_logs_read_across_intervals_like_whole(fixture: str) -> None:
+    """Three intervals, the cursor through JSON between them (as the state store keeps it): the points
+    are the ones ``flowplan logs`` shows, stamped with the engine's time when the log has none."""
+    from adapters.logs import read_log
+
+    raw = (FIXTURE_LOGS / fixture).read_bytes()
+    lines = _engine_lines(raw)
+    cuts = [len(lines) // 3, 2 * len(lines) // 3, len(lines)]
+    cursor, got = LogCursor(), []
+    for n, cut in enumerate(cuts):
+        prog, cursor = read_lines(b"".join(lines[:cut]), cursor, 0.0, final=n == len(cuts) - 1)
+        cursor = LogCursor.from_dict(json.loads(json.dumps(cursor.as_dict())))
+        got += prog.points
+    want, _, _ = read_log(raw)
+    assert [(p["epoch"], p.get("loss"), p.get("metric")) for p in got] == [(p.epoch, p.loss, p.metric) for p in want]
+    assert all(p["time"] > 1.7e9 for p in got)
+
+
+def _engine_partials(raw: bytes, size: int) -> list[bytes]:
+    """A log as the engine keeps a long line: cut every ``size`` bytes into partial messages, all
+    stamped with the line's first timestamp (as the engine does), "\\n" only after the last piece
+    (UTF-8 characters cut too, as the engine does)."""
+    out = []
+    for i, line in enumerate(raw.split(b"\n")[:-1]):
+        stamp = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.{i:09d}Z ".encode()
+        chunks = [line[j : j + size] for j in range(0, max(len(line), 1), size)]
+        for k, chunk in enumerate(chunks):
+            out.append(stamp + chunk + (b"\n" if k == len(chunks) - 1 else b""))
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["keras/keras-fit-pipe.log", "tqdm/tqdm-colour-pipe.log"])
+def test_partial_messages_of_long_redrawn_lines(fixture: str) -> None:
+    """A bar redrawn for a whole epoch is one long line, which the engine cuts into pieces stamped
+    alike: read across intervals that end mid-line (between pieces of one stamp), the points are
+    those of the whole log, none lost and none read twice."""
+    from adapters.logs import read_log
+
+    raw = (FIXTURE_LOGS / fixture).read_bytes()
+    pieces = _engine_partials(raw, 500)
+    assert sum(not p.endswith(b"\n") for p in pieces) > 10
+    cursor, got = LogCursor(), []
+    for cut in [7, 8, 20, 33, len(pieces) // 2, len(pieces) - 1, len(pieces)]:
+        prog, cursor = read_lines(b"".join(pieces[:cut]), cursor, 0.0, final=cut == len(pieces))
+        cursor = LogCursor.from_dict(json.loads(json.dumps(cursor.as_dict())))
+        got += prog.points
+    want, _, _ = read_log(raw)
+    assert [(p["epoch"], p.get("loss"), p.get("metric")) for p in got] == [(p.epoch, p.loss, p.metric) for p in want]
+    times = [p["time"] for p in got]
+    assert times == sorted(times)
+
+
+def test_steps_per_epoch_label_places_step_logs() -> None:
+    parsed = parse_labels({"flowplan.job": "j", "flowplan.steps_per_epoch": "23"}, created=0.0)
+    assert parsed is not None and parsed.steps_per_epoch == 23.0 and "steps_per_epoch" not in parsed.fields
+    raw = b"".join(_engine_lines((FIXTURE_LOGS / "pytorch/pytorch-steps.log").read_bytes()))
+    none, _ = read_lines(raw, LogCursor(), 0.0, final=True)
+    placed, _ = read_lines(raw, LogCursor(), 0.0, final=True, steps_per_epoch=parsed.steps_per_epoch)
+    assert none.points == []
+    assert [(round(p["epoch"], 4), p["loss"]) for p in placed.points] == [(round(k * 10 / 23, 4), v) for k, v in
+        enumerate([2.1580, 1.7033, 0.8250, 0.4730, 0.3339, 0.1903], start=1)]  # fmt: skip
 
 
 # -- host specs -------------------------------------------------------------------------------
@@ -512,3 +597,46 @@ def test_daemon_survives_a_failing_interval_and_stops_without_another() -> None:
     count, last = daemon.run(stopped=clock.stop.is_set, on_error=errors.append)
     assert len(calls) == stop_after and count == stop_after and last is not None  # kept going after the failure
     assert [str(e) for e in errors] == ["a planner bug"]
+
+
+def test_speed_known_from_the_first_steps_of_a_step_log() -> None:
+    """PyTorch's example loop logs every 5 batches: the adapter's speed table gets a point from the
+    first five lines, all inside epoch 1, instead of waiting for whole epochs (issue 13, "speed known
+    fast"). One line a second, 320 of 1,437 samples a line, one core used: 1437/320 = 4.49 s an epoch."""
+    from adapters.docker.progress import parse_timestamp, to_seconds
+    from planner.snapshot import MetricPoint
+
+    lines = _engine_lines((FIXTURE_LOGS / "pytorch/pytorch-example.log").read_bytes())[:5]
+    prog, _ = read_lines(b"".join(lines), LogCursor(), 0.0, final=False)
+    history = [MetricPoint(**p) for p in prog.points]
+    assert [round(p.epoch, 3) for p in history] == [0.0, 0.223, 0.445, 0.668, 0.891]
+    t0 = to_seconds(parse_timestamp(lines[0].split(b" ")[0].decode()))
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    c = view(_inspect())
+    ad._usage[c.id] = [(t0 - 1, 0.0), (t0 + 10, 11.0)]  # (engine time, CPU seconds): one core throughout
+    (speed,) = ad._speeds("a", c, history, "running")
+    assert speed.cpu_millis == 1000
+    assert speed.seconds_per_epoch == pytest.approx(1437 / 320, rel=1e-6)
+
+
+def test_speed_known_from_a_bars_own_rate() -> None:
+    """Keras prints one line an epoch at verbose 2 (``90/90 - 1s - 7ms/step - ...``): after epoch 1 the
+    history has one point, so no two epoch ends can be timed, but the bar's rate gives the speed:
+    90 steps x 7 ms = 0.63 s an epoch, at the one core used since the line began."""
+    from adapters.docker.progress import parse_timestamp, to_seconds
+    from planner.snapshot import MetricPoint
+
+    lines = _engine_lines((FIXTURE_LOGS / "keras/keras-fit-verbose2.log").read_bytes())[:2]
+    prog, _ = read_lines(b"".join(lines), LogCursor(), 0.0, final=False)
+    history = [MetricPoint(**p) for p in prog.points]
+    assert [(p.epoch, p.loss, p.metric) for p in history] == [(1.0, 2.032, 0.6)]
+    t0 = to_seconds(parse_timestamp(lines[0].split(b" ")[0].decode()))
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    c = view(_inspect())
+    ad._usage[c.id] = [(t0 - 1, 0.0), (t0 + 0.5, 1.5)]  # less than a second after the line: waits
+    ad._rates[c.id] = prog.rates
+    assert ad._speeds("a", c, history, "running") == [] and ad._rates[c.id] == prog.rates
+    ad._usage[c.id].append((t0 + 10, 11.0))  # one core throughout
+    (speed,) = ad._speeds("a", c, history, "running")
+    assert (speed.cpu_millis, speed.seconds_per_epoch) == (1000, pytest.approx(0.63))
+    assert c.id not in ad._rates  # each rate counts once

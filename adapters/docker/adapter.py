@@ -79,6 +79,8 @@ UNMANAGED_PREFIX = "flowplan.io/unmanaged."
 MAX_CPU_LABEL = "flowplan.max_cpu_millis"
 #: Speed points are kept per CPU actually used, rounded to this many millicores.
 SPEED_GRID_MILLIS = 50
+#: Bar rates kept per container until stats samples can pair them with the CPU used.
+MAX_RATES = 50
 #: CPU-time samples kept per container (one per observe) to pair epochs with the CPU they used.
 SPEED_SAMPLES = 200
 #: An engine event about a container the adapter started, stopped, created or removed this recently
@@ -140,6 +142,7 @@ class DockerAdapter:
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
+        self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
         self._drained: set[str] = set()
         self._touched: dict[str, float] = {}  # container id -> time.monotonic() when a call of ours on it returned
@@ -246,7 +249,7 @@ class DockerAdapter:
             obs.failed[job_id] = c.exit_code
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
-        self._read_progress(job_id, host, c)
+        self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
@@ -324,7 +327,7 @@ class DockerAdapter:
             if job_id not in known:
                 self._set_kv_json("docker.jobs", [*known, job_id])
 
-    def _read_progress(self, job_id: str, host: str, c: ContainerView) -> None:
+    def _read_progress(self, job_id: str, host: str, c: ContainerView, steps_per_epoch: float | None = None) -> None:
         if c.id in self._drained:
             return
         key = f"docker.log.{c.id}"
@@ -341,7 +344,7 @@ class DockerAdapter:
             return
         stopped = c.state not in ("running", "paused", "restarting")
         last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
-        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped)
+        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped, steps_per_epoch=steps_per_epoch)
         points = []
         for p in progress.points:
             try:
@@ -350,6 +353,8 @@ class DockerAdapter:
                 continue
         if points:
             self.store.add_points(job_id, points)
+        if progress.rates:
+            self._rates[c.id] = (self._rates.get(c.id, []) + progress.rates)[-MAX_RATES:]
         for ev in progress.events:
             if ev.get("event") == "delivered":
                 self._set_kv_json(f"docker.delivered.{job_id}", True)
@@ -374,6 +379,8 @@ class DockerAdapter:
         for cid in [cid for cid in self._usage if cid not in running]:  # forget containers that stopped or went
             self._usage.pop(cid, None)
             self._speed_done.pop(cid, None)
+        for cid in [cid for cid in self._rates if cid not in running]:
+            self._rates.pop(cid, None)
         for cid in [cid for cid in self._stats_pending if cid not in running]:
             self._stats_pending.pop(cid).cancel()
         if not running:
@@ -421,7 +428,7 @@ class DockerAdapter:
         stats samples is paired with the cores it used meanwhile (the container's CPU time,
         interpolated between samples, over the epoch's wall time). Epochs are grouped by that CPU
         (rounded to :data:`SPEED_GRID_MILLIS`); each group's median is averaged into the point kept
-        for it. Each epoch counts once.
+        for it. Each epoch counts once. The rates progress bars show join the same groups.
         """
         key = f"docker.speed.{job_id}"
         table: dict[str, float] = self._kv_json(key) or {}
@@ -438,6 +445,21 @@ class DockerAdapter:
                 if cores > 0.005:
                     millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
                     groups.setdefault(millis, []).append((b.time - a.time) / (b.epoch - a.epoch))
+            # A bar's own rate (tqdm's it/s, Keras' ms/step): known from an epoch's first steps, before
+            # two epoch ends can be timed. Its line is stamped when it began, so it is paired with the
+            # cores used from then to the latest sample; one less than a second old waits.
+            waiting = []
+            for t, per_epoch in self._rates.pop(c.id, []):
+                start = max(t, lo)
+                if hi - start < 1.0:
+                    waiting.append((t, per_epoch))
+                    continue
+                cores = (_cpu_at(samples, hi) - _cpu_at(samples, start)) / (hi - start)
+                if cores > 0.005:
+                    millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
+                    groups.setdefault(millis, []).append(per_epoch)
+            if waiting:
+                self._rates[c.id] = waiting
             for millis, gaps in groups.items():
                 seen = float(median(gaps))
                 old = table.get(str(millis))
@@ -623,7 +645,7 @@ class DockerAdapter:
         spec = recreate_spec(c, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
         if stop_first:
             code = self._checkpoint_stop(source, c)
-            self._read_progress(ch.job, placed.host, self._fresh(placed))
+            self._read_progress(ch.job, placed.host, self._fresh(placed), placed.labels.steps_per_epoch)
             if code not in RESUMABLE_EXITS and code != 0:
                 log.warning("job %s: %s exited with %d while checkpointing", ch.job, c.name, code)
         name = c.name if target_name != placed.host else _next_name(c.name)

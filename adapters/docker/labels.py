@@ -24,6 +24,8 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.target.tier1.within``          tier-1 deadline, seconds after the container was created
 ``flowplan.target.tier2``                 tier-2 value; ``.deadline`` / ``.within`` as for tier 1
 ``flowplan.target.max_epochs``            ``QoETarget.max_epochs``
+``flowplan.steps_per_epoch``              steps in one epoch, for logs that count steps, not epochs
+                                          (not a Snapshot field: it tells the log reader)
 ========================================  =========================================================
 
 Parsing is all or nothing: one bad value (a number that is not one, NaN, min above max, an unknown
@@ -71,7 +73,7 @@ _TARGET = {
     "target.tier2.within",
     "target.max_epochs",
 }
-KNOWN = {"job", "gpu_type", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
+KNOWN = {"job", "gpu_type", "steps_per_epoch", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
 
 DEFAULTS: dict[str, Any] = {
     "min_cpu_millis": 250,
@@ -83,10 +85,12 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class JobLabels:
-    """What a container's labels say about its job: ``fields`` go straight into ``planner.snapshot.Job``."""
+    """What a container's labels say about its job: ``fields`` go straight into ``planner.snapshot.Job``;
+    ``steps_per_epoch`` is for the log reader."""
 
     job_id: str
     fields: dict[str, Any]
+    steps_per_epoch: float | None = None
 
 
 def _number(key: str, text: str) -> float:
@@ -154,7 +158,8 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
         raise LabelError(
             f"label {PREFIX}{'job' if where == 'id' else where}: {err['msg']} ({own.get(where, job_id)!r})"
         ) from None
-    return JobLabels(job_id, fields)
+    steps = _ranged("steps_per_epoch", own["steps_per_epoch"], 1.0, 1e9) if "steps_per_epoch" in own else None
+    return JobLabels(job_id, fields, steps)
 
 
 def _target(own: Mapping[str, str], created: float | None) -> QoETarget | None:

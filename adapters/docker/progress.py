@@ -1,46 +1,58 @@
-"""Training progress from container logs, read incrementally.
+"""Training progress from container logs, read incrementally with the shared log parsers.
 
-Two line formats are accepted (a job may print both; JSON wins):
-
-- FlowCon's ``Loss: <float>``: one point per line, numbered after the last known epoch;
-- JSON lines: ``{"epoch": 3, "loss": 0.43, "metric": 0.91, "time": 1767000000.1}`` (``loss`` or
-  ``metric`` required, ``time`` optional: the log's timestamp is used otherwise), and events
-  ``{"event": "checkpoint" | "delivered" | "resumed" | "finished" | "started", ...}``.
+Every format :mod:`adapters.logs` understands is read (FlowPlan's JSON lines and events, FlowCon's
+``Loss: <float>``, PyTorch's example loops, Keras, Lightning's and tqdm's bars, Hugging Face
+Trainer dicts, free-form ``epoch: 3 loss: 0.25`` lines): ``flowplan logs`` shows what a log gives.
 
 Only new lines are read each interval: a :class:`LogCursor` holds the engine timestamp of the last
-line consumed (kept in the state store, so a restarted daemon does not read a log twice). A ``Loss:``
-line at the very end of what was read is held back until the next line arrives, because the JSON
-line of the same epoch may follow it; once a container has printed JSON progress, its ``Loss:``
-lines are ignored.
+line consumed and the reader's small state (the epoch a Keras header started, an epoch end held for
+its validation figures...), kept in the state store, so a restarted daemon neither reads a log twice
+nor forgets where the job was. Points whose line states no time get the line's engine timestamp.
+
+FlowCon's jobs print both ``Loss:`` and JSON: once a container has printed JSON progress, only JSON
+is read, and a bare ``Loss:`` line at the very end of what was read is held back until the next
+line arrives, because the JSON line of the same epoch may follow it.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.logs import LogEvent, LogPoint, LogReader, is_json_progress, merge_points
+
+#: A partial message's timestamp inside an engine line (Docker's RFC 3339 with 9 fractional digits).
+_INLINE_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) ")
 _LOSS = re.compile(r"^\s*Loss:\s*([-+0-9.eEinfINFaN]+)\s*$")
 
 
 @dataclass
 class LogCursor:
-    """Where reading a container's log left off: the last consumed line's timestamp (engine clock)."""
+    """Where reading a container's log left off: the last consumed line's timestamp (engine clock) and the reader's state."""
 
     since: str = ""
     json_seen: bool = False
+    reader: dict[str, Any] = field(default_factory=dict)
+    #: how many entries stamped exactly ``since`` were consumed (the pieces of a line the engine cut
+    #: share its first timestamp); -1: all of them (a cursor from before this was counted)
+    at_since: int = -1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"since": self.since, "json_seen": self.json_seen}
+        return {"since": self.since, "json_seen": self.json_seen, "reader": self.reader, "at_since": self.at_since}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> LogCursor:
         if not d:
             return cls()
-        return cls(since=str(d.get("since", "")), json_seen=bool(d.get("json_seen", False)))
+        reader = d.get("reader")
+        return cls(
+            since=str(d.get("since", "")),
+            json_seen=bool(d.get("json_seen", False)),
+            reader=reader if isinstance(reader, dict) else {},
+            at_since=int(d.get("at_since", -1)) if isinstance(d.get("at_since", -1), int) else -1,
+        )
 
 
 @dataclass
@@ -50,6 +62,8 @@ class Progress:
     points: list[dict[str, float]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     ignored: int = 0
+    #: (time, seconds an epoch takes) at the rate a progress bar showed (tqdm's it/s, Keras' ms/step)
+    rates: list[tuple[float, float]] = field(default_factory=list)
 
 
 def parse_timestamp(text: str) -> tuple[int, int]:
@@ -63,104 +77,97 @@ def to_seconds(stamp: tuple[int, int]) -> float:
     return stamp[0] + stamp[1] / 1e9
 
 
-def _finite(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+#: Formats that print an epoch's loss and its validation on two lines (a loss dict and an eval dict;
+#: the test line and the next train line): their last epoch end waits a read for its other half.
+SPLIT_EPOCHS = ("hf-trainer", "pytorch")
 
 
-def read_lines(raw: bytes, cursor: LogCursor, last_epoch: float, *, final: bool) -> tuple[Progress, LogCursor]:
+def cursor_point(cursor: LogCursor) -> list[LogPoint]:
+    """The point the last read left waiting for the other half of its epoch (none, or one)."""
+    try:
+        return [LogPoint(**d) for d in cursor.reader.get("waiting") or [] if isinstance(d, dict)]
+    except TypeError:  # a damaged cursor: the point is lost, reading goes on
+        return []
+
+
+def read_lines(
+    raw: bytes, cursor: LogCursor, last_epoch: float, *, final: bool, steps_per_epoch: float | None = None
+) -> tuple[Progress, LogCursor]:
     """Parse ``raw`` (``docker logs --timestamps`` output) past ``cursor``.
 
-    ``last_epoch`` numbers ``Loss:`` lines; ``final`` (the container has stopped) consumes a trailing
-    ``Loss:`` line instead of holding it back. Returns the progress and the advanced cursor.
+    ``last_epoch`` numbers bare ``Loss:`` lines; ``final`` (the container has stopped) consumes a
+    trailing ``Loss:`` line instead of holding it back, and releases epoch ends held for their
+    validation figures. Points at one epoch are joined (the store keeps one per epoch, the first);
+    so an epoch end of :data:`SPLIT_EPOCHS` that lacks a loss or a metric waits in the cursor for
+    the next read, where the other half of its epoch may be. Returns the progress and the advanced cursor.
     """
     after = parse_timestamp(cursor.since) if cursor.since else None
-    entries: list[tuple[str, tuple[int, int], str]] = []
-    for line in raw.decode("utf-8", "replace").splitlines():
+    entries: list[tuple[str, tuple[int, int], str, bool]] = []  # (stamp, parsed stamp, text, the engine ended the line)
+    # Split at "\n" only (the engine's line end): "\r" redraws stay inside their line, for the reader.
+    lines = raw.decode("utf-8", "replace").split("\n")
+    seen_at_since = 0
+    for n, line in enumerate(lines):
         stamp_text, _, text = line.partition(" ")
-        try:
-            stamp = parse_timestamp(stamp_text)
-        except ValueError:
-            continue
-        if after is not None and stamp <= after:
-            continue
-        entries.append((stamp_text, stamp, text))
+        # The engine cuts a line longer than 16 KiB (a bar redrawn with "\r" for a whole epoch) into
+        # partial messages, each with its own timestamp and no "\n" until the last.
+        parts = _INLINE_STAMP.split(text)
+        pieces = [(stamp_text, parts[0]), *zip(parts[1::2], parts[2::2], strict=True)]
+        for k, (piece_stamp, piece) in enumerate(pieces):
+            try:
+                stamp = parse_timestamp(piece_stamp)
+            except ValueError:
+                break
+            if after is not None and stamp < after:
+                continue
+            if after is not None and stamp == after:
+                seen_at_since += 1
+                if cursor.at_since < 0 or seen_at_since <= cursor.at_since:
+                    continue
+            entries.append((piece_stamp, stamp, piece, n < len(lines) - 1 and k == len(pieces) - 1))
 
+    reader = LogReader(steps_per_epoch=steps_per_epoch, last_epoch=last_epoch)
+    if cursor.reader:
+        reader.restore(cursor.reader)
+        reader.ctx.last_epoch = max(reader.ctx.last_epoch, last_epoch)
+    json_seen = cursor.json_seen or any(is_json_progress(t) for _, _, t, _ in entries)
+    reader.json_only = reader.json_only or json_seen
     out = Progress()
-    json_seen = cursor.json_seen or any(_json_progress(t) is not None for _, _, t in entries)
-    new_since = cursor.since
-    epoch = last_epoch
-    for i, (stamp_text, stamp, text) in enumerate(entries):
-        m = _LOSS.match(text)
-        if m is not None:
-            if json_seen:
-                new_since = stamp_text
-                continue
-            if i == len(entries) - 1 and not final:
-                break  # the JSON line of this epoch may still come
-            loss = _finite(_parse_float(m.group(1)))
-            new_since = stamp_text
-            if loss is None:
-                out.ignored += 1
-                continue
-            epoch = math.floor(epoch) + 1
-            out.points.append({"time": to_seconds(stamp), "epoch": float(epoch), "loss": loss})
-            continue
-        new_since = stamp_text
-        record = _json_progress(text)
-        if record is not None:
-            point = {"time": _finite(record.get("time")) or to_seconds(stamp), "epoch": float(record["epoch"])}
-            for key in ("loss", "metric"):
-                v = _finite(record.get(key))
-                if v is not None:
-                    point[key] = v
-            if "loss" not in point and "metric" not in point:
-                out.ignored += 1
-                continue
-            epoch = max(epoch, point["epoch"])
-            out.points.append(point)
-            continue
-        event = _json_event(text)
-        if event is not None:
-            event.setdefault("time", to_seconds(stamp))
-            out.events.append(event)
-    return out, LogCursor(new_since, json_seen)
-
-
-def _parse_float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    text = text.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _json_progress(text: str) -> dict[str, Any] | None:
-    obj = _json_object(text)
-    if obj is None or "event" in obj:
-        return None
-    epoch = _finite(obj.get("epoch"))
-    if epoch is None or epoch < 0:
-        return None
-    if _finite(obj.get("loss")) is None and _finite(obj.get("metric")) is None:
-        return None
-    return obj
-
-
-def _json_event(text: str) -> dict[str, Any] | None:
-    obj = _json_object(text)
-    if obj is None or not isinstance(obj.get("event"), str):
-        return None
-    return obj
+    new_since, at_since = cursor.since, cursor.at_since
+    items: list[Any] = []
+    for i, (stamp_text, stamp, text, ended) in enumerate(entries):
+        if i == len(entries) - 1 and not final and not json_seen and _LOSS.match(text):
+            break  # the JSON line of this epoch may still come
+        items += reader.feed(text + "\n" if ended else text, time=to_seconds(stamp))
+        if new_since and stamp == parse_timestamp(new_since) and at_since >= 0:
+            at_since += 1
+        else:
+            new_since, at_since = stamp_text, 1
+    if final:
+        items += reader.flush()
+    points = merge_points([*cursor_point(cursor), *(i for i in items if isinstance(i, LogPoint))])
+    last = points[-1] if points else None
+    if (
+        last is not None
+        and not final
+        and last.format in SPLIT_EPOCHS
+        and last.epoch.is_integer()
+        and None in (last.loss, last.metric)
+    ):
+        waiting = [asdict(points.pop())]  # its epoch's other half (a test line, an eval dict) may come next
+    else:
+        waiting = []
+    for p in points:
+        point: dict[str, float] = {"time": p.time if p.time is not None else 0.0, "epoch": p.epoch}
+        if p.loss is not None:
+            point["loss"] = p.loss
+        if p.metric is not None:
+            point["metric"] = p.metric
+        out.points.append(point)
+    for it in items:
+        if isinstance(it, LogEvent) and it.kind == "speed" and it.time is not None:
+            out.rates.append((it.time, float(it.detail["seconds_per_epoch"])))
+        elif isinstance(it, LogEvent) and it.format == "jsonl" and it.kind not in ("loss_not_finite", "metric_not_finite"):
+            out.events.append(it.as_dict())
+        elif isinstance(it, LogEvent):
+            out.ignored += 1
+    return out, LogCursor(new_since, json_seen, {**reader.state(), "waiting": waiting}, at_since)

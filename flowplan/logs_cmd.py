@@ -1,0 +1,131 @@
+"""``flowplan logs``: what FlowPlan reads from a training log (the first thing to run when it sees no progress).
+
+    flowplan logs train.log
+    docker logs my-job 2>&1 | flowplan logs - --format json
+
+The log is read in pieces as it comes (a pipe may be endless: stop it with Ctrl-C, or give a file),
+by the same parsers the Docker adapter uses (:mod:`adapters.logs`). Exit codes: 0 points found;
+2 a missing file, an unreadable one, or a log with no progress FlowPlan understands (one line on
+stderr naming the formats it knows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+from flowplan.argtypes import positive
+
+CHUNK = 64 * 1024
+
+
+def register(sub: Any) -> None:
+    from adapters.logs import FORMAT_NAMES, describe_formats
+
+    p = sub.add_parser(
+        "logs",
+        help="show the progress points FlowPlan extracts from a training log",
+        description="Read a training log (a file, or '-' for standard input) as FlowPlan's adapters do and print the "
+        "points (epochs completed, loss, metric, time) and events it finds.",
+        epilog="Formats understood (auto-detected, line by line):\n" + describe_formats(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("log", metavar="FILE", help="the log ('-' for standard input)")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+    p.add_argument(
+        "--steps-per-epoch", type=positive, metavar="N", help="steps in one epoch, for logs that count steps and not epochs"
+    )
+    p.add_argument("--log-format", choices=FORMAT_NAMES, metavar="NAME", help="read only this format: " + ", ".join(FORMAT_NAMES))
+    p.set_defaults(func=run_logs)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from adapters.logs import FORMAT_NAMES, LogEvent, LogPoint, LogReader, merge_points
+    from flowplan.cli import UsageError
+
+    name = "<stdin>" if args.log == "-" else args.log
+    reader = LogReader(steps_per_epoch=args.steps_per_epoch, only=args.log_format)
+    items = []
+    try:
+        if args.log == "-":
+            items = _read_all(sys.stdin.buffer, reader)
+        else:
+            with open(args.log, "rb") as fh:
+                items = _read_all(fh, reader)
+    except OSError as exc:
+        raise UsageError(f"{name}: {exc.strerror or exc}") from None
+    points = merge_points([i for i in items if isinstance(i, LogPoint)])
+    events = [i for i in items if isinstance(i, LogEvent)]
+    if not points and not events and reader.unplaced:
+        raise UsageError(
+            f"{name}: {reader.unplaced} line(s) show a loss at a step but no epoch: give --steps-per-epoch N to place them"
+        )
+    if reader.unplaced:
+        print(
+            f"flowplan: warning: {name}: {reader.unplaced} line(s) show a loss at a step but no epoch: "
+            "give --steps-per-epoch N to place them",
+            file=sys.stderr,
+        )
+    if reader.overlong:
+        print(f"flowplan: warning: {name}: {reader.overlong} line(s) longer than 64 KiB skipped", file=sys.stderr)
+    if not points and not events:
+        what = "empty" if reader.frames == 0 else f"no training progress found in {reader.frames} line(s)"
+        only = f" as {args.log_format}" if args.log_format else ""
+        raise UsageError(f"{name}: {what}{only}; formats understood: {', '.join(FORMAT_NAMES)} (examples: flowplan logs --help)")
+    if args.format == "json":
+        doc = {
+            "points": [p.as_dict() for p in points],
+            "events": [e.as_dict() for e in events],
+            "formats": dict(reader.recognised),
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(name, points, events, dict(reader.recognised)))
+    return 0
+
+
+def _read_all(fh: BinaryIO, reader: Any) -> list[Any]:
+    items: list[Any] = []
+    while True:
+        chunk = fh.read(CHUNK)
+        if not chunk:
+            break
+        items += reader.feed(chunk)
+    return items + reader.close()
+
+
+def _num(v: float | None, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}g}" if abs(v) >= 1e4 or (v != 0 and abs(v) < 1e-3) else f"{v:.{digits}f}"
+
+
+def _time(t: float | None) -> str:
+    if t is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g}"
+
+
+def render(name: str, points: list[Any], events: list[Any], formats: dict[str, int]) -> str:
+    inside = sum(1 for p in points if p.partial)
+    read_as = ", ".join(f"{k} ({v} lines)" for k, v in sorted(formats.items(), key=lambda kv: -kv[1])) or "-"
+    lines = [
+        f"{name}: {len(points)} point(s) ({inside} inside an epoch: loss only, thinned); "
+        f"{len(events)} event(s); read as {read_as}",
+        "",
+        f"{'EPOCH':>9}  {'LOSS':>10}  {'METRIC':>8}  {'TIME':<24}  {'WHERE':<6}  FORMAT",
+    ]
+    for p in points:
+        where = "inside" if p.partial else ""
+        lines.append(f"{p.epoch:>9.3f}  {_num(p.loss):>10}  {_num(p.metric):>8}  {_time(p.time):<24}  {where:<6}  {p.format}")
+    if events:
+        lines += ["", "EVENTS"]
+        for e in events:
+            extra = {k: v for k, v in e.detail.items()}
+            at = "-" if e.epoch is None else f"{e.epoch:g}"
+            lines.append(f"  {e.kind:<18} epoch {at:<8} {_time(e.time):<24} {json.dumps(extra) if extra else ''}".rstrip())
+    return "\n".join(lines) + "\n"
