@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from adapters.base import Adapter, Clock
 from adapters.loop import ControlLoop, Policy, Recorder, Tick
 from planner.snapshot import Snapshot
+from planner.transitions import TABLE
 
 log = logging.getLogger("flowplan.daemon")
 
@@ -52,21 +53,22 @@ def in_effect(snapshot: Snapshot, action: dict[str, Any]) -> bool:
     if job is None:
         return False
     kind = action.get("kind")
-    if kind == "pause":
-        return job.status != "running"
+    spec = next((t for t in TABLE.values() if t.change == kind), None)
+    if spec is None:
+        return False
     if kind == "deliver":
         return job.delivered
-    if kind in ("start", "resize", "migrate"):
-        a = job.allocation
-        return (
-            job.status == "running"
-            and job.node == action.get("node")
-            and a is not None
-            and a.cpu_millis == action.get("cpu_millis")
-            and a.gpus == action.get("gpus")
-            and _cap_in_effect(snapshot, job.node, job.max_cpu_millis, a.cpu_limit_millis, action.get("cpu_limit_millis"))
-        )
-    return False
+    if not spec.placed:  # a pause
+        return job.status != "running"
+    a = job.allocation  # start, resize, migrate: running there with what was asked
+    return (
+        job.status == "running"
+        and job.node == action.get("node")
+        and a is not None
+        and a.cpu_millis == action.get("cpu_millis")
+        and a.gpus == action.get("gpus")
+        and _cap_in_effect(snapshot, job.node, job.max_cpu_millis, a.cpu_limit_millis, action.get("cpu_limit_millis"))
+    )
 
 
 def _cap_in_effect(snapshot: Snapshot, node: str | None, job_max: int, seen: int | None, asked: Any) -> bool:

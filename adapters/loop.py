@@ -21,6 +21,7 @@ from adapters.base import Adapter, Change, Clock, Outcome
 from planner.check import check_plan
 from planner.plan import Plan
 from planner.snapshot import Snapshot
+from planner.transitions import TABLE, diff_order
 
 Policy = Callable[[Snapshot], Plan]
 Checker = Callable[[Snapshot, Plan], list[str]]
@@ -36,19 +37,6 @@ class Recorder(Protocol):
     def finish_action(self, action_id: int, status: str, message: str = "") -> None: ...
 
 
-def _order(change: Change, shrinks: bool) -> int:
-    """Free resources before using them: pauses, shrinking resizes, migrations, growing resizes, starts."""
-    if change.kind == "pause":
-        return 0
-    if change.kind == "resize":
-        return 1 if shrinks else 3
-    if change.kind == "migrate":
-        return 2
-    if change.kind == "start":
-        return 4
-    return 5
-
-
 def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
     """The changes that take the cluster from ``snapshot`` to ``plan``, in a safe order.
 
@@ -62,13 +50,11 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
         if job is None:
             continue
         cur = job.allocation
-        kind = a.action
-        if kind in ("keep", "wait"):
+        kind = TABLE[a.action].change
+        if kind is None:  # keep, wait: no change, unless the tier-1 model is to be handed over
             if not a.deliver:
                 continue
             kind = "deliver"
-        if kind not in ("start", "resize", "migrate", "pause", "deliver"):
-            continue
         change = Change(
             job=a.job,
             kind=kind,
@@ -81,7 +67,7 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
             deliver=a.deliver or kind == "deliver",
         )
         shrinks = cur is not None and a.cpu_millis <= cur.cpu_millis and a.gpus <= cur.gpus
-        out.append((_order(change, shrinks), i, change))
+        out.append((diff_order(kind, shrinks), i, change))
     out.sort(key=lambda t: (t[0], t[1]))
     return [c for _, _, c in out]
 

@@ -26,8 +26,7 @@ from collections import defaultdict
 
 from planner.plan import Plan
 from planner.snapshot import Job, Snapshot
-
-_PLACED_ACTIONS = {"start", "keep", "resize", "migrate", "deliver"}
+from planner.transitions import PLACED, TABLE, allowed_actions
 
 
 def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
@@ -60,18 +59,14 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         cur_alloc = job.allocation if running else None
         moved = running and a.node is not None and a.node != job.node
         if a.node is None:
-            if a.action not in ("wait", "pause"):
-                bad.append(f"{a.job}: no node but action '{a.action}'")
+            expected = allowed_actions(job, None, False)
+            if a.action not in expected:
+                bad.append(f"{a.job}: no node ({job.status}) but action '{a.action}' (expected {_either(expected)})")
             if running and not job.migratable:
                 bad.append(f"{a.job}: cannot checkpoint (migratable=false) but is paused")
-            if a.action == "pause" and not running:
-                bad.append(f"{a.job}: paused but not running")
-            if a.action == "pause":
-                migrations += 1
-            if a.action == "wait" and running:
-                bad.append(f"{a.job}: running job given 'wait'")
+            migrations += int(TABLE[a.action].restart)
             continue
-        if a.action not in _PLACED_ACTIONS:
+        if a.action not in PLACED:
             bad.append(f"{a.job}: placed on {a.node} but action '{a.action}'")
         node = nodes.get(a.node)
         if node is None:
@@ -90,22 +85,24 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
                 bad.append(f"{a.job}: gpus {a.gpus} outside [{job.min_gpus}, {job.max_gpus}]")
         if a.cpu_limit_millis is not None and a.cpu_limit_millis < a.cpu_millis and not kept_as_is:
             bad.append(f"{a.job}: cpu_limit_millis {a.cpu_limit_millis} below its guaranteed cpu_millis {a.cpu_millis}")
-        # Transitions.
-        if not running and a.action != "start":
-            bad.append(f"{a.job}: pending job placed with action '{a.action}' (expected 'start')")
+        # Transitions (planner.transitions: the one table every part reads).
+        expected = allowed_actions(job, a.node, same)
+        if a.action in PLACED and a.action not in expected:
+            if not running:
+                what = "pending job placed"
+            elif moved:
+                what = f"moved {job.node} -> {a.node}"
+            elif same:
+                what = "allocation unchanged"
+            elif not job.resizable:
+                what = "cannot resize live but changed allocation"
+            else:
+                what = "allocation changed"
+            bad.append(f"{a.job}: {what} with action '{a.action}' (expected {_either(expected)})")
+        if moved and not job.migratable:
+            bad.append(f"{a.job}: cannot migrate but moved {job.node} -> {a.node}")
         if running:
-            if moved and not job.migratable:
-                bad.append(f"{a.job}: cannot migrate but moved {job.node} -> {a.node}")
-            if moved and a.action != "migrate":
-                bad.append(f"{a.job}: moved {job.node} -> {a.node} with action '{a.action}'")
-            if not moved and not same and not job.resizable and a.action != "migrate":
-                bad.append(f"{a.job}: cannot resize live but changed allocation with action '{a.action}'")
-            if not moved and a.action in ("keep", "deliver") and not same:
-                bad.append(f"{a.job}: action '{a.action}' but allocation changed")
-            if not moved and a.action == "resize" and same:
-                bad.append(f"{a.job}: action 'resize' but allocation unchanged")
-            if a.action == "migrate":
-                migrations += 1
+            migrations += int(TABLE[a.action].restart)
         arrives = (not running) or moved
         if arrives:
             if not node.schedulable:
@@ -163,3 +160,7 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     if migrations > max(snapshot.settings.migration_budget, forced):
         bad.append(f"{migrations} migrations and pauses exceed the budget of {snapshot.settings.migration_budget}")
     return bad
+
+
+def _either(actions: tuple[str, ...]) -> str:
+    return " or ".join(f"'{a}'" for a in actions)

@@ -6,10 +6,11 @@ import math
 
 import numpy as np
 
-from planner.menu import MOVE, START, JobMenu
+from planner.menu import MOVE, STAY, JobMenu
 from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
 from planner.snapshot import Job, Node
+from planner.transitions import action_for
 
 
 def duration(seconds: float | None) -> str:
@@ -36,15 +37,10 @@ def _fin(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _action(m: JobMenu, way: int, level: int) -> Action:
-    job = m.outlook.job
-    if way == WAIT_WAY:
-        return "pause" if job.status == "running" else "wait"
-    if way == START:
-        return "start"
-    if way == MOVE:
-        return "migrate"
-    return "keep" if level == m.current_level else "resize"
+def _action(m: JobMenu, way: int, level: int, node: str | None) -> Action:
+    """The transition's action (:func:`planner.transitions.action_for`); a way in that restarts the
+    job on its own node (MOVE) is never the same allocation."""
+    return action_for(m.outlook.job, node, way == STAY and level == m.current_level)
 
 
 def _predictions(m: JobMenu, way: int, level: int, now: float) -> Predictions:
@@ -205,7 +201,7 @@ def decode(
         ni = int(problem.opt_node[o])
         node = problem.node_names[ni] if ni >= 0 else None
         job = m.outlook.job
-        action = _action(m, way, level)
+        action = _action(m, way, level, node)
         pred = _predictions(m, way, level, now)
         deliver = bool(m.outlook.tier1_reached and not job.delivered and node is not None)
         if deliver and action == "keep":

@@ -28,6 +28,7 @@ from planner.errors import PlanCheckError
 from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Plan, PlanSummary, Predictions, SolverReport, Unserved
 from planner.progress import judged_series, reached
 from planner.snapshot import Job, Node, Snapshot
+from planner.transitions import action_for, lost_seconds
 
 
 class Policy(Protocol):
@@ -233,27 +234,9 @@ def no_prediction(job: Job, policy: str) -> Predictions:
 
 
 def _action(job: Job, d: Decision) -> Action:
-    if d.node is None:
-        return "pause" if job.status == "running" else "wait"
-    if job.status != "running":
-        return "start"
-    assert job.allocation is not None
-    if d.node != job.node:
-        return "migrate"
     now = job.allocation
-    if (d.cpu_millis, d.gpus, d.cpu_limit_millis) == (now.cpu_millis, now.gpus, now.cpu_limit_millis):
-        return "keep"
-    return "resize" if job.resizable else "migrate"
-
-
-def _lost(job: Job, action: Action) -> float:
-    if action == "start":
-        return job.restart_seconds
-    if action == "migrate":
-        return job.checkpoint_seconds + job.restart_seconds
-    if action == "pause":
-        return job.checkpoint_seconds
-    return 0.0
+    same = now is not None and (d.cpu_millis, d.gpus, d.cpu_limit_millis) == (now.cpu_millis, now.gpus, now.cpu_limit_millis)
+    return action_for(job, d.node, same)
 
 
 def build_plan(
@@ -273,7 +256,7 @@ def build_plan(
     for job in active_jobs(snapshot):
         d = decisions[job.id]
         action = _action(job, d)
-        lost = _lost(job, action)
+        lost = lost_seconds(job, action)
         lost_total += lost
         migrations += int(action == "migrate")
         resizes += int(action == "resize")
