@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import logs_cmd
 
     logs_cmd.register(sub)
+
+    from flowplan import status_cmd
+
+    status_cmd.register(sub)
     return p
 
 

@@ -49,6 +49,12 @@ def register(sub: Any) -> None:
     p.add_argument("--seeds", type=whole(1, 1000), default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
     p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
+    p.add_argument(
+        "--state",
+        metavar="PATH",
+        help="record the first policy's first seed (its plans and actions) to this SQLite state store, as the daemon "
+        "does, for flowplan status / events / explain (appended to an existing store)",
+    )
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
     p.add_argument(
         "--time-limit",
@@ -200,6 +206,11 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"objective (flowplan, oracle): {objective}", file=sys.stderr)
     priors = history_priors(library) if args.priors else None
     runs: list[RunResult] = []
+    recorder = None
+    if args.state is not None:
+        from flowplan.daemon import open_store
+
+        recorder = open_store(args.state)
     for policy_name in policies:
         for seed in seeds:
             label = f"{policy_name} seed {seed}"
@@ -209,7 +220,8 @@ def run_command(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             try:
                 policy = make_sim_policy(policy_name, args.time_limit, priors, objective)
-                result = simulate(scenario, policy, policy_name, seed, library, data=data, on_tick=progress)
+                record = recorder if (policy_name, seed) == (policies[0], seeds[0]) else None
+                result = simulate(scenario, policy, policy_name, seed, library, data=data, on_tick=progress, recorder=record)
             except ScenarioError as e:
                 raise UsageError(str(e)) from None
             progress.end()
@@ -222,6 +234,8 @@ def run_command(args: argparse.Namespace) -> int:
                 )
             if out_dir is not None:
                 _write_json(out_dir / f"{policy_name}-seed{seed}.json", result.to_dict())
+    if recorder is not None:
+        recorder.close()
     summary = _summary(scenario, runs)
     summary["objective"] = objective
     sys.stdout.write(render_summary(scenario, summary))

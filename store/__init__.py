@@ -6,10 +6,11 @@ pydantic and the planner's contracts (see ``.importlinter``).
 
 from store.errors import MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
-from store.sqlite import ActionStatus, JobRecord, Lease, PointStats, StateStore
+from store.sqlite import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
     "MIGRATIONS",
+    "ActionRecord",
     "ActionStatus",
     "JobRecord",
     "Lease",

@@ -52,6 +52,22 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class ActionRecord:
+    """One action the daemon set out to apply, and how it ended (``finished`` None: pending)."""
+
+    id: int
+    plan_id: int
+    job: str
+    kind: str
+    payload: dict[str, Any]
+    status: str
+    message: str
+    created: float  # wall clock (Unix time)
+    finished: float | None
+    plan_time: float  # the plan's own clock (the snapshot's time: Unix time live, simulated time in a simulation)
+
+
+@dataclass(frozen=True)
 class Lease:
     """A lease as :meth:`StateStore.acquire_lease` found it: ``held`` says whether the caller got it."""
 
@@ -325,6 +341,24 @@ class StateStore:
         """(action id, plan id, payload) of every pending action, oldest first."""
         rows = self._read("SELECT id, plan_id, payload FROM actions WHERE status = 'pending' ORDER BY id")
         return [(int(i), int(p), json.loads(payload)) for i, p, payload in rows]
+
+    def actions(self, *, job: str | None = None, limit: int = 50) -> list[ActionRecord]:
+        """The newest ``limit`` actions (of ``job`` only, if given), oldest first."""
+        where, params = ("WHERE job = ?", [job]) if job is not None else ("", [])
+        where = where.replace("job", "a.job")
+        rows = self._read(
+            "SELECT a.id, a.plan_id, a.job, a.kind, a.payload, a.status, a.message, a.created, a.finished, p.time "
+            f"FROM actions a JOIN plans p ON p.id = a.plan_id {where} ORDER BY a.id DESC LIMIT ?",
+            (*params, int(limit)),
+        )
+        return [
+            ActionRecord(int(i), int(p), j, k, json.loads(pl), st, msg, float(c), None if f is None else float(f), float(t))
+            for i, p, j, k, pl, st, msg, c, f, t in reversed(rows)
+        ]
+
+    def plan_ids(self, limit: int = 10) -> list[int]:
+        """Ids of the newest ``limit`` plans, newest first."""
+        return [int(r[0]) for r in self._read("SELECT id FROM plans ORDER BY id DESC LIMIT ?", (int(limit),))]
 
     def action_status(self, action_id: int) -> tuple[ActionStatus, str] | None:
         rows = self._read("SELECT status, message FROM actions WHERE id = ?", (action_id,))

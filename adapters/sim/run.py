@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters.loop import ControlLoop, Policy, Tick
+from adapters.loop import ControlLoop, Policy, Recorder, Tick
 from adapters.sim.cluster import SimCluster
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import GroundTruth, TraceLibrary
@@ -138,6 +138,7 @@ def simulate(
     data: Path | None = None,
     on_tick: Callable[[SimCluster, Tick], None] | None = None,
     record_timeline: bool = True,
+    recorder: Recorder | None = None,
 ) -> RunResult:
     jobs = scenario.draw(seed, library, data)
     cluster = SimCluster(scenario, jobs, library, seed)
@@ -175,7 +176,7 @@ def simulate(
             observe_truth(cluster.truth())
             return policy(snapshot)
 
-    loop = ControlLoop(cluster, run_policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook)
+    loop = ControlLoop(cluster, run_policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook, recorder=recorder)
 
     def stop(_: Tick) -> bool:
         return cluster.done() or cluster.timed_out()

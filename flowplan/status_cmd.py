@@ -1,0 +1,282 @@
+"""``flowplan status``, ``flowplan events`` and ``flowplan explain``: the operator's view of a state
+store that a daemon (or ``flowplan simulate --state``) writes.
+
+- ``status``: one line per job of the latest plan, like ``kubectl get``: state, node, CPU/GPU
+  guaranteed, progress, ETA to tier 1, deadline met or not, and the one-line reason. ``-o wide``
+  adds tier 2, the finish and where the numbers come from; ``-o json`` prints the rows;
+  ``--watch S`` reprints every S seconds.
+- ``events``: what the daemon set out to do, when, and how it ended (the actions table).
+- ``explain JOB``: one job's story over the last plans: what each gave it and why, its predictions
+  and their basis, and its actions.
+
+Times are shown relative to the plan's own clock (the snapshot's ``time``), so a simulated run
+reads the same as a live one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from flowplan.argtypes import positive, whole
+
+_STATE_HELP = "SQLite state store the daemon writes (default: flowplan-state.db)"
+
+
+def register(sub: Any) -> None:
+    st = sub.add_parser(
+        "status",
+        help="one line per job from the latest plan in a state store (like kubectl get)",
+        description="One line per job of the latest plan the daemon (or flowplan simulate --state) recorded: state, "
+        "node, guaranteed CPU/GPU, progress, ETA to tier 1, deadline met, and why.",
+    )
+    st.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    st.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table", help="output format (default: table)")
+    st.add_argument("--watch", type=positive, metavar="S", help="reprint every S seconds until interrupted")
+    st.add_argument("--plan", type=whole(1), metavar="ID", help="show this plan instead of the latest")
+    st.set_defaults(func=run_status)
+
+    ev = sub.add_parser(
+        "events",
+        help="what the daemon did, when, and how it ended",
+        description="The actions the daemon set out to apply (newest last): when, which job, what, and how it ended.",
+    )
+    ev.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    ev.add_argument("--job", metavar="JOB", help="only this job's")
+    ev.add_argument("--limit", type=whole(1, 100_000), default=50, metavar="N", help="the newest N (default 50)")
+    ev.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    ev.set_defaults(func=run_events)
+
+    ex = sub.add_parser(
+        "explain",
+        help="one job's story over the last plans: what it got, why, and what it would take",
+        description="What the last plans gave one job and why, with its predictions and their basis, and its actions.",
+    )
+    ex.add_argument("job", help="job id")
+    ex.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    ex.add_argument("--plans", type=whole(1, 1000), default=5, metavar="N", help="how many recent plans (default 5)")
+    ex.set_defaults(func=run_explain)
+
+
+def _open(path: str) -> Any:
+    from flowplan.cli import UsageError
+    from flowplan.daemon import open_store
+
+    if path != ":memory:" and not Path(path).exists():
+        raise UsageError(f"--state {path}: no state store there (flowplan daemon or flowplan simulate --state writes one)")
+    return open_store(path)
+
+
+def _dur(seconds: float) -> str:
+    from planner.decode import duration
+
+    return duration(max(seconds, 0.0))
+
+
+def _clock(t: float) -> str:
+    """A plan's time: wall-clock time of day for Unix times, else (a simulation) time since 0."""
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t > 1e9 else "t+" + _dur(t)
+
+
+def _state(job: Any, action: str) -> str:
+    if job is None:
+        return "Unknown"
+    if action == "start":
+        return "Starting"
+    if action == "wait":
+        return "Waiting"
+    if action == "pause":
+        return "Pausing"
+    if action == "migrate":
+        return "Migrating"
+    if action == "resize":
+        return "Resizing"
+    return "Running"
+
+
+def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
+    """One dict per job of ``plan`` (the JSON output's rows)."""
+    jobs = {j.id: j for j in snapshot.jobs} if snapshot is not None else {}
+    unserved = {u.job: u.reason for u in plan.unserved}
+    rows = []
+    for a in plan.assignments:
+        p = a.predictions
+        job = jobs.get(a.job)
+        total = p.epoch + p.epochs_to_finish if p.epochs_to_finish is not None else None
+        rows.append(
+            {
+                "job": a.job,
+                "state": _state(job, a.action),
+                "action": a.action,
+                "node": a.node,
+                "cpu_millis": a.cpu_millis if a.node else None,
+                "cpu_limit_millis": a.cpu_limit_millis,
+                "gpus": a.gpus if a.node else None,
+                "epoch": p.epoch,
+                "epochs_total": total,
+                "eta_tier1_s": None if p.eta_tier1 is None else p.eta_tier1 - plan.time,
+                "tier1_reached": p.tier1_reached,
+                "tier1_deadline_s": None if p.tier1_deadline is None else p.tier1_deadline - plan.time,
+                "tier1_met": p.tier1_satisfied,
+                "eta_tier2_s": None if p.eta_tier2 is None else p.eta_tier2 - plan.time,
+                "eta_finish_s": None if p.eta_finish is None else p.eta_finish - plan.time,
+                "reason": unserved.get(a.job) or _reason(a.explanation),
+                "basis": p.basis,
+            }
+        )
+    return rows
+
+
+def _reason(explanation: str) -> str:
+    """The explanation's first sentence, without the job's name in front."""
+    first = explanation.split("; ")[0]
+    return first.split(": ", 1)[1] if ": " in first else first
+
+
+def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
+    cpu = "-" if r["cpu_millis"] is None else f"{r['cpu_millis'] / 1000:g}" + (f"+{r['gpus']}g" if r["gpus"] else "")
+    progress = f"{r['epoch']:.4g}" + (f"/{r['epochs_total']:.4g}" if r["epochs_total"] is not None else "")
+    if r["tier1_reached"]:
+        t1 = "reached"
+    else:
+        t1 = "-" if r["eta_tier1_s"] is None else f"in {_dur(r['eta_tier1_s'])}"
+    met = {True: "met", False: "MISS", None: "-"}[r["tier1_met"]]
+    if r["tier1_deadline_s"] is not None:
+        met += f" ({_dur(r['tier1_deadline_s'])} left)" if r["tier1_deadline_s"] >= 0 else " (passed)"
+    row = [r["job"], r["state"], r["node"] or "-", cpu, progress, t1, met]
+    if wide:
+        t2 = "-" if r["eta_tier2_s"] is None else f"in {_dur(r['eta_tier2_s'])}"
+        fin = "-" if r["eta_finish_s"] is None else f"in {_dur(r['eta_finish_s'])}"
+        row += [t2, fin, r["reason"], r["basis"]]
+    else:
+        row.append(r["reason"] if len(r["reason"]) <= 70 else r["reason"][:67] + "...")
+    return row
+
+
+def render_status(plan_id: int, plan: Any, snapshot: Any, output: str) -> str:
+    from flowplan.render import _table
+
+    rows = status_rows(plan, snapshot)
+    if output == "json":
+        return json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n"
+    wide = output == "wide"
+    header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "EPOCH", "TIER 1", "DEADLINE"]
+    header += ["TIER 2", "FINISH", "WHY", "BASIS"] if wide else ["WHY"]
+    s = plan.summary
+    head = f"plan {plan_id}: {s.active_jobs} job(s), {s.placed} placed, {s.unserved} waiting; solver {plan.solver.name} "
+    head += f"{plan.solver.status} in {plan.solver.seconds:.2f} s"
+    lines = [head, ""]
+    lines += _table([_fmt_row(r, wide) for r in rows], header) if rows else ["no active jobs"]
+    if plan.warnings:
+        lines += ["", *[f"warning: {w}" for w in plan.warnings]]
+    return "\n".join(lines) + "\n"
+
+
+def run_status(args: argparse.Namespace) -> int:
+    store = _open(args.state)
+    try:
+        while True:
+            if args.plan is not None:
+                got = store.get_plan(args.plan)
+                latest = None if got is None else (args.plan, got)
+            else:
+                latest = store.latest_plan()
+            if latest is None:
+                text = f"{args.state}: " + (f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet") + "\n"
+            else:
+                plan_id, plan = latest
+                text = render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output)
+            if args.watch is not None and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0 if latest is not None else 1
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        store.close()
+
+
+def run_events(args: argparse.Namespace) -> int:
+    from flowplan.render import _table
+
+    store = _open(args.state)
+    try:
+        records = store.actions(job=args.job, limit=args.limit)
+    finally:
+        store.close()
+    if args.output == "json":
+        sys.stdout.write(json.dumps([r.__dict__ for r in records], indent=1) + "\n")
+        return 0
+    if not records:
+        sys.stdout.write("no actions recorded" + (f" for job {args.job}" if args.job else "") + "\n")
+        return 0
+    rows = []
+    for r in records:
+        p = r.payload
+        moved = p.get("from_node") and p.get("from_node") != p.get("node")
+        where = (p.get("node") or "-") + (f" (from {p['from_node']})" if moved else "")
+        what = ""
+        if p.get("node"):
+            what = f"{p.get('cpu_millis', 0) / 1000:g} CPU" + (f" + {p['gpus']} GPU" if p.get("gpus") else "")
+        took = "-" if r.finished is None else f"{r.finished - r.created:.1f} s"
+        stamp = _clock(r.plan_time)
+        rows.append([stamp, r.job, r.kind, where, what, r.status, took, r.message[:80]])
+    sys.stdout.write("\n".join(_table(rows, ["TIME", "JOB", "ACTION", "NODE", "GETS", "RESULT", "TOOK", "MESSAGE"])) + "\n")
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from flowplan.cli import UsageError
+
+    store = _open(args.state)
+    try:
+        ids = store.plan_ids(args.plans)
+        plans = [(i, store.get_plan(i)) for i in ids]
+        actions = store.actions(job=args.job, limit=20)
+    finally:
+        store.close()
+    mine: list[tuple[int, Any, Any]] = []
+    for i, plan in plans:
+        found = next((a for a in plan.assignments if a.job == args.job), None) if plan is not None else None
+        if found is not None:
+            mine.append((i, plan, found))
+    if not mine:
+        raise UsageError(f"{args.job}: not in the last {len(plans)} plan(s) of {args.state}")
+    latest_id, latest, a = mine[0]
+    p = a.predictions
+    out = [f"{args.job}, as of plan {latest_id}:", f"  {a.explanation}"]
+    out.append(f"  predictions: {p.basis}")
+    facts = [f"epoch {p.epoch:.4g}"]
+    if p.seconds_per_epoch is not None:
+        facts.append(f"{p.seconds_per_epoch:.3g} s/epoch at {a.cpu_millis / 1000:g} CPU" + (f" + {a.gpus} GPU" if a.gpus else ""))
+    for name, eta in (("tier 1", p.eta_tier1), ("tier 2", p.eta_tier2), ("finish", p.eta_finish)):
+        if eta is not None:
+            facts.append(f"{name} in {_dur(eta - latest.time)}")
+    out.append("  " + ", ".join(facts))
+    if p.tier1_deadline is not None:
+        left = p.tier1_deadline - latest.time
+        verdict = {True: "will be met", False: "will be MISSED", None: "-"}[p.tier1_satisfied]
+        out.append(f"  tier-1 deadline {'in ' + _dur(left) if left >= 0 else 'passed'}: {verdict}")
+        if p.tier1_satisfied is False and p.epochs_to_tier1 and left > 0:
+            need = left / p.epochs_to_tier1
+            out.append(f"  to meet it: {p.epochs_to_tier1:.3g} more epochs in {_dur(left)}, i.e. {need:.3g} s/epoch or faster")
+    out.append("")
+    out.append(f"  last {len(mine)} plan(s), newest first:")
+    for i, _, x in mine:
+        where = x.node or "no node"
+        out.append(f"    plan {i}: {x.action} on {where}, {x.cpu_millis / 1000:g} CPU" + (f" + {x.gpus} GPU" if x.gpus else ""))
+    if actions:
+        out.append("")
+        out.append("  actions:")
+        for r in actions[-10:]:
+            stamp = _clock(r.plan_time)
+            out.append(f"    {stamp} {r.kind} -> {r.status}" + (f": {r.message}" if r.message else ""))
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0

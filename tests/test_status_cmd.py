@@ -1,0 +1,82 @@
+"""``flowplan status``, ``events`` and ``explain`` on a state store written by a real run of the
+simulated cluster (``flowplan simulate --state``), as processes; and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flowplan", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("status") / "sim.db"
+    r = run("simulate", "--policy", "flowplan", "--state", str(path), "--quiet", "--no-live")
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def _busiest_plan(state: Path) -> tuple[int, dict[str, object]]:
+    """The recorded plan with the most jobs (the last one has none: every job has finished)."""
+    best: tuple[int, dict[str, object]] | None = None
+    for plan_id in range(1, 200):
+        r = run("status", "--state", str(state), "--plan", str(plan_id), "-o", "json")
+        if r.returncode != 0 or "no plan" in r.stdout:
+            break
+        got = json.loads(r.stdout)
+        if best is None or len(got["jobs"]) > len(best[1]["jobs"]):  # type: ignore[arg-type]
+            best = (plan_id, got)
+    assert best is not None
+    return best
+
+
+def test_status_shows_every_job_with_a_reason(state: Path) -> None:
+    plan_id, got = _busiest_plan(state)
+    jobs = got["jobs"]
+    assert isinstance(jobs, list) and len(jobs) == 6  # the demo's six jobs, all in the system at once
+    for row in jobs:
+        assert row["reason"] and row["state"] in {"Running", "Starting", "Waiting", "Resizing", "Migrating", "Pausing"}
+    table = run("status", "--state", str(state), "--plan", str(plan_id))
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith(f"plan {plan_id}: 6 job(s)") and "JOB" in lines[2] and "WHY" in lines[2]
+    assert all(any(row["job"] in line for line in lines) for row in jobs)
+    wide = run("status", "--state", str(state), "--plan", str(plan_id), "-o", "wide")
+    assert "BASIS" in wide.stdout and "TIER 2" in wide.stdout
+
+
+def test_the_urgent_job_deadline_and_its_delivery_show(state: Path) -> None:
+    plan_id, got = _busiest_plan(state)
+    urgent = next(r for r in got["jobs"] if r["job"] == "cifar10-urgent")  # type: ignore[union-attr]
+    assert urgent["tier1_deadline_s"] is not None
+    events = run("events", "--state", str(state), "--job", "cifar10-urgent", "-o", "json")
+    kinds = [e["kind"] for e in json.loads(events.stdout)]
+    assert "deliver" in kinds, kinds
+    story = run("explain", "cifar10-urgent", "--state", str(state), "--plans", "100")
+    assert story.returncode == 0 and "cifar10-urgent, as of plan" in story.stdout and "deliver -> done" in story.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["status", "--state", "/no/such.db"], "no state store there"),
+        (["events", "--state", "/no/such.db"], "no state store there"),
+        (["status", "--watch", "0"], "--watch"),
+    ],
+)
+def test_one_line_errors(args: list[str], needle: str) -> None:
+    r = run(*args)
+    last = r.stderr.strip().splitlines()[-1]  # argparse's own errors come after its usage line
+    assert r.returncode == 2 and needle in last and "Traceback" not in r.stderr, r.stderr
+
+
+def test_explain_an_unknown_job(state: Path) -> None:
+    r = run("explain", "nobody", "--state", str(state))
+    assert r.returncode == 2 and "nobody: not in the last" in r.stderr
