@@ -144,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import snapshot_cmd
 
     snapshot_cmd.register(sub)
+
+    from flowplan import sandbox_cmd
+
+    sandbox_cmd.register(sub)
     return p
 
 
