@@ -10,7 +10,8 @@ Case matrix:
 - placement: a pending ``schedulerName: flowplan`` pod is bound by one daemon tick (observe → plan →
   diff → apply, a real Binding), and runs on a sandbox node;
 - resize in place: a running pod's CPU request and limit change through the ``resize`` subresource,
-  its UID unchanged; applying the same change again is a no-op reported ``ok``;
+  its UID unchanged; applying the same change again is a no-op reported ``ok``; after the kubelet
+  reported a resize ``Infeasible`` (the ``PodResizePending`` condition), the pod is re-created;
 - migration: the job ends with one pod, on the target node, the old pod gone;
 - failures are outcomes, never exceptions, one per kind the server gives:
   ``not_found`` (pod deleted after observe), ``conflict`` (the replacement's name is taken; the old
@@ -34,6 +35,7 @@ from adapters.base import Change
 
 pytestmark = pytest.mark.slow
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +132,33 @@ def test_running_pod_cpu_changes_in_place(k8s_sandbox: Any) -> None:
     assert job.allocation is not None and job.allocation.cpu_millis == 1500
     [again] = adapter.apply([change])
     assert again.ok and "already" in again.message
+
+
+def test_resize_the_kubelet_found_infeasible_is_a_re_create(k8s_sandbox: Any) -> None:
+    """The kubelet's verdict is written as a kubelet writes it (the pod status); kwok does not judge resizes."""
+    api = core(k8s_sandbox)
+    node = k8s_sandbox.nodes[0]
+    create_pod(api, pod_body("too-big", cpu="500m", limit="2", node=node, labels={"flowplan.io/job": "too-big"}))
+    before = running(api, "too-big")
+    condition = {
+        "type": "PodResizePending",
+        "status": "True",
+        "reason": "Infeasible",
+        "message": "Node didn't have enough capacity",
+    }
+    api.patch_namespaced_pod_status(
+        "too-big", "default", {"status": {"conditions": [condition]}}, _preload_content=False, _content_type=STRATEGIC
+    )
+    adapter = adapter_for(k8s_sandbox)
+    adapter.observe()
+    assert adapter.last.placed["too-big"].pod.resize == "Infeasible: Node didn't have enough capacity"
+
+    [outcome] = adapter.apply([Change(job="too-big", kind="resize", node=node, cpu_millis=1500, gpus=0, from_node=node)])
+    assert outcome.ok and "re-created" in outcome.message, outcome
+    wait_for(lambda: get_pod(api, "too-big") is None, 30, "old pod gone")
+    [new] = pods(api)
+    assert new["metadata"]["uid"] != before["metadata"]["uid"] and new["spec"]["nodeName"] == node
+    assert new["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1500m"
 
 
 def test_migration_ends_with_one_pod_on_the_new_node(k8s_sandbox: Any) -> None:
