@@ -46,7 +46,9 @@ from typing import Any, cast
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_PREFIX = "flowplan-node-"
 DEFAULT_PORTS = {"apiserver": 16443, "etcd": 12379, "etcd_peer": 12380}
-BUILD_HINT = "bash deploy/sandbox/build.sh (from a FlowPlan checkout; about 10 minutes the first time, see docs/kubernetes.md)"
+BUILD_HINT = (
+    "bash deploy/sandbox/build.sh (from a FlowPlan checkout; about 25 minutes the first time on 2 cores, see docs/kubernetes.md)"
+)
 
 
 class SandboxError(RuntimeError):
