@@ -9,6 +9,7 @@ Case matrix:
 - errors: each HTTP status and connection failure maps to its kind;
 - the replacement pod: new name, bound or not, new CPU, the job label and ``replaces`` set, the
   adapter's own request annotations dropped;
+- sandbox down signals only processes still running the recorded binary (a reused id is left alone);
 - CLI: ``sandbox up`` with the binaries missing names the build command; ``--nodes 0`` is a usage
   error; both one line, exit code 2, no traceback.
 """
@@ -160,3 +161,24 @@ def test_sandbox_up_without_binaries_names_the_build_command(tmp_path: Path) -> 
 def test_sandbox_up_bad_node_count_is_a_usage_error(tmp_path: Path) -> None:
     done = _flowplan("sandbox", "up", "--nodes", "0", env={})
     assert done.returncode == 2 and "--nodes" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sandbox_down_leaves_a_reused_process_id_alone(tmp_path: Path) -> None:
+    """After a reboot the recorded ids may be other processes': ``down`` signals only the recorded binaries."""
+    from adapters.kubernetes.sandbox import Sandbox, SandboxInfo
+
+    directory = tmp_path / "sb"
+    directory.mkdir()
+    info = SandboxInfo(
+        directory=str(directory),
+        kubeconfig=str(directory / "kubeconfig"),
+        server="https://127.0.0.1:1",
+        ports={},
+        pids={"etcd": os.getpid()},  # this test's own process plays the stranger
+        admin_token="a",
+        viewer_token="v",
+    )
+    (directory / "sandbox.json").write_text(json.dumps(info.__dict__))
+    lines = Sandbox(directory).down()
+    assert f"left pid {os.getpid()} alone: it is no longer etcd" in lines
+    assert not directory.exists()

@@ -356,11 +356,17 @@ class Sandbox:
         return lines
 
     def _stop(self, info: SandboxInfo) -> list[str]:
-        """SIGTERM each recorded process (kwok, then the API server, then etcd), SIGKILL after 10 s."""
+        """SIGTERM each recorded process (kwok, then the API server, then etcd), SIGKILL after 10 s.
+
+        Only a process still running the recorded binary is signalled: after a reboot the ids in
+        ``sandbox.json`` may belong to someone else's processes."""
         lines = []
         for name in ("kwok", "kube-apiserver", "etcd"):
             pid = info.pids.get(name)
             if pid is None or not _alive(pid):
+                continue
+            if not _runs(pid, str(binaries()[name])):  # the id was reused (a reboot): not ours to stop
+                lines.append(f"left pid {pid} alone: it is no longer {name}")
                 continue
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -386,6 +392,15 @@ def api_client(info: SandboxInfo, token: str | None = None) -> Any:
     cfg.ssl_ca_cert = str(Path(info.directory) / "certs" / "apiserver.crt")
     cfg.api_key = {"authorization": f"Bearer {token or info.admin_token}"}
     return client.ApiClient(cfg)
+
+
+def _runs(pid: int, program: str) -> bool:
+    """Is process ``pid`` running ``program`` (its command line's first word)?"""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return True  # no /proc to ask: trust the recorded id
+    return argv0 == program
 
 
 def _run(argv: list[str]) -> None:
