@@ -10,7 +10,8 @@ Case matrix:
 - placement: a pending ``schedulerName: flowplan`` pod is bound by one daemon tick (observe → plan →
   diff → apply, a real Binding), and runs on a sandbox node;
 - resize in place: a running pod's CPU request and limit change through the ``resize`` subresource,
-  its UID unchanged; applying the same change again is a no-op reported ``ok``; after the kubelet
+  its UID unchanged; applying the same change again is a no-op reported ``ok``; a Guaranteed pod
+  stays Guaranteed (its limit moves with its request); after the kubelet
   reported a resize ``Infeasible`` (the ``PodResizePending`` condition), the pod is re-created;
 - migration: the job ends with one pod, on the target node, the old pod gone;
 - failures are outcomes, never exceptions, one per kind the server gives:
@@ -132,6 +133,24 @@ def test_running_pod_cpu_changes_in_place(k8s_sandbox: Any) -> None:
     assert job.allocation is not None and job.allocation.cpu_millis == 1500
     [again] = adapter.apply([change])
     assert again.ok and "already" in again.message
+
+
+def test_guaranteed_pod_stays_guaranteed(k8s_sandbox: Any) -> None:
+    """Requests equal to limits (QoS Guaranteed): the limit moves with the request, or the server refuses the resize."""
+    api = core(k8s_sandbox)
+    node = k8s_sandbox.nodes[2]
+    body = pod_body("steady", cpu="1", limit="1", node=node)
+    body["spec"]["containers"][0]["resources"]["requests"]["memory"] = "512Mi"
+    create_pod(api, body)
+    running(api, "steady")
+    adapter = adapter_for(k8s_sandbox)
+    adapter.observe()
+    [outcome] = adapter.apply([Change(job="steady", kind="resize", node=node, cpu_millis=750, gpus=0, from_node=node)])
+    assert outcome.ok, outcome
+    pod = get_pod(api, "steady")
+    assert pod is not None and pod["status"]["qosClass"] == "Guaranteed"
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "750m"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "750m"
 
 
 def test_resize_the_kubelet_found_infeasible_is_a_re_create(k8s_sandbox: Any) -> None:
