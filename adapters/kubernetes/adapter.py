@@ -36,7 +36,9 @@ Node capacity is the node's allocatable less what other (non-FlowPlan) pods boun
 node is schedulable for FlowPlan when Ready, not cordoned and without a ``NoSchedule`` /
 ``NoExecute`` taint; otherwise the snapshot marks it ``schedulable: false`` with the reason in the
 label ``flowplan.io/not-schedulable``. Metric histories come from the progress store (the HTTP
-ingest writes there); reading pod logs is a later slice.
+ingest writes there); reading pod logs is a later slice. A job is reported ``delivered`` once the
+adapter has asked it to deliver (the ``flowplan.io/deliver-requested`` annotation): until progress
+is read from the pod, the handover itself cannot be seen, and the request is made only once.
 """
 
 from __future__ import annotations
