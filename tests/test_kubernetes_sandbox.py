@@ -13,7 +13,8 @@ Case matrix:
   its UID unchanged; applying the same change again is a no-op reported ``ok``; a Guaranteed pod
   stays Guaranteed (its limit moves with its request); after the kubelet
   reported a resize ``Infeasible`` (the ``PodResizePending`` condition), the pod is re-created;
-- migration: the job ends with one pod, on the target node, the old pod gone;
+- migration: the job ends with one pod, on the target node, the old pod gone; a pause ends with one
+  unbound pod that waits for FlowPlan (``schedulerName: flowplan``) and a pending job;
 - failures are outcomes, never exceptions, one per kind the server gives:
   ``not_found`` (pod deleted after observe), ``conflict`` (the replacement's name is taken; the old
   pod is left running), ``invalid`` (a replacement name over 253 characters), ``forbidden`` (a token
@@ -198,6 +199,22 @@ def test_migration_ends_with_one_pod_on_the_new_node(k8s_sandbox: Any) -> None:
     running(api, new["metadata"]["name"])
     [job] = adapter.observe().jobs
     assert (job.id, job.node, job.status) == ("mover", dst, "running")
+
+
+def test_pause_leaves_one_pending_pod_for_flowplan(k8s_sandbox: Any) -> None:
+    api = core(k8s_sandbox)
+    node = k8s_sandbox.nodes[0]
+    create_pod(api, pod_body("napper", node=node, scheduler="default-scheduler", labels={"flowplan.io/job": "napper"}))
+    running(api, "napper")
+    adapter = adapter_for(k8s_sandbox)
+    adapter.observe()
+    [outcome] = adapter.apply([Change(job="napper", kind="pause", node=None, cpu_millis=500, gpus=0, from_node=node)])
+    assert outcome.ok, outcome
+    wait_for(lambda: get_pod(api, "napper") is None, 30, "old pod gone")
+    [new] = pods(api)
+    assert new["spec"].get("nodeName") is None and new["spec"]["schedulerName"] == "flowplan"
+    [job] = adapter.observe().jobs
+    assert (job.id, job.status, job.node) == ("napper", "pending", None)
 
 
 def test_failures_are_outcomes_of_each_kind(k8s_sandbox: Any) -> None:

@@ -139,7 +139,10 @@ def test_replacement_pod() -> None:
     assert body["metadata"]["annotations"] == {"flowplan.io/priority": "2", "flowplan.io/replaces": "train-r1"}
     assert body["spec"]["nodeName"] == "n1"
     assert body["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "750m"}, "limits": {"cpu": "1500m"}}
-    assert "nodeName" not in replacement(old, "train", None, 750, None, 1)["spec"]
+    paused = replacement(
+        pod_view({**raw, "spec": {**raw["spec"], "schedulerName": "default-scheduler"}}), "train", None, 750, None, 1
+    )
+    assert "nodeName" not in paused["spec"] and paused["spec"]["schedulerName"] == "flowplan"
     assert raw["spec"]["nodeName"] == "n0"  # the old pod's JSON is not touched
     assert next_name("a") == "a-r1" and next_name("a-r9") == "a-r10" and next_name("a-rx") == "a-rx-r1"
 

@@ -23,7 +23,8 @@ What it assumes (read before relying on it):
   (the training SDK watches it; the SIGTERM of the deletion that follows is the fallback signal),
   then a replacement pod is created (same spec, the job label, ``flowplan.io/replaces``, the new
   resources) with ``spec.nodeName`` set to the target node (bound at creation; for a pause, unbound:
-  a pending job), and only then is the old pod deleted, gracefully. If the replacement cannot be
+  a pending job, with ``schedulerName: flowplan`` so that no other scheduler places it), and only
+  then is the old pod deleted, gracefully. If the replacement cannot be
   created, nothing else happens (the old pod keeps running: an error outcome). If the old pod cannot
   be deleted, the job has two pods: :meth:`KubernetesAdapter.reconcile` deletes the older one.
 - **Eventual consistency, partial failure.** Each change is carried out on its own; every API error
@@ -59,6 +60,7 @@ from adapters.kubernetes.annotations import (
     DELIVER_REQUESTED,
     JOB_LABEL,
     REPLACES,
+    SCHEDULER_NAME,
     AnnotationError,
     parse_annotations,
 )
@@ -485,6 +487,8 @@ def replacement(old: PodView, job_id: str, node: str | None, request: int, limit
     spec.pop("nodeName", None)
     if node is not None:
         spec["nodeName"] = node
+    else:  # a paused job waits for FlowPlan, not for another scheduler
+        spec["schedulerName"] = SCHEDULER_NAME
     first = spec["containers"][0]
     res = first.setdefault("resources", {})
     res.setdefault("requests", {})["cpu"] = f"{request}m"
