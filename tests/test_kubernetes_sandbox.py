@@ -20,7 +20,8 @@ Case matrix:
   pod is left running), ``invalid`` (a replacement name over 253 characters), ``forbidden`` (a token
   RBAC grants nothing), ``engine_down`` (nothing listens where the server should be);
 - ``flowplan snapshot --adapter kubernetes`` writes a snapshot that ``flowplan plan`` and
-  ``flowplan check`` accept; a missing kubeconfig and a port in use are one line and exit code 2.
+  ``flowplan check`` accept; ``flowplan daemon --adapter kubernetes`` (a process) binds pending pods;
+  a missing kubeconfig, a server that is down and a port in use are one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -300,9 +301,31 @@ def test_snapshot_cli_output_passes_plan_and_check(k8s_sandbox: Any, tmp_path: P
     assert done.returncode == 0 and "plan is valid" in done.stdout, done.stdout + done.stderr
 
 
+def test_daemon_cli_binds_pending_pods(k8s_sandbox: Any, tmp_path: Path) -> None:
+    api = core(k8s_sandbox)
+    for name in ("cli-d0", "cli-d1"):
+        create_pod(api, pod_body(name))
+    args = ["daemon", "--adapter", "kubernetes", "--kubeconfig", k8s_sandbox.kubeconfig, "--namespace", "default"]
+    done = flowplan(*args, "--interval", "1", "--max-ticks", "2", "--state", str(tmp_path / "state.db"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "start cli-d0" in done.stdout and "FAILED" not in done.stdout, done.stdout
+    for name in ("cli-d0", "cli-d1"):
+        assert running(api, name)["spec"]["nodeName"] in k8s_sandbox.nodes
+
+
 def test_cli_errors_are_one_line(k8s_sandbox: Any, tmp_path: Path) -> None:
+    import json
+
+    from adapters.kubernetes.sandbox import free_port
+
     done = flowplan("snapshot", "--adapter", "kubernetes", "--kubeconfig", str(tmp_path / "nope"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--kubeconfig" in done.stderr, done.stderr
+    config = json.loads(Path(k8s_sandbox.kubeconfig).read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(json.dumps(config))
+    done = flowplan("snapshot", "--adapter", "kubernetes", "--kubeconfig", str(dead))
+    assert done.returncode == 2 and "engine_down" in done.stderr and "Traceback" not in done.stderr, done.stderr
     port = str(k8s_sandbox.ports["apiserver"])
     done = flowplan("sandbox", "up", "--port", port, "--etcd-port", "20379", "--dir", str(tmp_path / "sb"))
     assert done.returncode == 2 and f"port {port}" in done.stderr and "in use" in done.stderr, done.stderr
