@@ -160,7 +160,8 @@ class Sandbox:
             raise SandboxError(f"--gpus-per-node {gpus_per_node}: must be between 0 and 64")
         existing = SandboxInfo.load(self.directory)
         if existing is not None and any(_alive(p) for p in existing.pids.values()):
-            raise SandboxError(f"a sandbox is already up in {self.directory}; run 'flowplan sandbox down' first")
+            where = "" if self.directory == default_dir() else f" --dir {self.directory}"
+            raise SandboxError(f"a sandbox is already up in {self.directory}; run 'flowplan sandbox down{where}' first")
         missing = missing_binaries()
         if missing:
             raise SandboxError(f"{missing[0].name} not built (no {missing[0]}); build the binaries with: {BUILD_HINT}")
