@@ -50,7 +50,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from adapters.base import Change, Clock, Outcome, WallClock
 from adapters.docker.labels import JobLabels
@@ -456,7 +456,7 @@ class KubernetesAdapter:
             pass
 
 
-def _status(pod: PodView) -> str:
+def _status(pod: PodView) -> Literal["pending", "running", "finished"]:
     if pod.phase in ("Succeeded", "Failed"):
         return "finished"
     return "running" if pod.node is not None else "pending"
