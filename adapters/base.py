@@ -22,7 +22,8 @@ from typing import Literal, Protocol
 from planner.snapshot import Snapshot
 
 ChangeKind = Literal["start", "resize", "migrate", "pause", "deliver"]
-ErrorKind = Literal["not_found", "conflict", "transient", "engine_down", "invalid"]
+#: ``forbidden``: the credentials may not do this (Kubernetes RBAC); the others as their names say.
+ErrorKind = Literal["not_found", "conflict", "transient", "engine_down", "invalid", "forbidden"]
 
 
 @dataclass(frozen=True)

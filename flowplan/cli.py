@@ -129,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
     from flowplan import status_cmd
 
     status_cmd.register(sub)
+
+    from flowplan import sandbox_cmd
+
+    sandbox_cmd.register(sub)
     return p
 
 

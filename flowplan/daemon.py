@@ -1,7 +1,8 @@
-"""``flowplan daemon``: observe → plan → diff → apply against Docker hosts, every interval, until stopped.
+"""``flowplan daemon``: observe → plan → diff → apply against Docker hosts or Kubernetes, every interval, until stopped.
 
     flowplan daemon --adapter docker --hosts a=unix:///var/run/docker.sock b=tcp://10.0.0.2:2375 \\
         [--interval 30] [--dry-run] [--state flowplan-state.db]
+    flowplan daemon --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] [--interval 30]
 
 Metric histories, plans and actions go to the SQLite state store at ``--state``; a restarted daemon
 settles the actions its predecessor left pending (see :mod:`adapters.daemon`) and carries on.
@@ -11,7 +12,8 @@ planning again).
 The interval is a heartbeat: the daemon also re-plans at once (after ``--debounce`` seconds) when a
 job container is created, started, dies or is removed, from the engines' event streams
 (:mod:`adapters.docker.events`); ``--no-events`` turns that off. If a stream fails, the log says so
-once and the interval alone drives the daemon until the stream is back.
+once and the interval alone drives the daemon until the stream is back. On Kubernetes the interval
+alone drives it for now (watches, leader election: later slices of issue 12).
 """
 
 from __future__ import annotations
@@ -115,13 +117,25 @@ class LeaseGuard:
 
 def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by ``daemon`` and ``snapshot``."""
-    p.add_argument("--adapter", choices=["docker"], default="docker", help="cluster kind (default: docker)")
+    p.add_argument("--adapter", choices=["docker", "kubernetes"], default="docker", help="cluster kind (default: docker)")
     p.add_argument(
         "--hosts",
         nargs="+",
         default=[DEFAULT_HOST],
         metavar="NAME=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]",
         help=f"Docker hosts, one per node (default: {DEFAULT_HOST})",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster credentials)",
+    )
+    p.add_argument(
+        "--namespace",
+        dest="namespaces",
+        nargs="+",
+        metavar="NS",
+        help="kubernetes: only these namespaces' pods (default: every namespace)",
     )
     p.add_argument("--interval", type=_seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
     p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
@@ -182,18 +196,48 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     from planner.snapshot import Settings
 
     try:
-        specs = [HostSpec.parse(h) for h in args.hosts]
-    except ValueError as exc:
-        raise UsageError(f"--hosts: {exc}") from None
-    try:
         budget = getattr(args, "migration_budget", 4)
         settings = Settings(interval_seconds=args.interval, migration_budget=budget)
     except ValueError as exc:
         raise UsageError(f"--migration-budget {getattr(args, 'migration_budget', '')}: {str(exc).splitlines()[-1]}") from None
+    if args.adapter == "kubernetes":
+        if getattr(args, "scope", None):
+            raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
+        return build_kubernetes_adapter(args, store, settings, clock=options.get("clock"))
+    try:
+        specs = [HostSpec.parse(h) for h in args.hosts]
+    except ValueError as exc:
+        raise UsageError(f"--hosts: {exc}") from None
     try:
         return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), **options)
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
+
+
+def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None) -> Any:
+    """The Kubernetes adapter from ``--kubeconfig`` / ``$KUBECONFIG``; a missing or bad kubeconfig is a usage error."""
+    import os
+
+    from flowplan.cli import UsageError
+
+    try:
+        from adapters.kubernetes import KubernetesAdapter
+    except ImportError as exc:
+        raise UsageError(f"--adapter kubernetes: the kubernetes client is missing ({exc}); pip install kubernetes") from None
+    from kubernetes.config import ConfigException
+
+    path = args.kubeconfig
+    if path is not None and not Path(path).is_file():
+        raise UsageError(f"--kubeconfig {path}: no such file")
+    env = os.environ.get("KUBECONFIG")
+    if path is None and env and not all(Path(p).is_file() for p in env.split(os.pathsep) if p):
+        raise UsageError(f"KUBECONFIG={env}: no such file ('flowplan sandbox up' prints a working one)")
+    try:
+        return KubernetesAdapter.from_kubeconfig(path, namespaces=args.namespaces, store=store, settings=settings, clock=clock)
+    except (ConfigException, ValueError, OSError) as exc:
+        where = f"--kubeconfig {path}" if path else "kubeconfig"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{where}: {first} (set --kubeconfig or KUBECONFIG; 'flowplan sandbox up' prints one)") from None
 
 
 def open_store(path: str) -> Any:
@@ -268,12 +312,13 @@ def run_daemon(args: argparse.Namespace) -> int:
     store = open_store(args.state)
     clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
-    # An event about a container the adapter itself just started, stopped or removed is no news.
-    clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
+    if args.adapter == "docker":
+        # An event about a container the adapter itself just started, stopped or removed is no news.
+        clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
     def on_tick(tick: Any) -> None:
         if args.dry_run:
-            sys.stdout.write(render_table(tick.plan, "docker"))
+            sys.stdout.write(render_table(tick.plan, args.adapter))
         woken = f" [woken: {'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}]" if clock.reasons else ""
         print(_describe(tick, args.dry_run) + woken, flush=True)
         clock.reasons = []
@@ -295,7 +340,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     events = None
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if args.events:
+        if args.events and args.adapter == "docker":  # kubernetes: the interval alone (watches are a later slice)
             from adapters.docker.events import EngineEvents
 
             events = EngineEvents(
@@ -305,8 +350,13 @@ def run_daemon(args: argparse.Namespace) -> int:
             ).start()
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
         try:
-            for line in daemon.recover():
-                print(f"recovered: {line}", flush=True)
+            try:
+                for line in daemon.recover():
+                    print(f"recovered: {line}", flush=True)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # the cluster cannot be observed yet (an API server down): the intervals retry
+                on_error(exc)
             daemon.run(max_ticks=args.max_ticks, stopped=clock.stop.is_set, on_error=on_error)
         except LeaseLost as exc:
             print(f"flowplan daemon: {exc}", file=sys.stderr, flush=True)

@@ -1,6 +1,7 @@
-"""``flowplan snapshot``: write what the Docker hosts look like now, as a snapshot for ``flowplan plan``.
+"""``flowplan snapshot``: write what the Docker hosts or a Kubernetes cluster look like now, as a snapshot for ``flowplan plan``.
 
     flowplan snapshot --adapter docker --hosts a=unix:///var/run/docker.sock --out now.json
+    flowplan snapshot --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] --out now.json
     flowplan plan now.json
 
 Histories come from the state store when ``--state`` names one the daemon keeps (the full history);
@@ -20,8 +21,8 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "snapshot",
-        help="write the current snapshot of Docker hosts (input for 'flowplan plan')",
-        description="Observe Docker hosts once and write the snapshot (JSON, apiVersion flowplan/v1).",
+        help="write the current snapshot of Docker hosts or a Kubernetes cluster (input for 'flowplan plan')",
+        description="Observe Docker hosts or a Kubernetes cluster once and write the snapshot (JSON, apiVersion flowplan/v1).",
     )
     from flowplan.daemon import add_adapter_arguments
 
@@ -47,15 +48,22 @@ def run_snapshot(args: argparse.Namespace) -> int:
     adapter = build_adapter(args, store, read_stats=False)
     try:
         snapshot = adapter.observe()
+    except Exception as exc:
+        from adapters.kubernetes.errors import KubernetesAdapterError
+
+        if not isinstance(exc, KubernetesAdapterError):
+            raise
+        raise UsageError(f"kubernetes: cannot observe the cluster: {exc.kind}: {exc.message}") from None
     finally:
         adapter.close()
         if args.state is not None:
             store.close()
-    for host, why in adapter.last.down.items():
-        print(f"flowplan: warning: host {host} is unavailable: {why}", file=sys.stderr)
+    if args.adapter == "docker":
+        for host, why in adapter.last.down.items():
+            print(f"flowplan: warning: host {host} is unavailable: {why}", file=sys.stderr)
     for name, why in adapter.last.unmanaged.items():
         print(f"flowplan: warning: {name} is unmanaged: {why}", file=sys.stderr)
     _write(snapshot.model_dump_json(indent=2) + "\n", args.out)
     if args.out:
-        print(f"wrote snapshot of {len(snapshot.nodes)} host(s), {len(snapshot.jobs)} job(s) to {args.out}", file=sys.stderr)
+        print(f"wrote snapshot of {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} job(s) to {args.out}", file=sys.stderr)
     return 0

@@ -157,3 +157,14 @@ def docker_engines() -> Any:
     engines = start_engines(3)
     yield engines
     engines.close()
+
+
+@pytest.fixture(scope="session")
+def k8s_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real etcd + kube-apiserver + kwok with 3 fake nodes (tests/k8s_env.py), once per session;
+    fails in CI when the binaries are missing, skips elsewhere."""
+    from k8s_env import start_sandbox
+
+    sandbox, info = start_sandbox(tmp_path_factory.mktemp("k8s-sandbox"))
+    yield info
+    sandbox.down()

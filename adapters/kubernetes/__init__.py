@@ -1,0 +1,27 @@
+"""The Kubernetes adapter: nodes as nodes, FlowPlan's pods as jobs, FlowPlan as their scheduler.
+
+Start with :class:`KubernetesAdapter` (what it assumes is in its module docstring), the annotations
+in :mod:`adapters.kubernetes.annotations`, the local control plane in
+:mod:`adapters.kubernetes.sandbox`, and ``docs/kubernetes.md``. Needs the ``kubernetes`` client.
+"""
+
+from adapters.kubernetes.adapter import NOT_SCHEDULABLE_LABEL, UNMANAGED_PREFIX, KubernetesAdapter, Observation
+from adapters.kubernetes.annotations import JOB_LABEL, SCHEDULER_NAME, AnnotationError, parse_annotations
+from adapters.kubernetes.errors import KubernetesAdapterError, classify
+from adapters.kubernetes.sandbox import Sandbox, SandboxError, SandboxInfo
+
+__all__ = [
+    "JOB_LABEL",
+    "NOT_SCHEDULABLE_LABEL",
+    "SCHEDULER_NAME",
+    "UNMANAGED_PREFIX",
+    "AnnotationError",
+    "KubernetesAdapter",
+    "KubernetesAdapterError",
+    "Observation",
+    "Sandbox",
+    "SandboxError",
+    "SandboxInfo",
+    "classify",
+    "parse_annotations",
+]

@@ -1,0 +1,82 @@
+"""Submit FlowPlan training pods to a Kubernetes cluster (the sandbox of ``flowplan sandbox up``).
+
+    python examples/kubernetes/submit_pods.py [--count 12] [--namespace default] [--kubeconfig PATH]
+
+Each pod asks for FlowPlan as its scheduler (``schedulerName: flowplan``), declares its bounds and
+a tier-1 target in ``flowplan.io/*`` annotations (docs/kubernetes.md), and starts small (250m
+requested, a 4-core limit): the daemon binds it to a node and sizes its CPU in place. The sandbox's
+fake kubelets run no container, so these pods make no progress of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def pod(name: str, namespace: str, index: int) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"flowplan.io/job": name},
+            "annotations": {
+                "flowplan.io/min_cpu_millis": "250",
+                "flowplan.io/max_cpu_millis": "4000",
+                "flowplan.io/priority": "2" if index % 4 == 0 else "1",
+                "flowplan.io/target.metric": "accuracy",
+                "flowplan.io/target.direction": "higher",
+                "flowplan.io/target.tier1": "0.90",
+                "flowplan.io/target.tier1.within": str(1800 + 600 * (index % 5)),
+            },
+        },
+        "spec": {
+            "schedulerName": "flowplan",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "flowplan/train:example",
+                    "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "2Gi"}},
+                    "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+                }
+            ],
+        },
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="Submit FlowPlan training pods (schedulerName: flowplan).")
+    p.add_argument("--count", type=int, default=12, help="how many pods (1-1000, default 12)")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    p.add_argument("--prefix", default="train", help="pod names: PREFIX-0, PREFIX-1, ... (default train)")
+    args = p.parse_args()
+    if not 1 <= args.count <= 1000:
+        p.error(f"--count: must be 1-1000, got {args.count}")
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=args.kubeconfig))
+    except (config.ConfigException, OSError) as exc:
+        print(f"submit_pods: kubeconfig: {exc} (run 'flowplan sandbox up' and the export it prints)", file=sys.stderr)
+        return 2
+    for i in range(args.count):
+        name = f"{args.prefix}-{i}"
+        try:
+            api.create_namespaced_pod(args.namespace, pod(name, args.namespace, i), _preload_content=False)  # type: ignore[arg-type]
+        except ApiException as exc:
+            print(f"submit_pods: {name}: {exc.status} {exc.reason}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # the server is not there
+            print(f"submit_pods: {name}: cannot reach the API server ({type(exc).__name__})", file=sys.stderr)
+            return 1
+    print(f"submitted {args.count} pod(s) to namespace {args.namespace}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

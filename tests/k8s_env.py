@@ -1,0 +1,114 @@
+"""A real Kubernetes control plane for the tests: :class:`adapters.kubernetes.sandbox.Sandbox` on free ports.
+
+The binaries (etcd, kube-apiserver, kwok) are built by ``deploy/sandbox/build.sh`` into
+``~/.cache/flowplan/bin`` (``.ci/run`` builds them). In CI (``CI`` set) missing binaries fail the
+tests; elsewhere they skip them, with the command that builds them.
+
+Helpers make FlowPlan pods as a user would write them: ``schedulerName: flowplan``, bounds in
+``flowplan.io/*`` annotations, one container with a CPU request and limit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NAMESPACE = "default"
+
+
+def start_sandbox(directory: Path, nodes: int = 3, gpus: int = 0) -> tuple[Any, Any]:
+    from adapters.kubernetes.sandbox import BUILD_HINT, Sandbox, free_port, missing_binaries
+
+    missing = missing_binaries()
+    if missing:
+        reason = f"{missing[0]} missing; build with: {BUILD_HINT}"
+        if os.environ.get("CI"):
+            pytest.fail(f"Kubernetes sandbox binaries required in CI: {reason}")
+        pytest.skip(f"no Kubernetes sandbox binaries: {reason}")
+    ports = {"apiserver": free_port(), "etcd": free_port(), "etcd_peer": free_port()}
+    sandbox = Sandbox(directory / "sandbox", ports=ports)
+    info = sandbox.up(nodes, gpus)
+    return sandbox, info
+
+
+def core(info: Any, token: str | None = None) -> Any:
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    return client.CoreV1Api(api_client(info, token))
+
+
+def pod_body(
+    name: str,
+    *,
+    cpu: str = "500m",
+    limit: str | None = "2",
+    node: str | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    scheduler: str = "flowplan",
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "256Mi"}}
+    if limit is not None:
+        resources["limits"] = {"cpu": limit, "memory": "512Mi"}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "train", "image": "flowplan/train:local", "resources": resources}],
+        "terminationGracePeriodSeconds": 1,
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def create_pod(api: Any, body: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    resp = api.create_namespaced_pod(NAMESPACE, body, _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def get_pod(api: Any, name: str) -> dict[str, Any] | None:
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return dict(json.loads(api.read_namespaced_pod(name, NAMESPACE, _preload_content=False).data))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def pods(api: Any) -> list[dict[str, Any]]:
+    import json
+
+    return list(json.loads(api.list_namespaced_pod(NAMESPACE, _preload_content=False).data)["items"])
+
+
+def delete_all_pods(api: Any) -> None:
+    for p in pods(api):
+        api.delete_namespaced_pod(p["metadata"]["name"], NAMESPACE, grace_period_seconds=0, _preload_content=False)
+    wait_for(lambda: not pods(api), 30, "pods deleted")
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
