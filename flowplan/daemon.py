@@ -252,6 +252,27 @@ def open_store(path: str) -> Any:
         raise UsageError(f"--state {path}: cannot open the state store ({exc})") from None
 
 
+def _banner(args: argparse.Namespace) -> str:
+    """The start-up line: version, adapter and what it manages, scope, interval, wake-ups, policy, store."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("flowplan")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without install
+        ver = "?"
+    if args.adapter == "docker":
+        where = "hosts " + ", ".join(h.split(",")[0] for h in args.hosts)
+    else:
+        where = "namespaces " + (", ".join(args.namespaces) if getattr(args, "namespaces", None) else "all")
+    scope = ",".join(f"{k}={v}" for k, v in sorted(args.scope.items())) if getattr(args, "scope", None) else "every job"
+    wake = "engine events" if args.events and args.adapter == "docker" else "the interval only"
+    policy = args.policy + (f" ({args.solver}, {args.time_limit:g} s)" if args.policy == "flowplan" else "")
+    return (
+        f"flowplan daemon {ver}: {args.adapter} ({where}); scope {scope}; interval {args.interval:g} s, re-plans on {wake}; "
+        f"policy {policy}; state {args.state}" + ("; DRY RUN: changes nothing" if args.dry_run else "")
+    )
+
+
 def _describe(tick: Any, dry_run: bool) -> str:
     s = tick.snapshot
     running = sum(1 for j in s.jobs if j.status == "running")
@@ -316,11 +337,20 @@ def run_daemon(args: argparse.Namespace) -> int:
         # An event about a container the adapter itself just started, stopped or removed is no news.
         clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
+    warned: set[str] = set()
+
     def on_tick(tick: Any) -> None:
-        if args.dry_run:
-            sys.stdout.write(render_table(tick.plan, args.adapter))
-        woken = f" [woken: {'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}]" if clock.reasons else ""
-        print(_describe(tick, args.dry_run) + woken, flush=True)
+        # One line per interval that changes something (or fails, or is refused by the checker), each
+        # warning the first time it appears; every interval and the full plan with --verbose.
+        for w in tick.plan.warnings:
+            if w not in warned:
+                warned.add(w)
+                print(f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} warning: {w}", flush=True)
+        if args.verbose and args.dry_run:
+            sys.stdout.write(render_table(tick.plan, f"{args.adapter} (dry run)"))
+        if args.verbose or tick.changes or tick.violations:
+            more = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}"
+            print(_describe(tick, args.dry_run) + (f" [woken: {more}]" if clock.reasons else ""), flush=True)
         clock.reasons = []
 
     # A dry run changes nothing, so it needs no lease. The lease outlives an interval and its slowest
@@ -337,6 +367,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     def stop(signum: int, frame: object) -> None:
         clock.halt()
 
+    print(_banner(args), flush=True)
     events = None
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

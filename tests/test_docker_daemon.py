@@ -175,8 +175,32 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
         "--time-limit", "0.3", "--state", str(tmp_path / "s.db"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert "would start dry" in res.stdout and "dry" in res.stdout.split("would")[0]  # the plan table, then the actions
+    banner, *rest = res.stdout.splitlines()
+    assert banner.startswith("flowplan daemon ") and "DRY RUN" in banner, banner
+    assert "hosts main=unix:" in banner and "extra0=" in banner, banner
+    assert len(rest) == 1 and "would start dry" in rest[0], rest  # one line for the one change, no plan table
     assert api(main.url).inspect_container(cid)["State"]["Status"] == "created"
+    verbose = flowplan(
+        "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
+        "--time-limit", "0.3", "--state", str(tmp_path / "s.db"), "--verbose",
+    )  # fmt: skip
+    assert "would start dry" in verbose.stdout and "dry" in verbose.stdout.split("would")[0]  # -v: the plan table first
+
+
+def test_quiet_intervals_print_nothing_but_the_banner(docker_engines: Any, tmp_path: Path) -> None:
+    """Issue 16: the dry run reprinted the whole plan every tick. Five intervals with nothing to change
+    (a running job at its plan) now print the banner and nothing else."""
+    from docker_env import create_job
+
+    main = docker_engines.engines[0]
+    create_job(main.url, "fp-calm", "calm", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, cpus=1.0)
+    res = flowplan(
+        "daemon", "--hosts", f"main={main.url},cpu=2000", "--dry-run", "--max-ticks", "5", "--interval", "0.3",
+        "--time-limit", "0.3", "--no-events", "--state", str(tmp_path / "q.db"),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flowplan daemon "), lines
 
 
 def _pending(db: Path) -> int:
@@ -251,7 +275,7 @@ def _start_latency(engines: Any, tmp_path: Path, name: str, *extra: str) -> tupl
 
     main = engines.engines[0]
     cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"main={main.url},cpu=2000"]
-    cmd += ["--state", str(tmp_path / f"{name}.db"), "--interval", "60", "--time-limit", "0.3", *extra]
+    cmd += ["--state", str(tmp_path / f"{name}.db"), "--interval", "60", "--time-limit", "0.3", "--verbose", *extra]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     out = Lines(proc)

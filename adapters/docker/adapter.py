@@ -138,6 +138,7 @@ class DockerAdapter:
         #: Only ``flowplan.job`` containers carrying every one of these labels are this adapter's;
         #: the others belong to another daemon and are left alone (not observed, never changed).
         self.scope = dict(scope or {})
+        self._unmanaged_said: dict[str, str] = {}  # "host/container" -> the reason already logged
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
@@ -193,7 +194,9 @@ class DockerAdapter:
                 except LabelError as exc:
                     obs.unmanaged[f"{name}/{c.name}"] = str(exc)
                     node_labels[UNMANAGED_PREFIX + c.name] = str(exc)[:200]
-                    log.warning("container %s on %s is unmanaged: %s", c.name, name, exc)
+                    if self._unmanaged_said.get(f"{name}/{c.name}") != str(exc):  # once per container and reason
+                        self._unmanaged_said[f"{name}/{c.name}"] = str(exc)
+                        log.warning("container %s on %s is unmanaged: %s", c.name, name, exc)
                     continue
                 if parsed is not None and c.state not in ("removing", "dead"):
                     found.setdefault(parsed.job_id, []).append((name, c, parsed))
