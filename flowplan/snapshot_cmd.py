@@ -6,7 +6,8 @@
 
 Histories come from the state store when ``--state`` names one the daemon keeps (the full history);
 otherwise from the containers' logs as they are now. Unmanaged containers and unreachable hosts are
-named in the nodes' labels (``flowplan.io/unmanaged.*``, ``flowplan.io/down``) and on stderr.
+named in the nodes' labels (``flowplan.io/unmanaged.*``, ``flowplan.io/down``) and on stderr; when
+no host answers at all, that is an error (exit 2) and nothing is written.
 """
 
 from __future__ import annotations
@@ -59,7 +60,13 @@ def run_snapshot(args: argparse.Namespace) -> int:
         if args.state is not None:
             store.close()
     if args.adapter == "docker":
-        for host, why in adapter.last.down.items():
+        down = adapter.last.down
+        if down and len(down) == len(snapshot.nodes):
+            # Nothing answered: a snapshot of unschedulable 0-CPU nodes would plan every job as unserved.
+            first = next(iter(down.items()))
+            more = f" (and {len(down) - 1} more)" if len(down) > 1 else ""
+            raise UsageError(f"no Docker host answered: {first[0]}: {first[1]}{more}; nothing written")
+        for host, why in down.items():
             print(f"flowplan: warning: host {host} is unavailable: {why}", file=sys.stderr)
     for name, why in adapter.last.unmanaged.items():
         print(f"flowplan: warning: {name} is unmanaged: {why}", file=sys.stderr)

@@ -89,6 +89,12 @@ def test_snapshot_feeds_plan_and_bad_hosts_exit_2(docker_engines: Any, tmp_path:
     assert '"s2"' in res.stdout
     bad = flowplan("snapshot", "--hosts", "main=http://nope")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--hosts" in bad.stderr and "http://nope" in bad.stderr
+    # Every host unreachable: one line, exit 2, nothing written (was exit 0 with a 0-CPU node).
+    gone = tmp_path / "gone.json"
+    nowhere = [f"a=unix://{tmp_path}/none.sock", f"b=unix://{tmp_path}/none2.sock"]
+    down = flowplan("snapshot", "--hosts", *nowhere, "--out", str(gone))
+    assert down.returncode == 2 and down.stderr.count("\n") == 1, down.stderr
+    assert "no Docker host answered: a:" in down.stderr and "(and 1 more)" in down.stderr and not gone.exists()
 
 
 FRAMEWORK_LOGS = [
