@@ -88,7 +88,6 @@ class Progress:
         self.label, self.live, self.quiet, self.every = label, live, quiet, every
         self.tty = sys.stderr.isatty()
         self.last_shown = -math.inf
-        self.last_decile = -1
         self.lines = 0
 
     def __call__(self, cluster: SimCluster, tick: Tick) -> None:
@@ -104,13 +103,9 @@ class Progress:
         width = 30
         fill = int(width * done / max(total, 1))
         line = f"\r{self.label:<28} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} jobs  t={_fmt_t(tick.time - cluster.t0)}"
-        if self.tty:
+        if self.tty:  # redrawn in place; not a terminal (a log): only the run's summary line, after it
             sys.stderr.write(line)
-        elif done * 10 // max(total, 1) > self.last_decile or self.last_decile < 0:
-            # Not a terminal (a log): one line per tenth of the jobs finished.
-            self.last_decile = done * 10 // max(total, 1)
-            sys.stderr.write(line.lstrip("\r") + "\n")
-        sys.stderr.flush()
+            sys.stderr.flush()
 
     def _table(self, cluster: SimCluster, tick: Tick, done: int, total: int) -> None:
         eta = {a.job: a.predictions.eta_finish for a in tick.plan.assignments}
