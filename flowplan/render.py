@@ -90,7 +90,8 @@ def render_table(plan: Plan, source: str = "", objective: str | None = None) -> 
         f"{duration(o.lost_seconds)} lost to restarts"
     )
     lines.append(
-        f"  cost {o.total:.0f} = unserved {o.unserved_cost:.0f} + QoE {o.qoe_cost:.0f} + makespan {o.makespan_cost:.0f}"
+        "  the solver's score (its own units, lower is better, comparable only between plans of one snapshot): "
+        f"{o.total:.0f} = unserved {o.unserved_cost:.0f} + QoE {o.qoe_cost:.0f} + makespan {o.makespan_cost:.0f}"
         f" + completion {o.completion_cost:.0f} + churn {o.churn_cost:.0f}"
     )
     lines += ["", "Why:"]
