@@ -23,22 +23,22 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _busiest_plan(state: Path) -> tuple[int, dict[str, object]]:
-    """The recorded plan with the most jobs (the last one has none: every job has finished)."""
-    best: tuple[int, dict[str, object]] | None = None
-    for plan_id in range(1, 200):
-        r = run("status", "--state", str(state), "--plan", str(plan_id), "-o", "json")
-        if r.returncode != 0 or "no plan" in r.stdout:
-            break
-        got = json.loads(r.stdout)
-        if best is None or len(got["jobs"]) > len(best[1]["jobs"]):  # type: ignore[arg-type]
-            best = (plan_id, got)
-    assert best is not None
-    return best
+@pytest.fixture(scope="module")
+def busiest(state: Path) -> tuple[int, dict[str, object]]:
+    """The recorded plan with the most jobs (the last one has none: every job has finished), found
+    in-process, then shown by the command."""
+    from store import StateStore
+
+    with StateStore(state) as store:
+        ids = store.plan_ids(1000)
+        plan_id = max(ids, key=lambda i: (len(store.get_plan(i).assignments), -i))  # type: ignore[union-attr]
+    r = run("status", "--state", str(state), "--plan", str(plan_id), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    return plan_id, json.loads(r.stdout)
 
 
-def test_status_shows_every_job_with_a_reason(state: Path) -> None:
-    plan_id, got = _busiest_plan(state)
+def test_status_shows_every_job_with_a_reason(state: Path, busiest: tuple[int, dict[str, object]]) -> None:
+    plan_id, got = busiest
     jobs = got["jobs"]
     assert isinstance(jobs, list) and len(jobs) == 6  # the demo's six jobs, all in the system at once
     for row in jobs:
@@ -52,8 +52,8 @@ def test_status_shows_every_job_with_a_reason(state: Path) -> None:
     assert "BASIS" in wide.stdout and "TIER 2" in wide.stdout
 
 
-def test_the_urgent_job_deadline_and_its_delivery_show(state: Path) -> None:
-    plan_id, got = _busiest_plan(state)
+def test_the_urgent_job_deadline_and_its_delivery_show(state: Path, busiest: tuple[int, dict[str, object]]) -> None:
+    _, got = busiest
     urgent = next(r for r in got["jobs"] if r["job"] == "cifar10-urgent")  # type: ignore[union-attr]
     assert urgent["tier1_deadline_s"] is not None
     events = run("events", "--state", str(state), "--job", "cifar10-urgent", "-o", "json")
