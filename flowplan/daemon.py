@@ -185,6 +185,13 @@ def register(sub: Any) -> None:
         help="manage only the flowplan.job containers carrying these labels (default: every one); daemons "
         "sharing a --state never act on the same scope at once",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=whole(0, 65535),
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT (0: any free port, printed in the banner); "
+        "deploy/grafana/flowplan.json charts them",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
     p.set_defaults(func=run_daemon)
 
@@ -250,6 +257,30 @@ def open_store(path: str) -> Any:
         raise UsageError(f"--state {path}: {exc}") from None
     except Exception as exc:  # sqlite3.DatabaseError: not a database
         raise UsageError(f"--state {path}: cannot open the state store ({exc})") from None
+
+
+def _start_metrics(args: argparse.Namespace) -> Any:
+    """The daemon's metrics, served; ``args.metrics_port`` becomes the port bound (for port 0)."""
+    import socket
+
+    from flowplan.cli import UsageError
+
+    try:
+        from flowplan.daemon_metrics import DaemonMetrics
+    except ImportError:
+        raise UsageError("--metrics-port: needs prometheus_client: pip install 'flowplan[docker]'") from None
+    port = args.metrics_port
+    if port == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    metrics = DaemonMetrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise UsageError(f"--metrics-port {args.metrics_port}: cannot listen: {exc.strerror or exc}") from None
+    args.metrics_port = port
+    return metrics
 
 
 def _banner(args: argparse.Namespace) -> str:
@@ -338,8 +369,13 @@ def run_daemon(args: argparse.Namespace) -> int:
         clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
     warned: set[str] = set()
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = _start_metrics(args)
 
     def on_tick(tick: Any) -> None:
+        if metrics is not None:
+            metrics.tick(tick, args.dry_run)
         # One line per interval that changes something (or fails, or is refused by the checker), each
         # warning the first time it appears; every interval and the full plan with --verbose.
         for w in tick.plan.warnings:
@@ -360,6 +396,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick, guard=guard)
 
     def on_error(exc: BaseException) -> None:
+        if metrics is not None:
+            metrics.failure()
         stamp = datetime.now().strftime("%H:%M:%S")
         first = str(exc).splitlines()[0] if str(exc) else ""
         print(f"{stamp} interval FAILED, nothing applied: {type(exc).__name__}: {first}", flush=True)
@@ -367,7 +405,9 @@ def run_daemon(args: argparse.Namespace) -> int:
     def stop(signum: int, frame: object) -> None:
         clock.halt()
 
-    print(_banner(args), flush=True)
+    print(
+        _banner(args) + (f"; metrics on http://127.0.0.1:{args.metrics_port}/metrics" if metrics is not None else ""), flush=True
+    )
     events = None
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -391,3 +391,64 @@ def test_two_daemons_one_scope_one_acts_and_scopes_keep_them_apart(docker_engine
         "1",
     )
     assert again.returncode == 0, again.stderr
+
+
+def test_daemon_metrics_and_the_dashboard_names(docker_engines: Any, tmp_path: Path) -> None:
+    """The daemon's Prometheus metrics over real HTTP while it runs (a started job shows as an ok
+    start and a running job), and every metric the Grafana dashboard (deploy/grafana) names is one
+    the daemon or the service exports."""
+    import json
+    import re
+    import urllib.request
+
+    from docker_env import create_job
+    from prometheus_client import generate_latest
+
+    from api.metrics import ServiceMetrics
+
+    main = docker_engines.engines[0]
+    create_job(main.url, "fp-metered", "metered", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
+    proc = _daemon(docker_engines, tmp_path / "m.db", "--metrics-port", "0")
+    out = Lines(proc)
+    try:
+        deadline = time.time() + 60
+        url = None
+        while time.time() < deadline and url is None:
+            url = next((m.group(1) for _, line in out.lines if (m := re.search(r"metrics on (http://\S+)", line))), None)
+            time.sleep(0.1)
+        assert url is not None, out.lines
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return str(r.read().decode())
+
+        text = ""
+        while time.time() < deadline:
+            text = scrape()
+            if 'flowplan_daemon_actions_total{kind="start",result="ok"} 1.0' in text and re.search(
+                r'flowplan_daemon_jobs\{state="running"\} 1\.0', text
+            ):
+                break
+            time.sleep(0.5)
+        assert 'flowplan_daemon_actions_total{kind="start",result="ok"} 1.0' in text, text
+        assert re.search(r'flowplan_daemon_jobs\{state="running"\} 1\.0', text), text
+        assert (
+            re.search(r"flowplan_daemon_intervals_total [1-9]", text)
+            and 'flowplan_daemon_cpu_millis{kind="capacity"} 2000.0' in text
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    service = ServiceMetrics()
+    service.plans.labels(solver="cpsat", status="optimal").inc()  # labelled series show once used
+    service.count_error(422)
+    pattern = r"^(flowplan_\w+?)(?:_bucket|_count|_sum|_created)?[{ ]"
+    exported = set(re.findall(pattern, text, re.M)) | set(re.findall(pattern, generate_latest(service.registry).decode(), re.M))
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "flowplan.json").read_text())
+    named = {
+        re.sub(r"_(bucket|count|sum)$", "", n)
+        for p in dashboard["panels"]
+        for t in p.get("targets", [])
+        for n in re.findall(r"flowplan_\w+", t["expr"])
+    }
+    assert named and named <= exported, sorted(named - exported)
