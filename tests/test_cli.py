@@ -576,3 +576,18 @@ def test_check_says_when_the_plan_answers_another_snapshot_or_is_no_plan(tmp_pat
     empty.write_text("")
     r = run("check", str(sa), str(empty))
     assert r.returncode == 2 and r.stderr.strip().endswith("not a valid plan: empty file"), r.stderr
+
+
+def test_readme_plan_example_is_what_the_command_prints() -> None:
+    """The README's example output of `flowplan plan examples/snapshots/qoe-deadlines.json` (issue 16:
+    it had gone stale): every line it shows, but the solver's timing, is in today's output."""
+    text = (REPO / "README.md").read_text()
+    start = text.index("$ flowplan plan examples/snapshots/qoe-deadlines.json\n")
+    shown = text[start : text.index("```", start)].splitlines()[1:]
+    r = run("plan", str(REPO / "examples" / "snapshots" / "qoe-deadlines.json"))
+    assert r.returncode == 0, r.stderr
+    printed = set(r.stdout.splitlines())
+    for line in shown:
+        if line in ("...", "") or line.startswith("solver: "):
+            continue
+        assert line in printed, f"README shows a line the command no longer prints: {line!r}"
