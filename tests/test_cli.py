@@ -584,7 +584,10 @@ def test_readme_plan_example_is_what_the_command_prints() -> None:
     text = (REPO / "README.md").read_text()
     start = text.index("$ flowplan plan examples/snapshots/qoe-deadlines.json\n")
     shown = text[start : text.index("```", start)].splitlines()[1:]
-    r = run("plan", str(REPO / "examples" / "snapshots" / "qoe-deadlines.json"))
+    r = subprocess.run(
+        [sys.executable, "-m", "flowplan", "plan", "examples/snapshots/qoe-deadlines.json"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     printed = set(r.stdout.splitlines())
     for line in shown:
