@@ -18,6 +18,7 @@ Case matrix:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -374,6 +375,12 @@ def test_two_daemons_one_scope_one_acts_and_scopes_keep_them_apart(docker_engine
         other = _daemon(docker_engines, state, "--scope", "team=b", "--max-ticks", "3")
         assert other.wait(timeout=60) == 0
         assert status(b_job) == "running" and status(a_job) == "running"
+        # The operator's view of the daemons' store: every job of the latest plan, with a reason.
+        seen = flowplan("status", "--state", str(state), "-o", "json")
+        assert seen.returncode == 0, seen.stderr
+        rows = json.loads(seen.stdout)["jobs"]
+        assert rows and all(r["reason"] and r["node"] == "main" for r in rows), rows
+        assert {r["job"] for r in rows} <= {"team-a", "team-b"}
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
