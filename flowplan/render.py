@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flowplan.tables import plain
 from planner.decode import duration
 from planner.plan import Plan
 
@@ -23,11 +24,7 @@ def _alloc(cpu: int, gpus: int) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header).rstrip(), fmt.format(*["-" * w for w in widths]).rstrip()]
-    out += [fmt.format(*r).rstrip() for r in rows]
-    return out
+    return plain(rows, header)
 
 
 def render_table(plan: Plan, source: str = "", objective: str | None = None) -> str:

@@ -157,23 +157,28 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     return row
 
 
-def render_status(plan_id: int, plan: Any, snapshot: Any, output: str) -> str:
-    from flowplan.render import _table
+def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: Any = None) -> None:
+    """Write the status to ``stream`` (standard output): JSON, or the table (rich on a terminal)."""
+    from flowplan.tables import emit
 
+    out = stream if stream is not None else sys.stdout
     rows = status_rows(plan, snapshot)
     if output == "json":
-        return json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n"
+        out.write(json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n")
+        return
     wide = output == "wide"
     header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "EPOCH", "TIER 1", "DEADLINE"]
     header += ["TIER 2", "FINISH", "WHY", "BASIS"] if wide else ["WHY"]
     s = plan.summary
     head = f"plan {plan_id}: {s.active_jobs} job(s), {s.placed} placed, {s.unserved} waiting; solver {plan.solver.name} "
     head += f"{plan.solver.status} in {plan.solver.seconds:.2f} s"
-    lines = [head, ""]
-    lines += _table([_fmt_row(r, wide) for r in rows], header) if rows else ["no active jobs"]
-    if plan.warnings:
-        lines += ["", *[f"warning: {w}" for w in plan.warnings]]
-    return "\n".join(lines) + "\n"
+    out.write(head + "\n\n")
+    if rows:
+        emit([_fmt_row(r, wide) for r in rows], header, out)
+    else:
+        out.write("no active jobs\n")
+    for w in plan.warnings:
+        out.write(f"warning: {w}\n")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -185,14 +190,15 @@ def run_status(args: argparse.Namespace) -> int:
                 latest = None if got is None else (args.plan, got)
             else:
                 latest = store.latest_plan()
-            if latest is None:
-                text = f"{args.state}: " + (f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet") + "\n"
-            else:
-                plan_id, plan = latest
-                text = render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output)
             if args.watch is not None and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
-            sys.stdout.write(text)
+            if latest is None:
+                sys.stdout.write(
+                    f"{args.state}: " + (f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet") + "\n"
+                )
+            else:
+                plan_id, plan = latest
+                render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output)
             sys.stdout.flush()
             if args.watch is None:
                 return 0 if latest is not None else 1
@@ -204,7 +210,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    from flowplan.render import _table
+    from flowplan.tables import emit
 
     store = _open(args.state)
     try:
@@ -228,7 +234,7 @@ def run_events(args: argparse.Namespace) -> int:
         took = "-" if r.finished is None else f"{r.finished - r.created:.1f} s"
         stamp = _clock(r.plan_time)
         rows.append([stamp, r.job, r.kind, where, what, r.status, took, r.message[:80]])
-    sys.stdout.write("\n".join(_table(rows, ["TIME", "JOB", "ACTION", "NODE", "GETS", "RESULT", "TOOK", "MESSAGE"])) + "\n")
+    emit(rows, ["TIME", "JOB", "ACTION", "NODE", "GETS", "RESULT", "TOOK", "MESSAGE"])
     return 0
 
 

@@ -80,3 +80,18 @@ def test_one_line_errors(args: list[str], needle: str) -> None:
 def test_explain_an_unknown_job(state: Path) -> None:
     r = run("explain", "nobody", "--state", str(state))
     assert r.returncode == 2 and "nobody: not in the last" in r.stderr
+
+
+def test_tables_are_rich_on_a_terminal_and_plain_when_piped() -> None:
+    import io
+
+    from flowplan.tables import emit
+
+    rows, header = [["a", "MISS (3 min left)"], ["bb", "met"]], ["JOB", "DEADLINE"]
+    piped = io.StringIO()
+    emit(rows, header, piped)
+    assert piped.getvalue().splitlines() == ["JOB  DEADLINE", "---  -----------------", "a    MISS (3 min left)", "bb   met"]
+    term = io.StringIO()
+    emit(rows, header, term, force_terminal=True)
+    text = term.getvalue()
+    assert "\x1b[" in text and "MISS (3 min left)" in text and "─" in text  # coloured, drawn by rich
