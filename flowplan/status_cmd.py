@@ -4,7 +4,8 @@ store that a daemon (or ``flowplan simulate --state``) writes.
 - ``status``: one line per job of the latest plan, like ``kubectl get``: state, node, CPU/GPU
   guaranteed, progress, ETA to tier 1, deadline met or not, and the one-line reason. ``-o wide``
   adds tier 2, the finish and where the numbers come from; ``-o json`` prints the rows;
-  ``--watch S`` reprints every S seconds.
+  ``--watch S`` reprints every S seconds; ``--live`` observes the cluster (Docker hosts or
+  Kubernetes) and plans it once instead of reading the store, applying nothing.
 - ``events``: what the daemon set out to do, when, and how it ended (the actions table).
 - ``explain JOB``: one job's story over the last plans: what each gave it and why, its predictions
   and their basis, and its actions.
@@ -34,7 +35,14 @@ def register(sub: Any) -> None:
         description="One line per job of the latest plan the daemon (or flowplan simulate --state) recorded: state, "
         "node, guaranteed CPU/GPU, progress, ETA to tier 1, deadline met, and why.",
     )
-    st.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    from flowplan.daemon import add_adapter_arguments
+
+    add_adapter_arguments(st)  # --state, and the cluster to read with --live
+    st.add_argument(
+        "--live",
+        action="store_true",
+        help="observe the cluster (--adapter, --hosts or --kubeconfig) and plan it now, instead of reading the state store",
+    )
     st.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table", help="output format (default: table)")
     st.add_argument("--watch", type=positive, metavar="S", help="reprint every S seconds until interrupted")
     st.add_argument("--plan", type=whole(1), metavar="ID", help="show this plan instead of the latest")
@@ -157,7 +165,7 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     return row
 
 
-def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: Any = None) -> None:
+def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: Any = None, *, live: bool = False) -> None:
     """Write the status to ``stream`` (standard output): JSON, or the table (rich on a terminal)."""
     from flowplan.tables import emit
 
@@ -170,7 +178,8 @@ def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: A
     header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "EPOCH", "TIER 1", "DEADLINE"]
     header += ["TIER 2", "FINISH", "WHY", "BASIS"] if wide else ["WHY"]
     s = plan.summary
-    head = f"plan {plan_id}: {s.active_jobs} job(s), {s.placed} placed, {s.unserved} waiting; solver {plan.solver.name} "
+    head = "live plan (nothing applied)" if live else f"plan {plan_id}"
+    head += f": {s.active_jobs} job(s), {s.placed} placed, {s.unserved} waiting; solver {plan.solver.name} "
     head += f"{plan.solver.status} in {plan.solver.seconds:.2f} s"
     out.write(head + "\n\n")
     if rows:
@@ -181,7 +190,36 @@ def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: A
         out.write(f"warning: {w}\n")
 
 
+def _live(args: argparse.Namespace) -> int:
+    """Observe once, plan once (as the daemon would, 1 s of search), and show it; changes nothing."""
+    from adapters.docker import MemoryStore
+    from flowplan.daemon import build_adapter, open_store
+    from planner import PlannerConfig, plan
+
+    store: Any = open_store(args.state) if Path(args.state).is_file() else MemoryStore()
+    adapter = build_adapter(args, store, read_stats=False) if args.adapter == "docker" else build_adapter(args, store)
+    try:
+        while True:
+            snapshot = adapter.observe()
+            result = plan(snapshot, PlannerConfig(time_limit=1.0))
+            if args.watch is not None and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")
+            render_status(0, result.plan, snapshot, args.output, live=True)
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        adapter.close()
+        if not isinstance(store, MemoryStore):
+            store.close()
+
+
 def run_status(args: argparse.Namespace) -> int:
+    if args.live:
+        return _live(args)
     store = _open(args.state)
     try:
         while True:

@@ -459,3 +459,19 @@ def test_daemon_metrics_and_the_dashboard_names(docker_engines: Any, tmp_path: P
         for n in re.findall(r"flowplan_\w+", t["expr"])
     }
     assert named and named <= exported, sorted(named - exported)
+
+
+def test_status_live_plans_the_engine_now_and_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
+    """`flowplan status --live` observes real engines and plans once, without a state store or a
+    daemon: the pending job shows as Starting with its reason, and nothing is applied."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    cid = create_job(main.url, "fp-look", "look", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
+    res = flowplan("status", "--live", "--hosts", f"main={main.url},cpu=2000", "--state", str(tmp_path / "none.db"), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    (row,) = [r for r in json.loads(res.stdout)["jobs"] if r["job"] == "look"]
+    assert row["state"] == "Starting" and row["node"] == "main" and row["reason"].startswith("starts on main"), row
+    assert api(main.url).inspect_container(cid)["State"]["Status"] == "created" and not (tmp_path / "none.db").exists()
+    table = flowplan("status", "--live", "--hosts", f"main={main.url},cpu=2000", "--state", str(tmp_path / "none.db"))
+    assert table.stdout.startswith("live plan (nothing applied): 1 job(s)"), table.stdout
