@@ -187,7 +187,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         text = result.plan.model_dump_json(indent=2) + "\n"
     else:
         source = "<stdin>" if args.snapshot == "-" else args.snapshot
-        text = render_table(result.plan, source, objective=snapshot.settings.objective)
+        from flowplan.tables import for_stream
+
+        rich = args.out is None and for_stream()  # a file gets plain text
+        text = render_table(result.plan, source, objective=snapshot.settings.objective, rich=rich)
     _write(text, args.out)
     if args.out:
         print(f"wrote {args.format} plan to {args.out}", file=sys.stderr)

@@ -383,7 +383,7 @@ def run_daemon(args: argparse.Namespace) -> int:
                 warned.add(w)
                 print(f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} warning: {w}", flush=True)
         if args.verbose and args.dry_run:
-            sys.stdout.write(render_table(tick.plan, f"{args.adapter} (dry run)"))
+            sys.stdout.write(render_table(tick.plan, f"{args.adapter} (dry run)", rich=sys.stdout.isatty()))
         if args.verbose or tick.changes or tick.violations:
             more = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}"
             print(_describe(tick, args.dry_run) + (f" [woken: {more}]" if clock.reasons else ""), flush=True)

@@ -27,7 +27,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return plain(rows, header)
 
 
-def render_table(plan: Plan, source: str = "", objective: str | None = None) -> str:
+def render_table(plan: Plan, source: str = "", objective: str | None = None, *, rich: bool = False) -> str:
     """The plan as text; ``objective`` (the snapshot's ``Settings.objective``) is shown under the solver line."""
     now = plan.time
     s = plan.solver
@@ -69,7 +69,13 @@ def render_table(plan: Plan, source: str = "", objective: str | None = None) -> 
                 _eta(p.eta_finish, now),
             ]
         )
-    lines += _table(rows, ["JOB", "ACTION", "NODE", "CPU(+GPU)", "TIER 1", "DEADLINE", "MET", "FINISH"])
+    header = ["JOB", "ACTION", "NODE", "CPU(+GPU)", "TIER 1", "DEADLINE", "MET", "FINISH"]
+    if rich:
+        from flowplan.tables import rich_lines
+
+        lines += rich_lines(rows, header)
+    else:
+        lines += _table(rows, header)
 
     if plan.unserved:
         lines += ["", "Not served this interval:"]

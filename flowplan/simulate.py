@@ -233,7 +233,9 @@ def run_command(args: argparse.Namespace) -> int:
         recorder.close()
     summary = _summary(scenario, runs)
     summary["objective"] = objective
-    sys.stdout.write(render_summary(scenario, summary))
+    from flowplan.tables import for_stream
+
+    sys.stdout.write(render_summary(scenario, summary, rich=for_stream()))
     if out_dir is not None:
         _write_json(out_dir / "summary.json", summary)
         from flowplan import simplots
@@ -362,7 +364,8 @@ def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     return out + [line(r).rstrip() for r in rows]
 
 
-def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
+def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = False) -> str:
+    """The final table and its notes; ``rich``: the table drawn for a terminal (flowplan.tables)."""
     n = len(summary["seeds"])
 
     def get(p: str, f: str) -> tuple[float | None, float | None]:
@@ -416,7 +419,12 @@ def render_summary(scenario: Scenario, summary: dict[str, Any]) -> str:
                 cell(p, "plan_seconds_mean", "ms"),
             ]
         )
-    lines += _grid(header, rows)
+    if rich:
+        from flowplan.tables import rich_lines
+
+        lines += rich_lines(rows, header, right_from=1)
+    else:
+        lines += _grid(header, rows)
     lb = summary["lower_bound"]["mean"]
     lines.append("")
     lines.append(f"makespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, or total work / capacity)")

@@ -21,19 +21,40 @@ def plain(rows: list[list[str]], header: list[str]) -> list[str]:
     return out
 
 
+def rich_lines(rows: list[list[str]], header: list[str], *, right_from: int | None = None, width: int | None = None) -> list[str]:
+    """The table drawn by rich for a terminal (colours included), as lines; columns from
+    ``right_from`` on are right-aligned (numbers). Plain lines when it is wider than the terminal."""
+    import io
+    import shutil
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    width = width or shutil.get_terminal_size().columns
+    flat = plain(rows, header)
+    if max(len(line) for line in flat) > width:
+        return flat  # rich would fold every cell; the terminal's own wrapping of plain rows reads better
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    for i, h in enumerate(header):
+        table.add_column(h, overflow="fold", justify="right" if right_from is not None and i >= right_from else "left")
+    for r in rows:
+        table.add_row(*(f"[{STYLES[c.split(' ')[0]]}]{c}[/]" if c.split(" ")[0] in STYLES else c for c in r))
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, width=width, highlight=False).print(table)
+    return buf.getvalue().rstrip("\n").splitlines()
+
+
+def for_stream(stream: TextIO | None = None) -> bool:
+    """Whether tables written to ``stream`` (standard output) should be rich: a terminal is attached."""
+    out = stream if stream is not None else sys.stdout
+    return bool(out.isatty())
+
+
 def emit(rows: list[list[str]], header: list[str], stream: TextIO | None = None, *, force_terminal: bool = False) -> None:
     """Write the table to ``stream`` (standard output): rich on a terminal, plain text otherwise."""
     out = stream if stream is not None else sys.stdout
     if force_terminal or out.isatty():
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-        for h in header:
-            table.add_column(h, overflow="fold")
-        for r in rows:
-            table.add_row(*(f"[{STYLES[c.split(' ')[0]]}]{c}[/]" if c.split(" ")[0] in STYLES else c for c in r))
-        Console(file=out, force_terminal=force_terminal or None, highlight=False).print(table)
+        out.write("\n".join(rich_lines(rows, header)) + "\n")
         return
     out.write("\n".join(plain(rows, header)) + "\n")

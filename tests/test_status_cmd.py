@@ -95,3 +95,12 @@ def test_tables_are_rich_on_a_terminal_and_plain_when_piped() -> None:
     emit(rows, header, term, force_terminal=True)
     text = term.getvalue()
     assert "\x1b[" in text and "MISS (3 min left)" in text and "─" in text  # coloured, drawn by rich
+
+
+def test_rich_tables_fall_back_to_plain_when_the_terminal_is_too_narrow() -> None:
+    from flowplan.tables import plain, rich_lines
+
+    rows, header = [["a-long-job-name", "in 7 min", "yes"]], ["JOB", "TIER 1", "MET"]
+    assert rich_lines(rows, header, width=20) == plain(rows, header)  # folding every cell reads worse
+    wide = rich_lines(rows, header, width=100, right_from=1)
+    assert any("\x1b[" in line for line in wide) and any("a-long-job-name" in line for line in wide)
