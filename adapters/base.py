@@ -14,8 +14,9 @@ simulator (where ``sleep`` advances the simulation).
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -73,6 +74,35 @@ class Outcome:
     ok: bool
     error: ErrorKind | None = None
     message: str = ""
+
+
+def apply_each(
+    changes: Sequence[Change],
+    apply_one: Callable[[Change], str],
+    errors: type[Exception],
+    log: logging.Logger,
+    *,
+    catch_bugs: bool = False,
+) -> list[Outcome]:
+    """Carry out ``changes`` in order, each on its own, with ``apply_one`` (its message on success);
+    an ``errors`` exception (with ``kind`` and ``message``) becomes a failed outcome, and with
+    ``catch_bugs`` so does any other exception (an ``invalid`` outcome, logged with its traceback)."""
+    outcomes = []
+    for change in changes:
+        try:
+            message = apply_one(change)
+            outcomes.append(Outcome(change, True, None, message))
+            log.info("%s: %s", change.key(), message)
+        except errors as exc:
+            kind, text = exc.kind, exc.message  # type: ignore[attr-defined]
+            outcomes.append(Outcome(change, False, kind, text))
+            log.warning("%s failed (%s): %s", change.key(), kind, text)
+        except Exception as exc:
+            if not catch_bugs:
+                raise
+            outcomes.append(Outcome(change, False, "invalid", f"{type(exc).__name__}: {exc}"))
+            log.exception("%s failed", change.key())
+    return outcomes
 
 
 class Adapter(Protocol):

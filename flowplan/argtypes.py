@@ -22,6 +22,21 @@ def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def seconds(lo: float, hi: float) -> Callable[[str], float]:
+    """Seconds in ``[lo, hi]`` (NaN refused by the comparison, infinity by the bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds, got {text}")
+        return v
+
+    return parse
+
+
 def positive_seconds(text: str) -> float:
     """Seconds in (0, 3600]."""
     v = finite(text)

@@ -27,22 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from flowplan.argtypes import whole
+from flowplan.argtypes import seconds, whole
 
 DEFAULT_HOST = "local=unix:///var/run/docker.sock"
-
-
-def _seconds(lo: float, hi: float) -> Any:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds, got {text}")
-        return v
-
-    return parse
 
 
 def _scope(text: str) -> dict[str, str]:
@@ -137,7 +124,7 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="kubernetes: only these namespaces' pods (default: every namespace)",
     )
-    p.add_argument("--interval", type=_seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
+    p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
     p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
 
 
@@ -152,14 +139,14 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and the actions it would take; change nothing")
     p.add_argument("--policy", default="flowplan", help="scheduling policy (default: flowplan; see planner.policies)")
     p.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="FlowPlan's backend (default: cpsat)")
-    p.add_argument("--time-limit", type=_seconds(0.01, 3600), default=1.0, metavar="S", help="solver time limit (default 1 s)")
+    p.add_argument("--time-limit", type=seconds(0.01, 3600), default=1.0, metavar="S", help="solver time limit (default 1 s)")
     p.add_argument("--max-ticks", type=whole(1), metavar="N", help="stop after N intervals (default: run until stopped)")
     p.add_argument(
-        "--checkpoint-timeout", type=_seconds(1, 3600), default=60.0, metavar="S", help="wait this long for a job to checkpoint"
+        "--checkpoint-timeout", type=seconds(1, 3600), default=60.0, metavar="S", help="wait this long for a job to checkpoint"
     )
     p.add_argument(
         "--down-grace",
-        type=_seconds(0, 86400),
+        type=seconds(0, 86400),
         default=60.0,
         metavar="S",
         help="after a host has been unreachable this long, its migratable jobs are planned elsewhere (default 60 s)",
@@ -173,7 +160,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--debounce",
-        type=_seconds(0, 60),
+        type=seconds(0, 60),
         default=0.4,
         metavar="S",
         help="after an engine event, wait this long for more before re-planning (default 0.4 s)",

@@ -344,8 +344,7 @@ class StateStore:
 
     def actions(self, *, job: str | None = None, limit: int = 50) -> list[ActionRecord]:
         """The newest ``limit`` actions (of ``job`` only, if given), oldest first."""
-        where, params = ("WHERE job = ?", [job]) if job is not None else ("", [])
-        where = where.replace("job", "a.job")
+        where, params = ("WHERE a.job = ?", [job]) if job is not None else ("", [])
         rows = self._read(
             "SELECT a.id, a.plan_id, a.job, a.kind, a.payload, a.status, a.message, a.created, a.finished, p.time "
             f"FROM actions a JOIN plans p ON p.id = a.plan_id {where} ORDER BY a.id DESC LIMIT ?",

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Change, Clock, Outcome, WallClock
+from adapters.base import Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -517,16 +517,7 @@ class DockerAdapter:
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data."""
-        outcomes = []
-        for change in changes:
-            try:
-                message = self._apply_one(change)
-                outcomes.append(Outcome(change, True, None, message))
-                log.info("%s: %s", change.key(), message)
-            except DockerAdapterError as exc:
-                outcomes.append(Outcome(change, False, exc.kind, exc.message))
-                log.warning("%s failed (%s): %s", change.key(), exc.kind, exc.message)
-        return outcomes
+        return apply_each(changes, self._apply_one, DockerAdapterError, log)
 
     def _apply_one(self, ch: Change) -> str:
         if ch.replicas != 1:

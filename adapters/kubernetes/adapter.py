@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Change, Clock, Outcome, WallClock
+from adapters.base import Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.kubernetes.annotations import (
@@ -260,20 +260,9 @@ class KubernetesAdapter:
     # -- apply -----------------------------------------------------------------------------------
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
-        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data."""
-        outcomes = []
-        for change in changes:
-            try:
-                message = self._apply_one(change)
-                outcomes.append(Outcome(change, True, None, message))
-                log.info("%s: %s", change.key(), message)
-            except KubernetesAdapterError as exc:
-                outcomes.append(Outcome(change, False, exc.kind, exc.message))
-                log.warning("%s failed (%s): %s", change.key(), exc.kind, exc.message)
-            except Exception as exc:  # a bug of ours must not stop the other changes
-                outcomes.append(Outcome(change, False, "invalid", f"{type(exc).__name__}: {exc}"))
-                log.exception("%s failed", change.key())
-        return outcomes
+        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data
+        (a bug of ours too: it must not stop the other changes)."""
+        return apply_each(changes, self._apply_one, KubernetesAdapterError, log, catch_bugs=True)
 
     def _apply_one(self, ch: Change) -> str:
         if ch.replicas != 1:
