@@ -13,7 +13,14 @@ The interval is a heartbeat: the daemon also re-plans at once (after ``--debounc
 job container is created, started, dies or is removed, from the engines' event streams
 (:mod:`adapters.docker.events`); ``--no-events`` turns that off. If a stream fails, the log says so
 once and the interval alone drives the daemon until the stream is back. On Kubernetes the interval
-alone drives it for now (watches, leader election: later slices of issue 12).
+alone drives it for now (watches: a later slice of issue 12).
+
+Only one daemon acts on the same jobs at once. On Docker, daemons sharing a ``--state`` take a lease
+in the store per ``--scope`` (:class:`LeaseGuard`); the second one stops. On Kubernetes every daemon
+is a candidate for a ``coordination.k8s.io/v1`` Lease (``--lease-name`` in ``--lease-namespace``,
+:mod:`adapters.kubernetes.leader`): the holder observes and applies, the others wait as standbys and
+take over when the holder stops renewing for ``--lease-duration``; a daemon that loses the Lease
+applies nothing more and becomes a standby.
 """
 
 from __future__ import annotations
@@ -131,9 +138,11 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "daemon",
-        help="apply plans to Docker hosts every interval (observe, plan, diff, apply)",
-        description="Run the control loop against Docker hosts: observe containers labelled flowplan.job, plan, "
-        "and apply only what changed. Histories, plans and actions are kept in the SQLite state store.",
+        help="apply plans to Docker hosts or a Kubernetes cluster every interval (observe, plan, diff, apply)",
+        description="Run the control loop against Docker hosts (containers labelled flowplan.job) or a Kubernetes "
+        "cluster (pods with schedulerName flowplan or the flowplan.io/job label): observe, plan, and apply only what "
+        "changed. Histories, plans and actions are kept in the SQLite state store. On Kubernetes the daemons are "
+        "candidates for a Lease: only its holder acts, the others wait as standbys.",
     )
     add_adapter_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and the actions it would take; change nothing")
@@ -178,6 +187,25 @@ def register(sub: Any) -> None:
         metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (0: any free port, printed in the banner); "
         "deploy/grafana/flowplan.json charts them",
+    )
+    lease = p.add_argument_group("kubernetes leader election (coordination.k8s.io/v1 Lease)")
+    lease.add_argument("--lease-name", default="flowplan-daemon", metavar="NAME", help="the Lease (default: flowplan-daemon)")
+    lease.add_argument(
+        "--lease-namespace",
+        metavar="NS",
+        help="its namespace (default: the daemon's own namespace in a pod, else the first --namespace, else default)",
+    )
+    lease.add_argument(
+        "--lease-duration",
+        type=seconds(1, 86400),
+        metavar="S",
+        help="a standby takes over when the holder has not renewed for this long (default: 3 x --interval, "
+        "at least 1 s); the holder renews every --interval and stops acting after 2/3 of it without a renewal",
+    )
+    lease.add_argument(
+        "--identity",
+        metavar="ID",
+        help="this daemon's holder identity in the Lease and on the pods it binds (default: HOSTNAME:PID)",
     )
     p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
     p.set_defaults(func=run_daemon)
@@ -234,6 +262,34 @@ def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any
         raise UsageError(f"{where}: {first} (set --kubeconfig or KUBECONFIG; 'flowplan sandbox up' prints one)") from None
 
 
+def kubernetes_guard(args: argparse.Namespace, adapter: Any, stopped: Any) -> Any:
+    """The Kubernetes daemon's guard: a candidate for the Lease (:mod:`adapters.kubernetes.leader`),
+    fencing the adapter's writes. Not started: :meth:`LeaseElector.start` runs the first round."""
+    from adapters.kubernetes.leader import LeaderGuard, LeaseElector, default_namespace
+    from flowplan.cli import UsageError
+
+    def report(role: str, line: str) -> None:
+        print(f"{datetime.now().strftime('%H:%M:%S')} {line}", flush=True)
+
+    duration = args.lease_duration if args.lease_duration is not None else max(1.0, 3 * args.interval)
+    try:
+        elector = LeaseElector(
+            adapter.api.api_client,
+            name=args.lease_name,
+            namespace=args.lease_namespace or default_namespace(args.namespaces),
+            identity=args.identity,
+            duration=duration,
+            renew_every=args.interval,
+            report=report,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--lease-duration {duration:g}: {exc}") from None
+    guard = LeaderGuard(elector, stopped)
+    adapter.identity = elector.identity
+    adapter.fence = guard.fence
+    return guard
+
+
 def open_store(path: str) -> Any:
     from flowplan.cli import UsageError
     from store import StateStore, StoreError
@@ -270,8 +326,8 @@ def _start_metrics(args: argparse.Namespace) -> Any:
     return metrics
 
 
-def _banner(args: argparse.Namespace) -> str:
-    """The start-up line: version, adapter and what it manages, scope, interval, wake-ups, policy, store."""
+def _banner(args: argparse.Namespace, guard: Any = None) -> str:
+    """The start-up line: version, adapter and what it manages, scope, interval, wake-ups, policy, store, lease."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -285,9 +341,10 @@ def _banner(args: argparse.Namespace) -> str:
     scope = ",".join(f"{k}={v}" for k, v in sorted(args.scope.items())) if getattr(args, "scope", None) else "every job"
     wake = "engine events" if args.events and args.adapter == "docker" else "the interval only"
     policy = args.policy + (f" ({args.solver}, {args.time_limit:g} s)" if args.policy == "flowplan" else "")
+    lease = f"; lease {guard.elector.where} as {guard.elector.identity}" if hasattr(guard, "elector") else ""
     return (
         f"flowplan daemon {ver}: {args.adapter} ({where}); scope {scope}; interval {args.interval:g} s, re-plans on {wake}; "
-        f"policy {policy}; state {args.state}" + ("; DRY RUN: changes nothing" if args.dry_run else "")
+        f"policy {policy}; state {args.state}{lease}" + ("; DRY RUN: changes nothing" if args.dry_run else "")
     )
 
 
@@ -333,6 +390,7 @@ def _keep_failed_snapshots(policy: Any, state: str) -> Any:
 
 def run_daemon(args: argparse.Namespace) -> int:
     from adapters.daemon import Daemon, LeaseLost, WakeClock
+    from adapters.kubernetes.leader import LeaderElectionError, LeaderGuard, StoppedWhileStandby
     from flowplan.cli import UsageError
     from flowplan.render import render_table
     from planner.policies import make_policy
@@ -378,8 +436,15 @@ def run_daemon(args: argparse.Namespace) -> int:
 
     # A dry run changes nothing, so it needs no lease. The lease outlives an interval and its slowest
     # apply (a checkpoint) with room to spare; a daemon that stops renewing frees it by then.
+    # On Kubernetes the cluster's own Lease decides instead (kubernetes_guard).
     ttl = 3 * args.interval + args.checkpoint_timeout + 30
-    guard = None if args.dry_run else LeaseGuard(store, args.adapter, args.scope, ttl)
+    guard: Any = None
+    if args.dry_run:
+        pass
+    elif args.adapter == "kubernetes":
+        guard = kubernetes_guard(args, adapter, clock.stop.is_set)
+    else:
+        guard = LeaseGuard(store, args.adapter, args.scope, ttl)
     daemon = Daemon(adapter, policy, clock, store, interval=args.interval, dry_run=args.dry_run, on_tick=on_tick, guard=guard)
 
     def on_error(exc: BaseException) -> None:
@@ -393,7 +458,8 @@ def run_daemon(args: argparse.Namespace) -> int:
         clock.halt()
 
     print(
-        _banner(args) + (f"; metrics on http://127.0.0.1:{args.metrics_port}/metrics" if metrics is not None else ""), flush=True
+        _banner(args, guard) + (f"; metrics on http://127.0.0.1:{args.metrics_port}/metrics" if metrics is not None else ""),
+        flush=True,
     )
     events = None
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -407,11 +473,13 @@ def run_daemon(args: argparse.Namespace) -> int:
                 heartbeat=args.interval,
             ).start()
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
+        if isinstance(guard, LeaderGuard):
+            guard.elector.start()  # the first round now: leader or standby is known before the first interval
         try:
             try:
                 for line in daemon.recover():
                     print(f"recovered: {line}", flush=True)
-            except LeaseLost:
+            except (LeaseLost, LeaderElectionError, StoppedWhileStandby):
                 raise
             except Exception as exc:  # the cluster cannot be observed yet (an API server down): the intervals retry
                 on_error(exc)
@@ -419,6 +487,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         except LeaseLost as exc:
             print(f"flowplan daemon: {exc}", file=sys.stderr, flush=True)
             return 3
+        except LeaderElectionError as exc:
+            print(f"flowplan daemon: {exc}", file=sys.stderr, flush=True)
+            return 2
+        except StoppedWhileStandby:
+            pass
         if guard is not None:
             guard.release()
     finally:
@@ -426,6 +499,8 @@ def run_daemon(args: argparse.Namespace) -> int:
             signal.signal(s, h)
         if events is not None:
             events.close()
+        if isinstance(guard, LeaderGuard):
+            guard.elector.stop(release=False)  # released above on a clean stop; it shares the adapter's client
         adapter.close()
         store.close()
     return 0

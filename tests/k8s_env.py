@@ -112,3 +112,75 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+
+
+RBAC = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "rbac.yaml"
+
+
+def rbac_objects(namespace: str, drop: tuple[str, str, str] | None = None) -> list[dict[str, Any]]:
+    """``deploy/kubernetes/rbac.yaml`` as ``kubectl apply -k`` would place it in ``namespace`` (the
+    namespaced objects and the ServiceAccount subjects moved there), less the verb ``drop`` =
+    (kind/name of the role, resource, verb)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    for d in docs:
+        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            d["metadata"]["namespace"] = namespace
+        for s in d.get("subjects") or []:
+            if s["kind"] == "ServiceAccount":
+                s["namespace"] = namespace
+        if drop is not None and f"{d['kind']}/{d['metadata']['name']}" == drop[0]:
+            for rule in d["rules"]:
+                if drop[1] in rule["resources"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != drop[2]]
+            d["rules"] = [r for r in d["rules"] if r["verbs"]]
+    return docs
+
+
+def apply_rbac(info: Any, namespace: str, drop: tuple[str, str, str] | None = None) -> None:
+    """Create or replace the RBAC objects (and the namespace) on the sandbox, as admin."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from adapters.kubernetes.sandbox import api_client
+
+    admin = api_client(info)
+    core_api, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    try:
+        core_api.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    calls = {
+        "ServiceAccount": (core_api.create_namespaced_service_account, core_api.replace_namespaced_service_account),
+        "ClusterRole": (rbac.create_cluster_role, rbac.replace_cluster_role),
+        "ClusterRoleBinding": (rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding),
+        "Role": (rbac.create_namespaced_role, rbac.replace_namespaced_role),
+        "RoleBinding": (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding),
+    }
+    for d in rbac_objects(namespace, drop):
+        create, replace = calls[d["kind"]]
+        ns = [d["metadata"]["namespace"]] if "namespace" in d["metadata"] else []
+        try:
+            create(*ns, d, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            replace(d["metadata"]["name"], *ns, d, _preload_content=False)
+
+
+def service_account_kubeconfig(info: Any, namespace: str, path: Path, name: str = "flowplan") -> str:
+    """A kubeconfig with a token minted for the ServiceAccount (TokenRequest API), as a pod would have one."""
+    import json
+
+    resp = core(info).create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": 3600}}, _preload_content=False
+    )
+    token = json.loads(resp.data)["status"]["token"]
+    config = json.loads(Path(info.kubeconfig).read_text())
+    config["users"] = [{"name": name, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = name
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return str(path)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -56,6 +56,7 @@ from adapters.base import Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.kubernetes.annotations import (
+    BOUND_BY,
     CHECKPOINT_REQUESTED,
     DELIVER_REQUESTED,
     JOB_LABEL,
@@ -108,6 +109,8 @@ class KubernetesAdapter:
         store: ProgressStore | None = None,
         clock: Clock | None = None,
         settings: Settings | None = None,
+        identity: str | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -117,6 +120,12 @@ class KubernetesAdapter:
         self.clock = clock or WallClock()
         self.settings = settings or Settings()
         self.last = Observation()
+        #: Who acts (the leader election's identity): written on every Binding as ``flowplan.io/bound-by``.
+        self.identity = identity
+        #: Called before every write (a change, a duplicate's deletion); raises a
+        #: :class:`KubernetesAdapterError` to refuse it, e.g. once this daemon lost its Lease
+        #: (:meth:`adapters.kubernetes.leader.LeaderGuard.fence`).
+        self.fence = fence
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **options: Any) -> KubernetesAdapter:
@@ -265,6 +274,8 @@ class KubernetesAdapter:
         return apply_each(changes, self._apply_one, KubernetesAdapterError, log, catch_bugs=True)
 
     def _apply_one(self, ch: Change) -> str:
+        if self.fence is not None:
+            self.fence()
         if ch.replicas != 1:
             raise KubernetesAdapterError("invalid", f"job {ch.job}: gangs (replicas={ch.replicas}) are not supported yet")
         placed = self.last.placed.get(ch.job)
@@ -302,7 +313,7 @@ class KubernetesAdapter:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "annotations": self._bound_by()},
             "target": {"apiVersion": "v1", "kind": "Node", "name": ch.node},
         }
         try:
@@ -321,6 +332,9 @@ class KubernetesAdapter:
             return f"{bound}; {self._set_cpu(ch, placed, pod)}"
         except KubernetesAdapterError as exc:
             raise KubernetesAdapterError(exc.kind, f"{bound}, but its CPU was not set: {exc.message}") from exc
+
+    def _bound_by(self) -> dict[str, str]:
+        return {BOUND_BY: self.identity} if self.identity else {}
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         pod = self._fresh(placed.pod)
@@ -396,6 +410,8 @@ class KubernetesAdapter:
             return "already pending"
         request, limit = self._wanted(ch, placed, old)
         body = replacement(old, ch.job, target, request, limit, ch.gpus)
+        if target is not None:  # bound at creation: by this daemon
+            body["metadata"]["annotations"].update(self._bound_by())
         self._annotate(old, {CHECKPOINT_REQUESTED: _now_text()})
         try:
             created = self._json(self.api.create_namespaced_pod, old.namespace, body)
@@ -429,6 +445,8 @@ class KubernetesAdapter:
         for job_id, placed in self.last.placed.items():
             for other in placed.duplicates:
                 try:
+                    if self.fence is not None:
+                        self.fence()
                     self._json(self.api.delete_namespaced_pod, other.name, other.namespace)
                     done.append(f"{job_id}: deleted duplicate pod {other.name} (kept {placed.pod.name})")
                 except KubernetesAdapterError as exc:
@@ -489,7 +507,9 @@ def replacement(old: PodView, job_id: str, node: str | None, request: int, limit
     else:
         for part in ("requests", "limits"):
             (res.get(part) or {}).pop(GPU, None)
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in (CHECKPOINT_REQUESTED, DELIVER_REQUESTED)}
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k not in (CHECKPOINT_REQUESTED, DELIVER_REQUESTED, BOUND_BY)
+    }
     annotations[REPLACES] = old.name
     labels = dict(meta.get("labels") or {})
     labels[JOB_LABEL] = job_id

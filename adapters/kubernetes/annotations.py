@@ -36,7 +36,9 @@ SCHEDULER_NAME = "flowplan"
 CHECKPOINT_REQUESTED = "flowplan.io/checkpoint-requested"
 DELIVER_REQUESTED = "flowplan.io/deliver-requested"
 REPLACES = "flowplan.io/replaces"
-WRITTEN = {CHECKPOINT_REQUESTED, DELIVER_REQUESTED, REPLACES}
+#: Who bound the pod (the daemon's lease identity): the API server copies a Binding's annotations to the pod.
+BOUND_BY = "flowplan.io/bound-by"
+WRITTEN = {CHECKPOINT_REQUESTED, DELIVER_REQUESTED, REPLACES, BOUND_BY}
 
 
 class AnnotationError(ValueError):

@@ -1,0 +1,335 @@
+"""Leader election and least-privilege RBAC for the Kubernetes daemon, against the sandbox's real API server.
+
+Nothing is mocked: the Lease, the RBAC objects of ``deploy/kubernetes/rbac.yaml``, the ServiceAccount
+token (TokenRequest API) and the daemons (real ``flowplan daemon`` processes) are all real; only the
+candidates' monotonic clocks are stepped by hand in the in-process cases, to make "the holder has
+not renewed for a lease duration" happen without waiting for it.
+
+Case matrix:
+
+- election, one candidate at a time (in process): two candidates creating the Lease at once → one
+  wins, the other gets 409 Conflict; two standbys taking over a stale Lease with the same
+  resourceVersion → one wins (optimistic concurrency), ``leaseTransitions`` counts it; a Lease not
+  yet stale by the candidate's own clock is left alone; a released Lease is taken at once; a leader
+  past its renew deadline is fenced (the adapter's write is refused as ``conflict``, nothing
+  changes) and writes again once renewed, its identity on the pod it binds; a token RBAC allows
+  nothing → :class:`LeaderElectionError` naming the verb and the resource; no server → standby, one
+  "unreachable" line however many rounds fail;
+- RBAC: a ServiceAccount bound to exactly ``deploy/kubernetes/rbac.yaml`` can do everything the
+  adapter and the election do (bind, resize in place, migrate, deliver, the Lease), and without each
+  of four verbs the daemon says so in one line naming the verb and the resource (nodes list, pods/binding
+  create: the interval's line; leases create, leases update: exit code 2, one line on stderr);
+- two daemons (processes, the ServiceAccount's token, 1 s intervals): only the Lease's holder binds
+  (audited on the server: the Lease's ``holderIdentity`` and each pod's ``flowplan.io/bound-by``,
+  which the API server copies from the Binding), the other says it is standby and writes nothing;
+  SIGKILL of the leader → the standby takes the Lease within a few intervals and binds a new pod;
+  SIGTERM of the new leader → it releases the Lease (``holderIdentity`` empty) and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_env import apply_rbac, core, create_pod, delete_all_pods, get_pod, pod_body, service_account_kubeconfig, wait_for
+
+from adapters.base import Change
+
+pytestmark = pytest.mark.slow
+BOUND_BY = "flowplan.io/bound-by"
+
+
+@pytest.fixture(autouse=True)
+def _clean(k8s_sandbox: Any) -> Any:
+    api = core(k8s_sandbox)
+    delete_all_pods(api)
+    yield
+    delete_all_pods(api)
+
+
+class Clock:
+    """A monotonic clock the test steps by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def elector(
+    info: Any,
+    identity: str,
+    lease: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    token: str | None = None,
+    reports: list[tuple[str, str]] | None = None,
+    client: Any = None,
+) -> Any:
+    from adapters.kubernetes.leader import LeaseElector
+    from adapters.kubernetes.sandbox import api_client
+
+    return LeaseElector(
+        client or api_client(info, token),
+        name=lease,
+        namespace="default",
+        identity=identity,
+        duration=3,
+        renew_every=1,
+        monotonic=clock,
+        report=lambda role, line: (reports if reports is not None else []).append((role, line)),
+    )
+
+
+def lease_spec(info: Any, name: str, namespace: str = "default") -> dict[str, Any]:
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    api = client.CoordinationV1Api(api_client(info))
+    return dict(json.loads(api.read_namespaced_lease(name, namespace, _preload_content=False).data)["spec"])
+
+
+# -- election, in process ---------------------------------------------------------------------------
+
+
+def test_two_candidates_creating_the_lease_one_wins(k8s_sandbox: Any) -> None:
+    a, b = elector(k8s_sandbox, "a", "race-create"), elector(k8s_sandbox, "b", "race-create")
+    seen_a, seen_b = a.read(), b.read()
+    assert seen_a is None and seen_b is None  # both would create it
+    assert a.write(seen_a, 0.0) is True
+    assert b.write(seen_b, 0.0) is False  # 409 AlreadyExists: the server kept a's
+    assert lease_spec(k8s_sandbox, "race-create")["holderIdentity"] == "a"
+
+
+def test_two_standbys_taking_over_a_stale_lease_one_wins(k8s_sandbox: Any) -> None:
+    assert elector(k8s_sandbox, "ghost", "race-take").round()  # a holder that then stops renewing
+    clock = Clock()
+    reports: list[tuple[str, str]] = []
+    a = elector(k8s_sandbox, "a", "race-take", clock=clock, reports=reports)
+    b = elector(k8s_sandbox, "b", "race-take", clock=clock)
+    assert not a.round() and not b.round()
+    assert reports and reports[0][0] == "standby" and "held by ghost" in reports[0][1]
+    clock.t += 2.5  # less than the lease's 3 s since a and b first saw this version: still ghost's
+    assert not a.round()
+    clock.t += 1
+    seen_a, seen_b = a.read(), b.read()
+    assert seen_a["metadata"]["resourceVersion"] == seen_b["metadata"]["resourceVersion"]
+    assert a.write(seen_a, clock.t) is True
+    assert b.write(seen_b, clock.t) is False  # 409 Conflict: a stale resourceVersion
+    spec = lease_spec(k8s_sandbox, "race-take")
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("a", 1)
+    assert not b.round() and b.holder == "a"  # b saw a's version now: a fresh lease duration to wait
+
+
+def test_a_released_lease_is_taken_at_once(k8s_sandbox: Any) -> None:
+    clock = Clock()
+    a = elector(k8s_sandbox, "a", "release", clock=clock)
+    b = elector(k8s_sandbox, "b", "release", clock=clock)
+    assert a.round() and not b.round()
+    a.stop(release=True)
+    assert lease_spec(k8s_sandbox, "release")["holderIdentity"] in ("", None)
+    assert b.round() and b.leading()  # no lease duration to wait: nobody holds it
+
+
+def test_a_leader_past_its_renew_deadline_writes_nothing(k8s_sandbox: Any) -> None:
+    from adapters.kubernetes import KubernetesAdapter
+    from adapters.kubernetes.leader import LeaderGuard
+    from adapters.kubernetes.sandbox import api_client
+
+    api = core(k8s_sandbox)
+    node = k8s_sandbox.nodes[0]
+    create_pod(api, pod_body("fenced"))
+    clock = Clock()
+    a = elector(k8s_sandbox, "leader-a", "fence", clock=clock)
+    guard = LeaderGuard(a, stopped=lambda: False)
+    adapter = KubernetesAdapter(api_client(k8s_sandbox), namespaces=["default"], identity="leader-a", fence=guard.fence)
+    assert a.round() and a.leading()
+    adapter.observe()
+    start = Change(job="fenced", kind="start", node=node, cpu_millis=500, gpus=0)
+
+    clock.t += 2.1  # past 2/3 of the 3 s lease without a renewal: a standby may take over soon
+    assert not a.leading()
+    [refused] = adapter.apply([start])
+    assert (refused.ok, refused.error) == (False, "conflict") and "no longer holds lease" in refused.message
+    assert get_pod(api, "fenced")["spec"].get("nodeName") is None
+
+    assert a.round() and a.leading()  # nobody took it meanwhile: renewed
+    guard()  # returns at once: leader
+    [done] = adapter.apply([start])
+    assert done.ok, done
+    pod = get_pod(api, "fenced")
+    assert pod["spec"]["nodeName"] == node and pod["metadata"]["annotations"][BOUND_BY] == "leader-a"
+
+
+def test_forbidden_and_server_down(k8s_sandbox: Any) -> None:
+    from kubernetes import client
+
+    from adapters.kubernetes.leader import LeaderElectionError
+    from adapters.kubernetes.sandbox import free_port
+
+    viewer = elector(k8s_sandbox, "viewer", "forbidden", token=k8s_sandbox.viewer_token)
+    with pytest.raises(LeaderElectionError) as err:
+        viewer.round()
+    text = str(err.value)
+    assert "RBAC forbids get on leases.coordination.k8s.io default/forbidden" in text and "\n" not in text
+
+    cfg = client.Configuration()
+    cfg.host = f"https://127.0.0.1:{free_port()}"
+    cfg.verify_ssl = False
+    cfg.retries = False
+    reports: list[tuple[str, str]] = []
+    down = elector(k8s_sandbox, "down", "down", client=client.ApiClient(cfg), reports=reports)
+    assert not down.round() and not down.round()
+    assert [r for r, _ in reports] == ["unreachable"] and "API server unreachable" in reports[0][1]
+
+
+# -- RBAC -------------------------------------------------------------------------------------------
+
+
+def test_the_service_account_can_do_everything_the_adapter_does(k8s_sandbox: Any, tmp_path: Path) -> None:
+    from adapters.kubernetes import KubernetesAdapter
+
+    apply_rbac(k8s_sandbox, "fp-rbac")
+    kubeconfig = service_account_kubeconfig(k8s_sandbox, "fp-rbac", tmp_path / "kubeconfig")
+    api = core(k8s_sandbox)
+    n0, n1 = k8s_sandbox.nodes[0], k8s_sandbox.nodes[1]
+    create_pod(api, pod_body("sa-start"))
+    create_pod(api, pod_body("sa-resize", node=n0))
+    create_pod(api, pod_body("sa-move", node=n0, labels={"flowplan.io/job": "sa-move"}))
+    create_pod(api, pod_body("sa-deliver", node=n0))
+    for name in ("sa-resize", "sa-move", "sa-deliver"):
+        wait_for(lambda n=name: (get_pod(api, n) or {}).get("status", {}).get("phase") == "Running", 30, f"{name} Running")
+
+    adapter = KubernetesAdapter.from_kubeconfig(kubeconfig, identity="sa")  # every namespace: list across them
+    snap = adapter.observe()
+    assert {j.id for j in snap.jobs} == {"sa-start", "sa-resize", "sa-move", "sa-deliver"}
+    outcomes = adapter.apply(
+        [
+            Change(job="sa-start", kind="start", node=n1, cpu_millis=700, gpus=0),  # bind, then resize
+            Change(job="sa-resize", kind="resize", node=n0, cpu_millis=1500, gpus=0, from_node=n0),
+            Change(job="sa-move", kind="migrate", node=n1, cpu_millis=500, gpus=0, from_node=n0),  # patch, create, delete
+            Change(job="sa-deliver", kind="deliver", node=n0, cpu_millis=500, gpus=0, from_node=n0),
+        ]
+    )
+    assert all(o.ok for o in outcomes), outcomes
+    wait_for(lambda: get_pod(api, "sa-move") is None, 30, "the migrated pod's old pod gone")
+
+    lease = elector(k8s_sandbox, "sa", "flowplan-daemon", client=adapter.api.api_client)
+    lease.namespace = "fp-rbac"
+    assert lease.round() and lease.round()  # create, then get + update
+    adapter.close()
+
+
+def flowplan_daemon(kubeconfig: str, namespace: str, identity: str, tmp_path: Path, *more: str) -> tuple[Any, Path]:
+    """A ``flowplan daemon --adapter kubernetes`` process; its output goes to a file (no pipe to fill)."""
+    out = tmp_path / f"{identity}.log"
+    argv = [sys.executable, "-m", "flowplan", "daemon", "--adapter", "kubernetes", "--kubeconfig", kubeconfig]
+    argv += ["--namespace", "default", "--lease-namespace", namespace, "--identity", identity, "--interval", "1"]
+    argv += ["--state", str(tmp_path / f"{identity}.db"), *more]
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return proc, out
+
+
+@pytest.mark.parametrize(
+    ("drop", "exit_code", "says"),
+    [
+        pytest.param(("ClusterRole/flowplan-nodes", "nodes", "list"), 0, 'cannot list resource "nodes"', id="nodes-list"),
+        pytest.param(
+            ("ClusterRole/flowplan-pods", "pods/binding", "create"),
+            0,
+            'FAILED (forbidden: 403 pods "rbac-pending" is forbidden: User "system:serviceaccount:fp-drop-pods-binding-create:'
+            'flowplan" cannot create resource "pods/binding"',
+            id="pods-binding-create",
+        ),
+        pytest.param(("Role/flowplan-leader", "leases", "create"), 2, "RBAC forbids create on leases", id="leases-create"),
+        pytest.param(("Role/flowplan-leader", "leases", "update"), 2, "RBAC forbids update on leases", id="leases-update"),
+    ],
+)
+def test_without_one_verb_the_daemon_says_which_in_one_line(
+    k8s_sandbox: Any, tmp_path: Path, drop: tuple[str, str, str], exit_code: int, says: str
+) -> None:
+    namespace = "fp-drop-" + f"{drop[1]}-{drop[2]}".replace("/", "-")
+    apply_rbac(k8s_sandbox, namespace, drop=drop)
+    kubeconfig = service_account_kubeconfig(k8s_sandbox, namespace, tmp_path / "kubeconfig")
+    create_pod(core(k8s_sandbox), pod_body("rbac-pending"))
+    ticks = ["--max-ticks", "2"] if exit_code == 0 else []  # a Lease verb missing: it stops by itself
+    proc, out = flowplan_daemon(kubeconfig, namespace, "dropped", tmp_path, *ticks)
+    try:
+        code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.read_text()
+    assert code == exit_code, text
+    lines = [line for line in text.splitlines() if says in line]
+    assert len(lines) >= 1 and "Traceback" not in text, text
+    if exit_code == 2:
+        assert text.rstrip().splitlines()[-1].startswith("flowplan daemon: RBAC forbids"), text
+
+
+# -- two daemons ------------------------------------------------------------------------------------
+
+
+def test_only_the_leader_binds_and_a_standby_takes_over_when_it_is_killed(k8s_sandbox: Any, tmp_path: Path) -> None:
+    namespace = "fp-pair"
+    apply_rbac(k8s_sandbox, namespace)
+    kubeconfig = service_account_kubeconfig(k8s_sandbox, namespace, tmp_path / "kubeconfig")
+    api = core(k8s_sandbox)
+
+    def bound_by(name: str) -> str | None:
+        pod = get_pod(api, name) or {}
+        return ((pod.get("metadata") or {}).get("annotations") or {}).get(BOUND_BY)
+
+    def holder() -> str | None:
+        try:
+            return lease_spec(k8s_sandbox, "flowplan-daemon", namespace).get("holderIdentity")
+        except Exception:
+            return None
+
+    create_pod(api, pod_body("pair-0"))
+    a, a_out = flowplan_daemon(kubeconfig, namespace, "daemon-a", tmp_path)
+    b = None
+    try:
+        wait_for(lambda: holder() == "daemon-a", 60, "daemon-a holds the Lease")
+        wait_for(lambda: bound_by("pair-0") == "daemon-a", 60, "daemon-a binds pair-0")
+        b, b_out = flowplan_daemon(kubeconfig, namespace, "daemon-b", tmp_path)
+        wait_for(lambda: "standby: lease fp-pair/flowplan-daemon is held by daemon-a" in b_out.read_text(), 60, "b standby")
+        create_pod(api, pod_body("pair-1"))
+        wait_for(lambda: bound_by("pair-1") == "daemon-a", 60, "daemon-a binds pair-1")
+        assert holder() == "daemon-a"
+        assert "start pair" not in b_out.read_text() and "LEADER" not in b_out.read_text(), b_out.read_text()
+
+        a.send_signal(signal.SIGKILL)  # no release: b must wait out the lease
+        a.wait(timeout=30)
+        killed = time.monotonic()
+        wait_for(lambda: holder() == "daemon-b", 60, "daemon-b takes the Lease over")
+        took = time.monotonic() - killed
+        create_pod(api, pod_body("pair-2"))
+        wait_for(lambda: bound_by("pair-2") == "daemon-b", 60, "daemon-b binds pair-2")
+        assert [bound_by(p) for p in ("pair-0", "pair-1", "pair-2")] == ["daemon-a", "daemon-a", "daemon-b"]
+        assert lease_spec(k8s_sandbox, "flowplan-daemon", namespace)["leaseTransitions"] >= 1
+        text = b_out.read_text()
+        assert "LEADER: daemon-b holds lease fp-pair/flowplan-daemon" in text, text
+        assert "start pair-0" not in text and "start pair-1" not in text, text  # never bound a's pods
+        print(f"handover after SIGKILL: {took:.1f} s (lease 3 s, interval 1 s)")
+
+        b.send_signal(signal.SIGTERM)  # a clean stop gives the Lease up
+        assert b.wait(timeout=60) == 0, b_out.read_text()
+        assert holder() in ("", None), b_out.read_text()
+        assert "Traceback" not in a_out.read_text() + b_out.read_text()
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
