@@ -400,6 +400,8 @@ def run_daemon(args: argparse.Namespace) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:  # a server that is down is said once, in the daemon's own words, not per retry
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     options: dict[str, Any] = {"solver": args.solver, "time_limit": args.time_limit} if args.policy == "flowplan" else {}
     try:
         policy = make_policy(args.policy, **options)

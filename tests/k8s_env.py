@@ -168,6 +168,55 @@ def apply_rbac(info: Any, namespace: str, drop: tuple[str, str, str] | None = No
             if exc.status != 409:
                 raise
             replace(d["metadata"]["name"], *ns, d, _preload_content=False)
+    wait_rbac(info, namespace, drop)
+
+
+def rbac_rules(namespace: str, drop: tuple[str, str, str] | None = None) -> list[tuple[str, str, str]]:
+    """Every (kind/name of the role, resource, verb) the RBAC objects grant, less ``drop``."""
+    out = []
+    for d in rbac_objects(namespace, drop):
+        for rule in d.get("rules") or []:
+            for resource in rule["resources"]:
+                out.extend((f"{d['kind']}/{d['metadata']['name']}", resource, verb) for verb in rule["verbs"])
+    return out
+
+
+def _allowed(info: Any, namespace: str, rule: tuple[str, str, str]) -> bool:
+    """Whether the API server's authorizer lets the ServiceAccount do ``rule`` (a SubjectAccessReview)."""
+    import json
+
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    _, resource, verb = rule
+    res, _, sub = resource.partition("/")
+    attrs: dict[str, str] = {"verb": verb, "resource": res, "subresource": sub}
+    if res == "leases":
+        attrs.update(group="coordination.k8s.io", namespace=namespace, name="flowplan-daemon")
+    elif res == "pods":
+        attrs.update(namespace=NAMESPACE)
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:flowplan",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            "resourceAttributes": attrs,
+        },
+    }
+    api = client.AuthorizationV1Api(api_client(info))
+    return bool(json.loads(api.create_subject_access_review(body, _preload_content=False).data)["status"].get("allowed"))
+
+
+def wait_rbac(info: Any, namespace: str, drop: tuple[str, str, str] | None = None) -> None:
+    """Until the authorizer (which reads RBAC from a cache) grants every rule and denies ``drop``."""
+    rules = rbac_rules(namespace, drop)
+    wait_for(
+        lambda: all(_allowed(info, namespace, r) for r in rules) and (drop is None or not _allowed(info, namespace, drop)),
+        30,
+        f"RBAC in effect for namespace {namespace} (without {drop})",
+    )
 
 
 def service_account_kubeconfig(info: Any, namespace: str, path: Path, name: str = "flowplan") -> str:
