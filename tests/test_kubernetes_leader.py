@@ -264,6 +264,22 @@ def test_the_service_account_needs_every_verb_and_no_other(
         assert any(f'cannot {verb} resource "{resource}"' in r for r in refused), refused
 
 
+def test_the_deployment_is_accepted_by_the_api_server(k8s_sandbox: Any) -> None:
+    """Validated by the real server (a server-side dry run: no controller-manager here to run it)."""
+    import yaml
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    apply_rbac(k8s_sandbox, "fp-deploy")
+    path = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "deployment.yaml"
+    [body] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    apps = client.AppsV1Api(api_client(k8s_sandbox))
+    resp = apps.create_namespaced_deployment("fp-deploy", body, dry_run="All", _preload_content=False)
+    created = json.loads(resp.data)
+    assert created["spec"]["template"]["spec"]["serviceAccountName"] == "flowplan"
+
+
 def flowplan_daemon(kubeconfig: str, namespace: str, identity: str, tmp_path: Path, *more: str) -> tuple[Any, Path]:
     """A ``flowplan daemon --adapter kubernetes`` process; its output goes to a file (no pipe to fill)."""
     out = tmp_path / f"{identity}.log"

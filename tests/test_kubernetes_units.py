@@ -185,3 +185,46 @@ def test_sandbox_down_leaves_a_reused_process_id_alone(tmp_path: Path) -> None:
     lines = Sandbox(directory).down()
     assert f"left pid {os.getpid()} alone: it is no longer etcd" in lines
     assert not directory.exists()
+
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+
+
+def test_the_deployment_runs_a_daemon_command_the_cli_accepts() -> None:
+    """The container's command line, as the kubelet expands it, parses with ``flowplan daemon``'s own parser."""
+    import yaml
+
+    from flowplan.cli import _parser
+
+    [deployment] = [d for d in yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text()) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["flowplan"] and pod["serviceAccountName"] == "flowplan"
+    argv = [a.replace("$(POD_NAME)", "flowplan-7d9c-abcde") for a in container["args"]]
+    args = _parser().parse_args(argv)
+    assert (args.adapter, args.identity, args.dry_run) == ("kubernetes", "flowplan-7d9c-abcde", False)
+    assert args.lease_name == "flowplan-daemon" and args.lease_namespace is None  # the pod's own namespace
+
+
+def test_the_kustomization_moves_every_object_and_subject_to_its_namespace(tmp_path: Path) -> None:
+    """``kubectl kustomize`` with another namespace gives what the sandbox tests apply (k8s_env.rbac_objects)."""
+    import shutil
+
+    import yaml
+    from k8s_env import rbac_objects
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl to render the kustomization")
+    for f in DEPLOY.glob("*.yaml"):
+        text = f.read_text()
+        if f.name == "kustomization.yaml":
+            text = text.replace("\nnamespace: flowplan\n", "\nnamespace: elsewhere\n")
+        (tmp_path / f.name).write_text(text)
+    done = subprocess.run([kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+    for want in rbac_objects("elsewhere"):
+        assert rendered.pop((want["kind"], want["metadata"]["name"])) == want
+    [(key, deployment)] = rendered.items()
+    assert key == ("Deployment", "flowplan") and deployment["metadata"]["namespace"] == "elsewhere"
