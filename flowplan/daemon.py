@@ -272,6 +272,17 @@ def kubernetes_guard(args: argparse.Namespace, adapter: Any, stopped: Any) -> An
         print(f"{datetime.now().strftime('%H:%M:%S')} {line}", flush=True)
 
     duration = args.lease_duration if args.lease_duration is not None else max(1.0, 3 * args.interval)
+    if duration <= args.interval:
+        raise UsageError(
+            f"--lease-duration {duration:g}: must be longer than --interval ({args.interval:g} s), how often it is renewed"
+        )
+    for flag, value in (
+        ("--lease-name", args.lease_name),
+        ("--lease-namespace", args.lease_namespace),
+        ("--identity", args.identity),
+    ):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag}: must not be empty")
     try:
         elector = LeaseElector(
             adapter.api.api_client,
@@ -283,7 +294,7 @@ def kubernetes_guard(args: argparse.Namespace, adapter: Any, stopped: Any) -> An
             report=report,
         )
     except ValueError as exc:
-        raise UsageError(f"--lease-duration {duration:g}: {exc}") from None
+        raise UsageError(f"--lease-duration {duration:g}: {exc}") from None  # what is left: the duration's checks
     guard = LeaderGuard(elector, stopped)
     adapter.identity = elector.identity
     adapter.fence = guard.fence

@@ -181,7 +181,9 @@ def test_a_leader_past_its_renew_deadline_writes_nothing(k8s_sandbox: Any) -> No
     assert pod["spec"]["nodeName"] == node and pod["metadata"]["annotations"][BOUND_BY] == "leader-a"
 
 
-def test_forbidden_and_server_down(k8s_sandbox: Any) -> None:
+def test_fatal_errors_and_server_down(k8s_sandbox: Any) -> None:
+    """Fatal (no later round could succeed): Forbidden, no such namespace, a name the server refuses.
+    Not fatal: the server down (standby, one line however many rounds fail)."""
     from kubernetes import client
 
     from adapters.kubernetes.leader import LeaderElectionError
@@ -192,6 +194,12 @@ def test_forbidden_and_server_down(k8s_sandbox: Any) -> None:
         viewer.round()
     text = str(err.value)
     assert "RBAC forbids get on leases.coordination.k8s.io default/forbidden" in text and "\n" not in text
+    nowhere = elector(k8s_sandbox, "a", "nowhere")
+    nowhere.namespace = "no-such-namespace"
+    with pytest.raises(LeaderElectionError, match="namespace 'no-such-namespace' does not exist"):
+        nowhere.round()
+    with pytest.raises(LeaderElectionError, match="the API server refuses lease default/Not_A_Name"):
+        elector(k8s_sandbox, "a", "Not_A_Name").round()
 
     cfg = client.Configuration()
     cfg.host = f"https://127.0.0.1:{free_port()}"

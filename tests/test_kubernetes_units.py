@@ -228,3 +228,28 @@ def test_the_kustomization_moves_every_object_and_subject_to_its_namespace(tmp_p
         assert rendered.pop((want["kind"], want["metadata"]["name"])) == want
     [(key, deployment)] = rendered.items()
     assert key == ("Deployment", "flowplan") and deployment["metadata"]["namespace"] == "elsewhere"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        pytest.param(
+            ["--interval", "5", "--lease-duration", "3"], "--lease-duration 3: must be longer than --interval", id="short"
+        ),
+        pytest.param(["--lease-name", " "], "--lease-name: must not be empty", id="empty-name"),
+    ],
+)
+def test_bad_lease_options_are_one_line(tmp_path: Path, flags: list[str], says: str) -> None:
+    """Refused before any API call: the kubeconfig names a server nobody needs to reach."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    argv = ["daemon", "--adapter", "kubernetes", "--kubeconfig", str(tmp_path / "kubeconfig"), "--state", str(tmp_path / "s.db")]
+    done = _flowplan(*argv, *flags, env={})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

@@ -28,9 +28,10 @@ is later, so the old leader has stopped before the new one starts, whatever the 
 - :meth:`LeaderGuard.release` on a clean stop empties ``holderIdentity`` so a standby takes over at
   its next round instead of waiting out the lease.
 
-Errors: 403 on the Lease is fatal (:class:`LeaderElectionError`, one line naming the verb and the
-resource RBAC lacks); the API server down or slow is not (a line when it starts and when it ends, and
-the rounds go on; a leader that cannot renew before its deadline stops acting).
+Errors: what no later round can fix is fatal (:class:`LeaderElectionError`, one line): 403 on the
+Lease (naming the verb and the resource RBAC lacks), a namespace that does not exist, a Lease the
+server refuses as invalid. The API server down or slow is not (a line when it starts and when it
+ends, and the rounds go on; a leader that cannot renew before its deadline stops acting).
 """
 
 from __future__ import annotations
@@ -212,7 +213,15 @@ class LeaseElector:
                     "leaseTransitions": 0,
                 },
             }
-            return self._won(lambda: self._call("create", self.api.create_namespaced_lease, self.namespace, body))
+            try:
+                return self._won(lambda: self._call("create", self.api.create_namespaced_lease, self.namespace, body))
+            except KubernetesAdapterError as exc:
+                if exc.kind == "not_found":  # NamespaceLifecycle: no such namespace; no round would ever succeed
+                    raise LeaderElectionError(
+                        f"cannot create lease {self.where}: namespace {self.namespace!r} does not exist "
+                        f"(create it, or give --lease-namespace): {exc.message}"
+                    ) from exc
+                raise
         spec = lease.get("spec") or {}
         meta = lease.get("metadata") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -238,7 +247,7 @@ class LeaseElector:
         try:
             written = attempt()
         except KubernetesAdapterError as exc:
-            if exc.kind in ("conflict", "not_found"):  # another candidate wrote it first: re-read next round
+            if exc.kind == "conflict":  # another candidate wrote it first: re-read next round
                 return False
             raise
         self.holder = self.identity
@@ -257,6 +266,10 @@ class LeaseElector:
                     f"RBAC forbids {verb} on leases.coordination.k8s.io {self.where} (the Role in "
                     f"deploy/kubernetes/rbac.yaml grants get, create, update): {message}"
                 ) from exc
+            if kind == "invalid":  # a name that is no DNS subdomain, say: every round would fail the same way
+                raise LeaderElectionError(f"the API server refuses lease {self.where} ({verb}): {message}") from exc
+            if kind == "not_found" and verb == "update":  # deleted since it was read: read it again next round
+                kind = "conflict"
             raise KubernetesAdapterError(kind, message) from exc
         return json.loads(data) if data else None
 
