@@ -12,18 +12,22 @@ Case matrix:
   resourceVersion → one wins (optimistic concurrency), ``leaseTransitions`` counts it; a Lease not
   yet stale by the candidate's own clock is left alone; a released Lease is taken at once; a leader
   past its renew deadline is fenced (the adapter's write is refused as ``conflict``, nothing
-  changes) and writes again once renewed, its identity on the pod it binds; a token RBAC allows
-  nothing → :class:`LeaderElectionError` naming the verb and the resource; no server → standby, one
-  "unreachable" line however many rounds fail;
-- RBAC: a ServiceAccount bound to exactly ``deploy/kubernetes/rbac.yaml`` can do everything the
-  adapter and the election do (bind, resize in place, migrate, deliver, the Lease), and without each
-  of four verbs the daemon says so in one line naming the verb and the resource (nodes list, pods/binding
-  create: the interval's line; leases create, leases update: exit code 2, one line on stderr);
-- two daemons (processes, the ServiceAccount's token, 1 s intervals): only the Lease's holder binds
-  (audited on the server: the Lease's ``holderIdentity`` and each pod's ``flowplan.io/bound-by``,
-  which the API server copies from the Binding), the other says it is standby and writes nothing;
-  SIGKILL of the leader → the standby takes the Lease within a few intervals and binds a new pod;
-  SIGTERM of the new leader → it releases the Lease (``holderIdentity`` empty) and exits 0.
+  changes) and writes again once renewed, its identity on the pod it binds; fatal in one line
+  (:class:`LeaderElectionError`): a token RBAC allows nothing (naming the verb and the resource),
+  a namespace that does not exist, a Lease name the server refuses; not fatal: no server (standby,
+  one "unreachable" line however many rounds fail);
+- RBAC: a ServiceAccount bound to exactly ``deploy/kubernetes/rbac.yaml`` (token from the
+  TokenRequest API) can do everything the adapter and the election do (bind, resize in place,
+  migrate, deliver, the Lease); for each of its verbs, without that one verb something fails as
+  forbidden with the server naming that verb (none granted for nothing); a daemon process without
+  ``pods/binding create`` says so on the interval's line, without ``leases update`` it stops with
+  exit code 2 and one line; ``deploy/kubernetes/deployment.yaml`` passes the server's validation;
+- two daemons (processes, the ServiceAccount's token, 1 s intervals), audited on the server (the
+  Lease's ``holderIdentity`` and ``leaseTransitions``, each pod's ``flowplan.io/bound-by``, which the
+  API server copies from the Binding): only the holder binds, the other says standby and writes
+  nothing; a leader frozen with SIGSTOP is replaced, and once thawed says it lost the Lease and
+  writes nothing; a leader killed with SIGKILL is replaced within a few intervals and its successor
+  binds a new pod; SIGTERM releases the Lease (``holderIdentity`` empty) and exits 0.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """The Kubernetes adapter: nodes as nodes, FlowPlan's pods as jobs, FlowPlan as their scheduler.
 
 Start with :class:`KubernetesAdapter` (what it assumes is in its module docstring), the annotations
-in :mod:`adapters.kubernetes.annotations`, the local control plane in
-:mod:`adapters.kubernetes.sandbox`, and ``docs/kubernetes.md``. Needs the ``kubernetes`` client.
+in :mod:`adapters.kubernetes.annotations`, leader election on a Lease in
+:mod:`adapters.kubernetes.leader`, the local control plane in :mod:`adapters.kubernetes.sandbox`, and
+``docs/kubernetes.md``. Needs the ``kubernetes`` client.
 """
 
 from adapters.kubernetes.adapter import NOT_SCHEDULABLE_LABEL, UNMANAGED_PREFIX, KubernetesAdapter, Observation
 from adapters.kubernetes.annotations import JOB_LABEL, SCHEDULER_NAME, AnnotationError, parse_annotations
 from adapters.kubernetes.errors import KubernetesAdapterError, classify
+from adapters.kubernetes.leader import LeaderElectionError, LeaderGuard, LeaseElector, StoppedWhileStandby
 from adapters.kubernetes.sandbox import Sandbox, SandboxError, SandboxInfo
 
 __all__ = [
@@ -18,10 +20,14 @@ __all__ = [
     "AnnotationError",
     "KubernetesAdapter",
     "KubernetesAdapterError",
+    "LeaderElectionError",
+    "LeaderGuard",
+    "LeaseElector",
     "Observation",
     "Sandbox",
     "SandboxError",
     "SandboxInfo",
+    "StoppedWhileStandby",
     "classify",
     "parse_annotations",
 ]

@@ -27,6 +27,11 @@ What it assumes (read before relying on it):
   then is the old pod deleted, gracefully. If the replacement cannot be
   created, nothing else happens (the old pod keeps running: an error outcome). If the old pod cannot
   be deleted, the job has two pods: :meth:`KubernetesAdapter.reconcile` deletes the older one.
+- **One writer.** With ``fence`` set (the daemon's leader election,
+  :mod:`adapters.kubernetes.leader`), every write (a change, a duplicate's deletion) first asks it,
+  and a daemon that lost its Lease writes nothing more (a ``conflict`` outcome). With ``identity``
+  set, every Binding (and a replacement bound at creation) carries ``flowplan.io/bound-by``: the API
+  server copies a Binding's annotations onto the pod, so who placed each pod is on the server.
 - **Eventual consistency, partial failure.** Each change is carried out on its own; every API error
   is an :class:`~adapters.base.Outcome` (``forbidden``, ``not_found``, ``conflict``, ``invalid``,
   ``transient``, ``engine_down``), never an exception. Repeating a change that already took effect
