@@ -129,7 +129,8 @@ class LeaseElector:
         self.duration_seconds = max(1, math.ceil(duration))
         self.renew_every = renew_every
         self.renew_deadline = self.duration_seconds * 2 / 3
-        self.timeout = max(1.0, min(renew_every, 10.0))
+        # A request may take until half-way to the deadline: the deadline, not the request, bounds acting.
+        self.timeout = max(1.0, min(self.renew_deadline / 2, 10.0))
         self.monotonic = monotonic
         self.report = report or (lambda role, line: log.info("%s: %s", role, line))
         self.renewed_at: float | None = None  # monotonic start of the last successful write as holder
