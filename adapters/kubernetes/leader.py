@@ -182,10 +182,12 @@ class LeaseElector:
             self.renewed_at = None
             self._announce("lost", f"LOST lease {self.where} to {self.holder or 'nobody'}: applying nothing; now standby")
         elif self._role is None or self._role == "lost":
+            holder = self.holder or "another candidate"
+            wait = self.observed.duration if self.observed else self.duration_seconds
             self._announce(
                 "standby",
-                f"standby: lease {self.where} is held by {self.holder}; polling every {self.renew_every:g} s, taking over "
-                f"when it is not renewed for {self.observed.duration if self.observed else self.duration_seconds:g} s",
+                f"standby: lease {self.where} is held by {holder}; polling every {self.renew_every:g} s, "
+                f"taking over when it is not renewed for {wait:g} s",
             )
         return won
 
