@@ -182,5 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     run.finish()
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
