@@ -278,6 +278,13 @@ class DockerAdapter:
         """
         return Declaration.from_dict(self._kv_json(f"docker.declared.{job_id}"))
 
+    def _keep_declared(self, job_id: str, events: list[dict[str, Any]]) -> None:
+        """Store the ``declare`` events among ``events``: each one's fields over the earlier ones'."""
+        for ev in events:
+            decl = declaration(ev)
+            if decl is not None:
+                self._set_kv_json(f"docker.declared.{job_id}", decl.over(self.declared(job_id)).as_dict())
+
     def _with_declared(self, job_id: str, target: QoETarget | None) -> QoETarget | None:
         """The target with the ``max_epochs`` the job declared, where the labels set none (a label wins).
 
@@ -380,9 +387,7 @@ class DockerAdapter:
         for ev in progress.events:
             if ev.get("event") == "delivered":
                 self._set_kv_json(f"docker.delivered.{job_id}", True)
-            decl = declaration(ev)
-            if decl is not None:
-                self._set_kv_json(f"docker.declared.{job_id}", decl.over(self.declared(job_id)).as_dict())
+        self._keep_declared(job_id, progress.events)
         self._set_kv_json(key, cursor.as_dict())
         if stopped:
             self._drained.add(c.id)
