@@ -159,7 +159,9 @@ class Run:
         self.event("checkpoint", **detail)
         self.control.checkpoint = None
         if self.control.stop and exit:
-            self.finish(stopped=True)
+            # Whoever asked is waiting for the exit (the Docker adapter, a pod's grace period): points
+            # still buffered for a service that does not answer are not worth much of that time.
+            self.finish(stopped=True, timeout=3.0)
             raise SystemExit(EX_CHECKPOINTED)
 
     def delivered(self, path: str | os.PathLike[str] | None = None, *, metric: float | None = None) -> None:
