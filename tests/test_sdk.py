@@ -327,3 +327,52 @@ def test_http_drops_a_batch_the_service_refuses_and_goes_on(tmp_path: Path, capl
         assert any("refused" in r.getMessage() and "401" in r.getMessage() for r in caplog.records)
     finally:
         server.stop()
+
+
+# -- the example job, without an engine --------------------------------------------------------------
+
+
+def digits_job(ckpt: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env.pop("FLOWPLAN_CONTROL_DIR", None)
+    cmd = [sys.executable, str(REPO / "examples/jobs/train_digits.py"), "--checkpoint-dir", str(ckpt), "--work", "5", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_the_example_job_stops_on_a_flag_file_and_resumes_where_an_uninterrupted_run_is(tmp_path: Path) -> None:
+    """``train_digits.py`` through the SDK: the flag file ``<job>.checkpoint`` (its control directory
+    is its checkpoint directory) checkpoints and exits 75; the next run prints ``resumed`` at that
+    epoch and ends with the same accuracy, epoch for epoch, as a run never interrupted."""
+    ckpt = tmp_path / "cut"
+    first = digits_job(ckpt, "--job", "c", "--epochs", "400")
+    assert first.stdout is not None
+    for line in first.stdout:
+        if line.startswith('{"epoch": 2,'):
+            (ckpt / "c.checkpoint").touch()  # seen within a second (the SDK looks at most once a second)
+            break
+    rest, _ = first.communicate(timeout=60)
+    assert first.returncode == sdk.EX_CHECKPOINTED, rest
+    stop = [e for e in json_lines(rest) if e.get("event") == "checkpoint"]
+    assert stop and stop[0]["epoch"] >= 2 and not (ckpt / "c.checkpoint").exists()
+    held = stop[0]["epoch"]
+    epochs = str(held + 2)
+
+    whole = digits_job(tmp_path / "whole", "--job", "w", "--epochs", epochs)
+    out, _ = whole.communicate(timeout=120)
+    assert whole.returncode == 0
+    expected = {p["epoch"]: p["metric"] for p in json_lines(out) if "event" not in p}
+    assert sorted(expected) == list(range(1, held + 3))
+
+    second = digits_job(ckpt, "--job", "c", "--epochs", epochs)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 0
+    lines = json_lines(out)
+    assert lines[0] == {**lines[0], "event": "declare", "max_epochs": held + 2, "schedule": {"kind": "constant"}}
+    assert lines[1]["event"] == "resumed" and lines[1]["epoch"] == held
+    resumed = {p["epoch"]: p["metric"] for p in lines if "event" not in p}
+    assert sorted(resumed) == [held + 1, held + 2]
+    assert resumed == {e: expected[e] for e in resumed}  # the same run, epoch for epoch
