@@ -11,7 +11,8 @@ Case matrix:
 - requests: a real child process hears SIGTERM (checkpoint, exit 75), SIGUSR1 (deliver), a flag
   file and a downward-API annotations file whose value changes; a second SIGTERM ends it at once;
 - HTTP: points reach a real ``flowplan serve`` over a socket; with the service down the loop is not
-  slowed or broken (a warning), and the points arrive once the service is up on that port.
+  slowed or broken (a warning), and the points arrive once the service is up on that port; killed
+  and started again, it gets the points buffered meanwhile, each once; a refused batch is dropped.
 """
 
 from __future__ import annotations
@@ -301,11 +302,17 @@ def test_http_reports_to_a_real_service_and_survives_it_being_down(tmp_path: Pat
         got = wait_until(lambda: stored_epochs(url, "sdk/job-1") == [0.25, 5.0, 20], 60)
         assert got, stored_epochs(url, "sdk/job-1")
         assert any("answers again" in r.getMessage() for r in caplog.records)
+        # It goes away (killed) while the job runs on, and comes back on the same port and state.
+        server.kill()
         for i in range(21, 25):
             run.log(i / 4, loss=2.0 / i)
-        run.finish(timeout=20)
-        assert reporter.pending() == 0 and reporter.sent == 24
-        assert stored_epochs(url, "sdk/job-1") == [0.25, 6.0, 24]
+        outages = lambda: sum("cannot report" in r.getMessage() for r in caplog.records)  # noqa: E731
+        assert wait_until(lambda: outages() == 2, 20), outages()
+        assert reporter.pending() == 4
+        server = ServeProcess(tmp_path / "state.db", None, "--port", str(port)).start()
+        run.finish(timeout=30)
+        assert reporter.pending() == 0 and reporter.sent == 24 and reporter.refused == 0
+        assert stored_epochs(url, "sdk/job-1") == [0.25, 6.0, 24]  # every point once
         detail = httpx.get(f"{url}/v1/jobs/sdk/job-1", timeout=10).json()["history"]
         assert detail["last_loss"] == pytest.approx(2.0 / 24)
     finally:
