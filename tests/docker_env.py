@@ -2,8 +2,10 @@
 
 No registry is reachable here, so the image is a few empty directories and symlinks imported with
 ``docker import`` (126 bytes), and each job container bind-mounts, read-only, the host's ``/usr``,
-this Python and the site-packages that hold numpy and scikit-learn, plus ``examples/jobs``. A
-directory on the host plays the shared checkpoint volume (NFS in a real cluster).
+this Python and the site-packages that hold numpy and scikit-learn, plus ``examples/jobs`` and the
+repository's ``flowplan/`` package at ``/sdk/flowplan`` (on ``PYTHONPATH``: the job imports
+``flowplan.sdk``, which is the standard library only). A directory on the host plays the shared
+checkpoint volume (NFS in a real cluster).
 
 The tests run their own engines (``EngineSet``), never the machine's main one: separate ``dockerd``
 processes with their own data root, exec root, pid file and socket, ``--bridge=none`` and
@@ -117,15 +119,16 @@ def create_job(
     command: list[str] | None = None,
     start: bool = True,
     extra_binds: list[str] | None = None,
+    extra_env: list[str] | None = None,
 ) -> str:
     """Create (and start) a container running ``examples/jobs/train_digits.py`` as job ``job_id``.
 
-    ``command`` runs something else instead (with the same mounts, and ``extra_binds``); ``cpuset``
-    pins it to those CPUs.
+    ``command`` runs something else instead (with the same mounts, and ``extra_binds``; ``extra_env``
+    as ``NAME=value``); ``cpuset`` pins it to those CPUs.
     """
     client = api(url)
     interpreter, binds, pythonpath = python_mounts()
-    binds = [*binds, f"{JOBS}:/jobs:ro", f"{ckpt_dir}:/ckpt", *(extra_binds or [])]
+    binds = [*binds, f"{JOBS}:/jobs:ro", f"{REPO / 'flowplan'}:/sdk/flowplan:ro", f"{ckpt_dir}:/ckpt", *(extra_binds or [])]
     hc: dict[str, Any] = {"binds": binds, "network_mode": "none"}
     if cpus is not None:
         hc["nano_cpus"] = int(cpus * 1e9)
@@ -133,9 +136,8 @@ def create_job(
         hc.update(cpu_quota=cpu_quota, cpu_period=100_000)
     if cpuset is not None:
         hc["cpuset_cpus"] = cpuset
-    env = [f"FLOWPLAN_JOB={job_id}", "FLOWPLAN_CHECKPOINT_DIR=/ckpt", "PYTHONUNBUFFERED=1"]
-    if pythonpath:
-        env.append("PYTHONPATH=" + ":".join(pythonpath))
+    env = [f"FLOWPLAN_JOB={job_id}", "FLOWPLAN_CHECKPOINT_DIR=/ckpt", "PYTHONUNBUFFERED=1", *(extra_env or [])]
+    env.append("PYTHONPATH=" + ":".join(["/sdk", *pythonpath]))
     res = client.create_container(
         IMAGE,
         command=command or [interpreter, "/jobs/train_digits.py", *(args or [])],

@@ -640,3 +640,38 @@ def test_speed_known_from_a_bars_own_rate() -> None:
     (speed,) = ad._speeds("a", c, history, "running")
     assert (speed.cpu_millis, speed.seconds_per_epoch) == (1000, pytest.approx(0.63))
     assert c.id not in ad._rates  # each rate counts once
+
+
+DECLARED_CASES = {
+    # name: (labels' target max_epochs or "none" for no target, declarations in order, expected target max_epochs)
+    "declared fills the target": (None, [{"max_epochs": 90}], 90.0),
+    "a label wins over the declaration": (40.0, [{"max_epochs": 90}], 40.0),
+    "nothing declared": (None, [], None),
+    "a later declaration replaces an earlier one": (None, [{"max_epochs": 90}, {"max_epochs": 120}], 120.0),
+    "a schedule alone keeps the earlier max_epochs": (None, [{"max_epochs": 90}, {"schedule": {"kind": "cosine"}}], 90.0),
+    "a bad max_epochs is no declaration": (None, [{"max_epochs": -3}], None),
+    "no target: nowhere to put it": ("none", [{"max_epochs": 90}], "none"),
+}
+
+
+@pytest.mark.parametrize("name", DECLARED_CASES)
+def test_declare_events_reach_the_target(name: str) -> None:
+    """``{"event": "declare", ...}`` lines (``flowplan.sdk.init``), read as the adapter reads a log,
+    give ``target.max_epochs`` where the labels set none; the schedule is kept beside it."""
+    from planner.snapshot import QoETarget
+
+    label_max, declarations, expected = DECLARED_CASES[name]
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    for i, d in enumerate(declarations):
+        raw = f"2026-11-23T09:00:0{i}.000000000Z {json.dumps({'event': 'declare', **d})}\n".encode()
+        prog, _ = read_lines(raw, LogCursor(), 0.0, final=True)
+        ad._keep_declared("j", prog.events)
+    target = (
+        None
+        if label_max == "none"
+        else QoETarget(tier1={"value": 0.9}, metric="accuracy", direction="higher", max_epochs=label_max)
+    )
+    got = ad._with_declared("j", target)
+    assert (got.max_epochs if got is not None else "none") == expected
+    if any("schedule" in d for d in declarations):
+        assert ad.declared("j").schedule == {"kind": "cosine"}

@@ -68,7 +68,8 @@ from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogCursor, read_lines
-from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, Settings, Snapshot, SpeedPoint
+from adapters.logs import Declaration, declaration
+from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint
 
 log = logging.getLogger("flowplan.docker")
 
@@ -257,6 +258,7 @@ class DockerAdapter:
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
         delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
+        fields["target"] = self._with_declared(job_id, fields.get("target"))
         allocation = self._allocation(host, c, fields) if status == "running" else None
         return Job(
             id=job_id,
@@ -268,6 +270,30 @@ class DockerAdapter:
             delivered=delivered,
             **fields,
         )
+
+    def declared(self, job_id: str) -> Declaration | None:
+        """What the job declared in its log (``{"event": "declare", ...}``: ``flowplan.sdk.init``), kept in the store.
+
+        The schedule is kept here for the curves to use once the snapshot's job can carry it.
+        """
+        return Declaration.from_dict(self._kv_json(f"docker.declared.{job_id}"))
+
+    def _keep_declared(self, job_id: str, events: list[dict[str, Any]]) -> None:
+        """Store the ``declare`` events among ``events``: each one's fields over the earlier ones'."""
+        for ev in events:
+            decl = declaration(ev)
+            if decl is not None:
+                self._set_kv_json(f"docker.declared.{job_id}", decl.over(self.declared(job_id)).as_dict())
+
+    def _with_declared(self, job_id: str, target: QoETarget | None) -> QoETarget | None:
+        """The target with the ``max_epochs`` the job declared, where the labels set none (a label wins).
+
+        A job without a target has no field for it in the snapshot (``max_epochs`` is the target's).
+        """
+        decl = self.declared(job_id)
+        if target is None or target.max_epochs is not None or decl is None or decl.max_epochs is None:
+            return target
+        return target.model_copy(update={"max_epochs": decl.max_epochs})
 
     def _engine_cpu(self, host: str) -> int | None:
         """The engine's cores in millicores (its ``NCPU``): a cap at or above it caps nothing."""
@@ -361,6 +387,7 @@ class DockerAdapter:
         for ev in progress.events:
             if ev.get("event") == "delivered":
                 self._set_kv_json(f"docker.delivered.{job_id}", True)
+        self._keep_declared(job_id, progress.events)
         self._set_kv_json(key, cursor.as_dict())
         if stopped:
             self._drained.add(c.id)
@@ -501,6 +528,8 @@ class DockerAdapter:
                 continue
             obs.placed[job_id] = Placed(host, c, parsed)
             history = self.store.history(job_id)
+            fields = dict(parsed.fields)
+            fields["target"] = self._with_declared(job_id, fields.get("target"))
             out.append(
                 Job(
                     id=job_id,
@@ -508,7 +537,7 @@ class DockerAdapter:
                     history=list(history),
                     speed=self._speeds(job_id, c, history, "pending"),
                     delivered=bool(self._kv_json(f"docker.delivered.{job_id}")),
-                    **parsed.fields,
+                    **fields,
                 )
             )
         return out

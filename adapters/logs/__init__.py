@@ -10,6 +10,7 @@ Kubernetes adapter reads pod logs the same way); the CLI sits above the adapters
 imports nothing from the planner or from the Docker and Kubernetes clients (``.importlinter``).
 """
 
+from adapters.logs.declare import Declaration, declaration
 from adapters.logs.formats import FORMATS
 from adapters.logs.points import LogEvent, LogPoint
 from adapters.logs.reader import FORMAT_NAMES, LogReader, describe_formats, is_json_progress, merge_points, read_log
@@ -17,12 +18,14 @@ from adapters.logs.terminal import Frame, FrameSplitter
 
 __all__ = [
     "FORMATS",
+    "Declaration",
     "FORMAT_NAMES",
     "Frame",
     "FrameSplitter",
     "LogEvent",
     "LogPoint",
     "LogReader",
+    "declaration",
     "describe_formats",
     "is_json_progress",
     "merge_points",

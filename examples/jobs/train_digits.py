@@ -1,36 +1,41 @@
 """A small real training job for FlowPlan's Docker adapter: a numpy MLP on scikit-learn's digits.
 
-It prints its progress in both formats the adapter reads, once per epoch::
+It reports through the training-side SDK (``flowplan.sdk``, ``docs/sdk.md``): JSON lines, one
+point per epoch, and events::
 
+    {"event": "declare", "max_epochs": 30, "schedule": {"kind": "constant"}, ...}
+    {"event": "started", "epoch": 0, ...}
     Loss: 0.4312
     {"epoch": 3, "loss": 0.4312, "metric": 0.912, "time": 1767000000.1}
 
-and takes orders from the adapter:
+(the bare ``Loss:`` line is for FlowCon's own monitor; once JSON is seen FlowPlan reads only JSON),
+and hears FlowPlan through the SDK:
 
-- ``SIGTERM`` (or the flag file ``<checkpoint dir>/<job>.checkpoint``): finish the current batch,
-  write a checkpoint, print ``{"event": "checkpoint", ...}`` and exit with code 75 (EX_TEMPFAIL,
-  "stopped, can resume"). The adapter uses this to pause and to migrate a job.
-- ``SIGUSR1``: deliver (TRADL's tier 1): copy the current model to ``<job>.delivered.npz`` and print
-  ``{"event": "delivered", ...}``; training goes on.
+- ``SIGTERM`` (the Docker adapter's pause and migration; Kubernetes' pod deletion), the flag file
+  ``<control dir>/<job>.checkpoint`` or the pod annotation ``flowplan.io/checkpoint-requested``:
+  finish the current batch, write a checkpoint, print ``{"event": "checkpoint", ...}`` and exit with
+  code 75 (EX_TEMPFAIL, "stopped, can resume").
+- ``SIGUSR1`` (the Docker adapter's deliver), ``<control dir>/<job>.deliver`` or the annotation
+  ``flowplan.io/deliver-requested``: deliver (TRADL's tier 1): copy the current model to
+  ``<job>.delivered.npz`` and print ``{"event": "delivered", ...}``; training goes on.
 
-On start it resumes from ``<checkpoint dir>/<job>.npz`` when one exists (weights, optimiser state,
-epoch and the random generator), so a migrated job carries on where it stopped. It exits 0 with
+The control directory is ``$FLOWPLAN_CONTROL_DIR``, else the checkpoint directory. On start it
+resumes from ``<checkpoint dir>/<job>.npz`` when one exists (weights, optimiser state, epoch and the
+random generator), so a migrated job carries on where it stopped. It exits 0 with
 ``{"event": "finished"}`` after ``--epochs`` epochs, or earlier when ``--target`` is reached and
 ``--stop-at-target`` is set.
 
-Only numpy and scikit-learn's bundled data set: no network, no download. Single-threaded on purpose
-(``OMP_NUM_THREADS=1``), so a CPU limit of ``c`` cores makes an epoch about ``1/c`` times as long
-(for ``c <= 1``).
+Only numpy and scikit-learn's bundled data set: no network, no download. ``flowplan.sdk`` is the
+standard library only (the tests bind-mount the repository's ``flowplan/`` package). Single-threaded
+on purpose (``OMP_NUM_THREADS=1``), so a CPU limit of ``c`` cores makes an epoch about ``1/c`` times
+as long (for ``c <= 1``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -38,27 +43,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-EX_CHECKPOINTED = 75
-
-
-class Orders:
-    """What the adapter asked for, set by signal handlers and read between batches."""
-
-    def __init__(self) -> None:
-        self.checkpoint = False
-        self.deliver = False
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-
-    def _on_term(self, signum: int, frame: object) -> None:
-        self.checkpoint = True
-
-    def _on_usr1(self, signum: int, frame: object) -> None:
-        self.deliver = True
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
+import flowplan.sdk  # noqa: E402
 
 
 def load_data(seed: int, repeat: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -129,43 +114,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-at-target", action="store_true")
     args = ap.parse_args(argv)
 
-    orders = Orders()
     ckpt_dir = Path(args.checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt = ckpt_dir / f"{args.job}.npz"
-    flag = ckpt_dir / f"{args.job}.checkpoint"
+
+    resumed: dict[str, np.ndarray] | None = None
+    if ckpt.exists():
+        with np.load(ckpt, allow_pickle=False) as z:
+            resumed = {k: z[k] for k in z.files}
+    # Heard from here on: SIGTERM / SIGUSR1, and the flag files and annotations of the control directory.
+    run = flowplan.sdk.init(
+        args.job,
+        max_epochs=args.epochs,
+        schedule={"kind": "constant"},
+        control_dir=os.environ.get("FLOWPLAN_CONTROL_DIR") or ckpt_dir,
+        resumed_from=int(resumed["epoch"]) if resumed is not None else None,
+    )
 
     x_tr, y_tr, x_va, y_va = load_data(args.seed, args.repeat)
     rng = np.random.default_rng(args.seed)
     params = init_params(rng, x_tr.shape[1], args.hidden, 10)
     velocity = {k: np.zeros_like(v) for k, v in params.items()}
     epoch = 0
-    if ckpt.exists():
-        with np.load(ckpt, allow_pickle=False) as z:
-            params = {k: z[k] for k in params}
-            velocity = {k: z["v_" + k] for k in params}
-            epoch = int(z["epoch"])
-            rng = np.random.default_rng([args.seed, epoch])
-        emit({"event": "resumed", "epoch": epoch, "time": time.time()})
-    else:
-        emit({"event": "started", "epoch": 0, "time": time.time()})
+    if resumed is not None:
+        params = {k: resumed[k] for k in params}
+        velocity = {k: resumed["v_" + k] for k in params}
+        epoch = int(resumed["epoch"])
+        rng = np.random.default_rng([args.seed, epoch])
 
     # The state at the end of the last whole epoch: what a checkpoint holds.
     done = {**{k: v.copy() for k, v in params.items()}, **{"v_" + k: v.copy() for k, v in velocity.items()}}
 
-    def checkpoint_and_exit() -> int:
-        state = {**done, "epoch": np.array(epoch)}
-        save(ckpt, state)
-        flag.unlink(missing_ok=True)
-        emit({"event": "checkpoint", "epoch": epoch, "path": str(ckpt), "time": time.time()})
-        return EX_CHECKPOINTED
-
     while epoch < args.epochs:
         order = rng.permutation(len(x_tr))
         for start in range(0, len(order), args.batch):
-            if orders.checkpoint or flag.exists():
+            if run.should_checkpoint():
                 # The epoch in progress is dropped: the checkpoint holds whole epochs only.
-                return checkpoint_and_exit()
+                save(ckpt, {**done, "epoch": np.array(epoch)})
+                run.checkpoint_done(ckpt, epoch=epoch)  # asked to stop: exits with 75
             idx = order[start : start + args.batch]
             xb, yb = x_tr[idx], y_tr[idx]
             for _ in range(max(1, args.work)):
@@ -186,14 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng([args.seed, epoch])
         loss, acc = evaluate(params, x_va, y_va)
         print(f"Loss: {loss:.6f}", flush=True)
-        emit({"epoch": epoch, "loss": loss, "metric": acc, "time": time.time()})
-        if orders.deliver:
-            orders.deliver = False
-            save(ckpt_dir / f"{args.job}.delivered.npz", dict(params))
-            emit({"event": "delivered", "epoch": epoch, "metric": acc, "time": time.time()})
+        run.log(epoch, loss=loss, metric=acc)
+        if run.should_deliver():
+            delivered = ckpt_dir / f"{args.job}.delivered.npz"
+            save(delivered, dict(params))
+            run.delivered(delivered, metric=acc)
         if args.stop_at_target and args.target is not None and acc >= args.target:
             break
-    emit({"event": "finished", "epoch": epoch, "time": time.time()})
+    run.finish()
     return 0
 
 

@@ -6,6 +6,11 @@ Each pod asks for FlowPlan as its scheduler (``schedulerName: flowplan``), decla
 a tier-1 target in ``flowplan.io/*`` annotations (docs/kubernetes.md), and starts small (250m
 requested, a 4-core limit): the daemon binds it to a node and sizes its CPU in place. The sandbox's
 fake kubelets run no container, so these pods make no progress of their own.
+
+Each pod also projects its own annotations into ``/etc/flowplan/annotations`` (a downward-API
+volume) and names that directory in ``FLOWPLAN_CONTROL_DIR``: that is how a job using
+``flowplan.sdk`` hears the adapter's ``flowplan.io/checkpoint-requested`` and
+``flowplan.io/deliver-requested`` without any exec (docs/sdk.md).
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ def pod(name: str, namespace: str, index: int) -> dict[str, object]:
                     "image": "flowplan/train:example",
                     "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "2Gi"}},
                     "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+                    "env": [
+                        {"name": "FLOWPLAN_JOB", "value": name},
+                        {"name": "FLOWPLAN_CONTROL_DIR", "value": "/etc/flowplan"},
+                    ],
+                    "volumeMounts": [{"name": "flowplan", "mountPath": "/etc/flowplan", "readOnly": True}],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "flowplan",
+                    "downwardAPI": {"items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]},
                 }
             ],
         },
