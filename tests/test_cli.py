@@ -169,7 +169,9 @@ def _readme_commands() -> dict[str, set[str]]:
 
     text = (REPO / "README.md").read_text()
     out: dict[str, set[str]] = {}
-    for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S):
+    for lang, block in re.findall(r"```([a-z]*)\n(.*?)```", text, re.S):
+        if lang not in ("", "bash", "sh"):
+            continue  # a Python example is not a command line
         for line in block.splitlines():
             line = line.split("#", 1)[0]
             for m in re.finditer(r"(?:^|&& |\s)flowplan ([a-z]+)([^&]*)", line):
