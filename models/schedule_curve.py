@@ -81,6 +81,8 @@ EXP_RATES = 0.05 * (5.0 / 0.05) ** np.linspace(0.0, 1.0, 32)
 ANNEAL_SHARE = 0.3
 #: Weight of that prior, as a share of the total weight of the observed points.
 ANNEAL_PRIOR_WEIGHT = 0.05
+#: A simulated plateau drop smaller than this (in multiples of the initial rate) ends the simulation.
+MIN_RATE_CHANGE = 1e-3
 #: Epochs tabulated one by one after the last observation (then a geometric grid to the horizon).
 DENSE_EPOCHS = 2000
 TAIL_POINTS = 200
@@ -109,11 +111,13 @@ def _design(schedule: LRSchedule, k: Arr, s_scale: float) -> tuple[Arr, list[dic
 
 
 def _solve(h: Arr, r: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr]:
-    """Ridge least squares of ``z ≈ c + d h + e r`` for every weight row (O) and grid row (G).
+    """Bounded ridge least squares of ``z ≈ c + d h + e r`` for every weight row (O) and grid row (G).
 
-    Returns the coefficients (O, G, 3) and the penalised weighted SSE (O, G), ``inf`` where a bound
-    is broken."""
-    rows, G, n = W.shape[0], h.shape[0], z.size
+    The bounds ``c >= c_floor`` and ``e >= 0`` are met exactly by solving on every face of them (free,
+    ``e = 0``, ``c = c_floor``, both) and keeping the best solution that breaks none; ``d >= 0`` and
+    the plateau's gap are checked. Returns the coefficients (O, G, 3) and the penalised weighted SSE
+    (O, G), ``inf`` where no face qualifies."""
+    G, n = h.shape[0], z.size
     X = np.stack([np.ones((G, n)), h, r], axis=2)  # (G, n, 3)
     A = np.einsum("on,gni,gnj->ogij", W, X, X)
     b = np.einsum("on,gni->ogi", W * z, X)
@@ -125,18 +129,33 @@ def _solve(h: Arr, r: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr]:
     A[:, :, 2, 2] += kappa[:, None]
     b[:, :, 2] += (kappa * e0)[:, None]
     A += 1e-10 * np.eye(3) * np.trace(A, axis1=2, axis2=3)[..., None, None]
-    with np.errstate(all="ignore"):
-        full = np.linalg.solve(A, b[..., None])[..., 0]
-        two = np.linalg.solve(A[..., :2, :2], b[..., :2, None])[..., 0]
-    no_e = np.concatenate([two, np.zeros((rows, G, 1))], axis=2)
-    beta = np.where((full[..., 2:3] >= 0), full, no_e)
-    zhat = np.einsum("gni,ogi->ogn", X, beta)
-    sse = (W[:, None, :] * (z - zhat) ** 2).sum(2) + kappa[:, None] * (beta[..., 2] - e0[:, None]) ** 2
-    c, d, e = beta[..., 0], beta[..., 1], beta[..., 2]
-    # The plateau: above the metric's floor, and at most MAX_PLATEAU_GAP observed ranges (plus the
-    # annealing gain) beyond the best point.
-    ok = np.isfinite(sse) & (d >= 0) & (c >= c_floor) & (c >= (zmin - MAX_PLATEAU_GAP * span)[:, None] - e)
-    return beta, np.where(ok, sse, np.inf)
+    floor = c_floor if math.isfinite(c_floor) else None
+    faces: list[dict[int, float]] = [{}, {2: 0.0}]
+    if floor is not None:
+        faces += [{0: floor}, {0: floor, 2: 0.0}]
+    best_beta = np.zeros(A.shape[:2] + (3,))
+    best_sse = np.full(A.shape[:2], np.inf)
+    for fixed in faces:
+        free = [i for i in range(3) if i not in fixed]
+        beta = np.zeros(A.shape[:2] + (3,))
+        rhs = b[..., free].copy()
+        for i, val in fixed.items():
+            beta[..., i] = val
+            rhs -= A[..., free, i] * val
+        with np.errstate(all="ignore"):
+            beta[..., free] = np.linalg.solve(A[..., free, :][..., :, free], rhs[..., None])[..., 0]
+        zhat = np.einsum("gni,ogi->ogn", X, beta)
+        sse = (W[:, None, :] * (z - zhat) ** 2).sum(2) + kappa[:, None] * (beta[..., 2] - e0[:, None]) ** 2
+        c, d, e = beta[..., 0], beta[..., 1], beta[..., 2]
+        # The plateau: above the metric's floor, and at most MAX_PLATEAU_GAP observed ranges (plus
+        # the annealing gain) beyond the best point.
+        ok = np.isfinite(sse) & (d >= 0) & (e >= 0) & (c >= (zmin - MAX_PLATEAU_GAP * span)[:, None] - e)
+        if floor is not None:
+            ok &= c >= floor - 1e-12
+        better = ok & (sse < best_sse)
+        best_beta = np.where(better[..., None], beta, best_beta)
+        best_sse = np.where(better, sse, best_sse)
+    return best_beta, best_sse
 
 
 def _tab_epochs(k: Arr, schedule: LRSchedule) -> Arr:
@@ -167,26 +186,29 @@ def _roll_plateau(schedule: LRSchedule, shape: dict[str, float], beta: Arr, k: A
     last = float(k[-1])
     start = math.floor(last)
     stop = int(min(start + DENSE_EPOCHS, start + SEARCH_HORIZON_FACTOR * max(last - float(k[0]), 1.0)))
+    grid = np.arange(start + 1, stop + 1, dtype=float)
     sched = schedule
     # The best value the scheduler holds at the last observation is unknown in the forecast's terms:
     # start from the curve's own value there, as if it had just improved.
     best = float(_curve(sched, shape, beta, np.array([last]))[0])
     bad = 0
     lr = float(sched.multiplier(np.array([last]))[0])
-    e = start + 1
-    while e <= stop:
-        z = float(_curve(sched, shape, beta, np.array([float(e)]))[0])
-        if z < best - noise:
-            best, bad = z, 0
+    i = 0
+    zz = _curve(sched, shape, beta, grid)
+    while i < grid.size:
+        if zz[i] < best - noise:
+            best, bad = float(zz[i]), 0
         else:
             bad += 1
         if bad > sched.patience:
             new = max(lr * sched.factor, sched.min_lr)
-            if lr - new <= 1e-12:
-                break  # at the floor: no more drops
-            sched = sched.with_drops([*sched.drops, float(e)])
+            if lr - new <= MIN_RATE_CHANGE:
+                break  # at the floor, or the rate is so small already that a drop changes nothing
+            # Epoch grid[i] ends the patience; the next one trains at the lower rate.
+            sched = sched.with_drops([*sched.drops, float(grid[i])])
             lr, bad = new, 0
-        e += 1
+            zz[i + 1 :] = _curve(sched, shape, beta, grid[i + 1 :])  # the curve changes from the drop on
+        i += 1
     return sched
 
 
