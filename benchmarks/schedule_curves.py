@@ -248,7 +248,10 @@ def learn_prior(runs: list[dict[str, Any]], direction: str) -> None:
             continue
         got = fit("schedule", run, int(run["values"].size), direction)
         if isinstance(got, CurveFit):
-            share = got.params["e"] / float(np.ptp(run["values"]))
+            # The prior is a share of the range seen in the prefix (a quarter of the run, the
+            # fraction the goal is set at), which is what the fit knows when it needs the prior.
+            seen = run["values"][: max(1, round(0.25 * run["values"].size))]
+            share = got.params["e"] / float(np.ptp(seen))
             shares.append(share)
             print(f"{run['name']}: e / range = {share:.3f}")
     print(f"median over {len(shares)} tuning runs: {float(np.median(shares)):.3f}")
@@ -273,8 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         sel = rows if split == "all" else [r for r in rows if r["split"] == split]
         n_runs = len({r["run"] for r in sel})
         table(sel, f"{split}: {n_runs} runs")
-    hold = [r for r in rows if r["split"] == "holdout"]
-    per_kind(hold, 0.25, "holdout, 25% observed: median epochs-to-target error by schedule kind")
+    for split in [s for s in splits if s != "all"]:
+        for f in FRACTIONS:
+            sel = [r for r in rows if r["split"] == split]
+            per_kind(sel, f, f"{split}, {int(f * 100)}% observed: median epochs-to-target error by schedule kind")
     return 0
 
 
