@@ -144,7 +144,8 @@ def test_plateau_drops_replay_torchs_rule_on_the_recorded_loss() -> None:
             continue
         s = run["schedule"]
         got = plateau_drops(run["train_loss"], run["epoch"], s["patience"], s["factor"], s["min_lr"])
-        assert got == _torch_drops(run["lr"]), name
+        # A drop decided at the last epoch trains nothing: the recorded rates cannot show it.
+        assert [d for d in got if d < run["epoch"][-1]] == _torch_drops(run["lr"]), name
         checked += 1
     assert checked >= 3
 
