@@ -276,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         sel = rows if split == "all" else [r for r in rows if r["split"] == split]
         n_runs = len({r["run"] for r in sel})
         table(sel, f"{split}: {n_runs} runs")
+        # A constant schedule tells nothing a prefix does not (the schedule method is then the
+        # schedule-free fit): the same table over the six kinds that change the rate.
+        changing = [r for r in sel if r["kind"] != "constant"]
+        table(changing, f"{split}, the six kinds that change the rate: {len({r['run'] for r in changing})} runs")
     for split in [s for s in splits if s != "all"]:
         for f in FRACTIONS:
             sel = [r for r in rows if r["split"] == split]
