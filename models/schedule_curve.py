@@ -27,7 +27,7 @@ annealing area (our ``1 - r``, with the lag playing the part of their momentum),
 Fitting: for each grid point of (shape parameter, ``lag``) the rest is linear in ``(c, d, e)``:
 weighted least squares (recent points weigh more, as in :mod:`models.curves`). Until the rate has
 changed in the observed points, ``e`` cannot be told apart from ``c``; a ridge pulls it towards
-:data:`ANNEAL_SHARE` times the improvement observed so far, worth :data:`ANNEAL_PRIOR_WEIGHT` of the
+:data:`ANNEAL_SHARE` times the range observed so far, worth :data:`ANNEAL_PRIOR_WEIGHT` of the
 data's weight: the prior sets the size of a drop not yet seen; once one has been seen, the data
 do. Bounds: ``d >= 0``, ``e >= 0`` (else refitted with ``e = 0``), the plateau above the metric's
 floor. ``power`` and ``exponential`` compete by time-series cross-validation from 60 % and 80 % of
