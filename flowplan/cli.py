@@ -92,6 +92,18 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--target", type=finite, required=True, metavar="T", help="metric value to reach")
     pr.add_argument("--direction", choices=["higher", "lower"], required=True, help="is a higher metric better?")
     pr.add_argument("--horizon", type=positive_epochs, metavar="EPOCHS", help="predict up to this epoch (default: 2x the last)")
+    pr.add_argument(
+        "--max-epochs",
+        type=positive_epochs,
+        metavar="N",
+        help="the run's planned epochs (cosine and warm-up schedules anneal over them)",
+    )
+    pr.add_argument(
+        "--schedule",
+        metavar="JSON",
+        help='the learning-rate schedule, e.g. \'{"kind": "step", "milestones": [30, 60], "gamma": 0.1}\' '
+        "(kinds: constant, step, exp, cosine, warmup_cosine, warmup_linear, plateau; see docs/models.md)",
+    )
     pr.add_argument("--format", choices=["table", "json"], default="table")
     pr.add_argument("--plot", metavar="OUT.png", help="also draw the points, the fit and the band to a PNG")
 
@@ -201,9 +213,20 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from flowplan import predict as pred
 
     name = "<stdin>" if args.history == "-" else args.history
+    schedule = None
+    if args.schedule is not None:
+        from planner.errors import SnapshotError
+        from planner.io import parse_schedule
+
+        try:
+            schedule = parse_schedule(args.schedule, args.max_epochs)
+        except SnapshotError as exc:
+            raise UsageError(f"--schedule: {exc}") from None
     try:
         history = pred.read_history(args.history)
-        result = pred.predict(history, args.target, args.direction, args.horizon)
+        result = pred.predict(
+            history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs
+        )
         if args.plot:
             pred.plot(result, history, args.plot)
     except pred.HistoryError as exc:

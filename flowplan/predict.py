@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, Direction, fit_learning_curve
+from models import CannotPredict, CurveFit, Direction, LRSchedule, fit_learning_curve
 
 #: Most data rows read from a history (a run logged every step of 100 epochs fits).
 MAX_ROWS = 100_000
@@ -110,9 +110,20 @@ def _clip(cell: str, n: int = 40) -> str:
     return cell if len(cell) <= n else cell[:n] + f"... ({len(cell):,} characters)"
 
 
-def predict(history: History, target: float, direction: Direction, horizon: float | None) -> dict[str, Any]:
-    """The prediction as a JSON-ready dict (the ``--format json`` output)."""
-    fit = fit_learning_curve(history.epochs, history.values, direction)
+def predict(
+    history: History,
+    target: float,
+    direction: Direction,
+    horizon: float | None,
+    *,
+    schedule: LRSchedule | None = None,
+    max_epochs: float | None = None,
+) -> dict[str, Any]:
+    """The prediction as a JSON-ready dict (the ``--format json`` output).
+
+    ``schedule`` (with its planned epochs in ``max_epochs``) switches to the schedule-aware curve;
+    ``max_epochs`` alone sets the default horizon and says whether the target comes within the run."""
+    fit = fit_learning_curve(history.epochs, history.values, direction, schedule=schedule)
     last = float(history.epochs.max()) if history.epochs.size else 0.0
     out: dict[str, Any] = {
         "target": target,
@@ -120,6 +131,8 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
         "points": int(history.epochs.size),
         "skipped_rows": history.skipped,
         "last_epoch": last,
+        "schedule": None if schedule is None else schedule.kind,
+        "max_epochs": max_epochs,
     }
     if isinstance(fit, CannotPredict):
         out.update(
@@ -137,7 +150,12 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
     reached = bool((history.values >= target).any() if direction == "higher" else (history.values <= target).any())
     at = fit.epoch_reaching(target)
     lo, hi = fit.epoch_interval(target)
-    end = horizon if horizon is not None else max(2.0 * last, (at or 0.0) * 1.2, 10.0)
+    if horizon is not None:
+        end = horizon
+    elif max_epochs is not None:
+        end = max(max_epochs, last + 1.0)
+    else:
+        end = max(2.0 * last, (at or 0.0) * 1.2, 10.0)
     # Converged: improving by less than 0.1 % of the plateau per epoch.
     tolerance = 1e-3 * max(abs(fit.plateau), 1e-9)
     grid = np.arange(1, int(math.floor(end)) + 1, dtype=float) if end <= MAX_GRID else np.linspace(1.0, end, MAX_GRID)
@@ -148,6 +166,7 @@ def predict(history: History, target: float, direction: Direction, horizon: floa
         params=fit.params,
         reached=reached,
         epochs_to_target=(0.0 if reached else at),
+        within_max_epochs=None if max_epochs is None else bool(reached or (at is not None and at <= max_epochs)),
         interval=[0.0 if reached else lo, 0.0 if reached else hi],
         plateau=fit.plateau,
         convergence_epoch=fit.convergence_epoch(tolerance),
@@ -170,7 +189,14 @@ def render(result: dict[str, Any], source: str) -> str:
     if result["family"] is None:
         lines.append(f"cannot predict yet: {result['cannot_predict']}")
         return "\n".join(lines) + "\n"
-    lines.append(f"model: {result['family']} curve, plateau {result['plateau']:.4g}, residual sd {result['residual_std']:.3g}")
+    model = f"model: {result['family']} curve, plateau {result['plateau']:.4g}, residual sd {result['residual_std']:.3g}"
+    if result.get("schedule"):
+        model += f"; {result['schedule']} learning-rate schedule"
+        if result.get("drops"):
+            model += ", drops at epoch " + ", ".join(f"{d:g}" for d in result["drops"][:6])
+    if result.get("max_epochs") is not None:
+        model += f"; {result['max_epochs']:g} planned epochs"
+    lines.append(model)
     goal = f"{'>=' if result['direction'] == 'higher' else '<='} {result['target']:g}"
     if result["reached"]:
         lines.append(f"target {goal}: already reached")
@@ -180,6 +206,8 @@ def render(result: dict[str, Any], source: str) -> str:
         lo, hi = result["interval"]
         span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
         lines.append(f"target {goal}: at epoch {result['epochs_to_target']:.1f} (80% band {span})")
+        if result.get("within_max_epochs") is False:
+            lines[-1] += f" — after the planned {result['max_epochs']:g} epochs"
     conv = f"improves by less than 0.1% per epoch from epoch {result['convergence_epoch']:.0f}"
     clo, chi = result["convergence_interval"]
     if clo is not None and chi is not None:

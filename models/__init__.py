@@ -7,6 +7,7 @@ from models.changepoint import detect_drops
 from models.curve_prior import CurvePrior, ReferenceCurve
 from models.curves import FAMILIES, CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.growth import growth_efficiency
+from models.schedule import SCHEDULE_KINDS, LRSchedule
 from models.speed import PSSpeedModel, PSSpeedObservation, SpeedModel, SpeedObservation, fit_ps_speed_model, fit_speed_model
 
 __all__ = [
@@ -15,9 +16,11 @@ __all__ = [
     "CurvePrior",
     "Direction",
     "FAMILIES",
+    "LRSchedule",
     "PSSpeedModel",
     "PSSpeedObservation",
     "ReferenceCurve",
+    "SCHEDULE_KINDS",
     "SpeedModel",
     "SpeedObservation",
     "detect_drops",

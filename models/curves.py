@@ -70,6 +70,7 @@ from numpy.typing import ArrayLike, NDArray
 from models.changepoint import detect_drops
 from models.curve_families import FAMILIES, Fitted
 from models.curve_prior import CurvePrior, PriorFit, fit_prior
+from models.schedule import LRSchedule
 
 Direction = Literal["higher", "lower"]
 Arr = NDArray[np.float64]
@@ -122,7 +123,7 @@ class CurveFit:
     spread gives :meth:`convergence_interval`.
     """
 
-    family: Literal["hyperbola", "exponential", "power", "log_power", "prior"]
+    family: Literal["hyperbola", "exponential", "power", "log_power", "prior", "schedule"]
     direction: Direction
     params: dict[str, float]
     residual_std: float
@@ -139,9 +140,10 @@ class CurveFit:
     value_range: tuple[float, float] = (-math.inf, math.inf)
     #: Epoch before the newest phase (the family sees ``k - origin``); 0 when no drop was seen.
     origin: float = 0.0
-    #: First epoch of every new phase found by :func:`models.changepoint.detect_drops`.
+    #: First epoch of every new phase found by :func:`models.changepoint.detect_drops`; for the
+    #: ``schedule`` family, the epochs at which the declared (or, for ``plateau``, simulated) rate drops.
     drops: tuple[float, ...] = ()
-    #: Tabulated curve (epochs, badness) for the ``prior`` family; ``None`` for parametric families.
+    #: Tabulated curve (epochs, badness) for the ``prior`` and ``schedule`` families; ``None`` for parametric families.
     table: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     #: The chosen family refitted at the cross-validation origins (empty when not cross-validated).
     variants: tuple[CurveFit, ...] = ()
@@ -298,6 +300,7 @@ def fit_learning_curve(
     families: tuple[str, ...] | None = None,
     prior: CurvePrior | None = None,
     after_drop: bool = False,
+    schedule: LRSchedule | None = None,
 ) -> CurveFit | CannotPredict:
     """Fit the best family to ``(epoch, value)`` points.
 
@@ -310,10 +313,20 @@ def fit_learning_curve(
     the real curves, the newest phase alone cannot foresee the *next* drop and predicted worse than
     the whole history (``docs/models.md``); the detected drops are then listed in ``CurveFit.drops``.
 
+    ``schedule`` (optional): the job's declared learning-rate schedule (:mod:`models.schedule`).
+    Any kind but ``constant`` (which tells nothing a prefix does not) switches to the schedule-aware
+    curve of :mod:`models.schedule_curve`, which predicts the drops and the annealed end the
+    families cannot see; ``families``, ``prior`` and ``after_drop`` are then not used.
+
     Non-finite points and negative epochs are dropped. Returns :class:`CannotPredict` (never raises)
     when fewer than :data:`MIN_POINTS` usable points remain or the values do not vary (and no prior
     can speak for them).
     """
+    if schedule is not None and schedule.kind != "constant":
+        # Imported here: models.schedule_curve builds on this module's CurveFit and helpers.
+        from models.schedule_curve import fit_schedule_curve
+
+        return fit_schedule_curve(epochs, values, direction, schedule)
     k, v = _clean(epochs, values)
     n = int(k.size)
     sign = 1.0 if direction == "lower" else -1.0
@@ -545,3 +558,9 @@ def _fit(
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:
     """Map parameters fitted on ``u = (z - shift) / scale`` back to ``z``."""
     return FAMILIES[family].rescale(p, shift, scale)
+
+
+#: The point cleaning, recency weights and natural range shared with :mod:`models.schedule_curve`.
+clean_points = _clean
+recency_weights = _recency_weights
+natural_range = _natural_range

@@ -71,6 +71,19 @@ def unknown_field(loc: tuple[Any, ...], errors: list[Any], model: Any = None) ->
     return f"unknown field '{name}'" + (f"; did you mean '{close[0]}'?" if close else "")
 
 
+def unknown_tag(err: Any) -> str:
+    """The message for a discriminated union's unknown tag (a schedule's ``kind``): the value, the
+    closest known tag and the list of them."""
+    import difflib
+
+    ctx = err.get("ctx") or {}
+    tag, field = str(ctx.get("tag", "")), str(ctx.get("discriminator", "kind")).strip("'")
+    known = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+    close = difflib.get_close_matches(tag, known, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown {field} '{tag}'; {hint}(one of: {', '.join(known)})"
+
+
 def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:
     """Field names of the pydantic model reached from ``model`` along ``loc`` (empty if none)."""
     import typing
@@ -82,11 +95,25 @@ def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:
             return [tp]
         return [m for arg in typing.get_args(tp) for m in models_in(arg)]
 
+    def tagged(options: list[type[BaseModel]], tag: str) -> type[BaseModel] | None:
+        # A discriminated union's member named by its tag (pydantic puts the tag in the path).
+        for m in options:
+            kind = m.model_fields.get("kind")
+            if kind is not None and tag in typing.get_args(kind.annotation):
+                return m
+        return None
+
     current: Any = model
+    options: list[type[BaseModel]] = []
     for part in loc:
-        if isinstance(part, int) or current is None:
+        if isinstance(part, int):
+            continue
+        if current is None:
+            current = tagged(options, str(part))
+            options = []
             continue
         field = current.model_fields.get(str(part))
         found = models_in(field.annotation) if field is not None else []
-        current = found[0] if found else None
+        current = found[0] if len(found) == 1 else None
+        options = found if len(found) > 1 else []
     return list(current.model_fields) if current is not None else []

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from planner.errors import SnapshotError, field_path, first_error, unknown_field
-from planner.snapshot import Snapshot
+from models import SCHEDULE_KINDS, LRSchedule
+from planner.errors import SnapshotError, field_path, first_error, unknown_field, unknown_tag
+from planner.snapshot import ScheduleOnly, Snapshot, lr_schedule, schedule_problem
 
 
 def _short(value: Any) -> str:
@@ -49,22 +51,65 @@ def validate_snapshot(data: Any) -> Snapshot:
     try:
         return Snapshot.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        err = first_error(errors)
-        if err["type"] == "extra_forbidden":
-            raise SnapshotError(field_path(tuple(err["loc"])), unknown_field(tuple(err["loc"]), errors, Snapshot)) from None
-        loc = field_path(tuple(err["loc"]))
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        # Cross-field errors raised at the top level carry their own path in the message.
-        if not loc and ": " in msg and (msg.startswith("jobs[") or msg.startswith("nodes[")):
-            loc, msg = msg.split(": ", 1)
-            raise SnapshotError(loc, msg) from None
-        value = err.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (got {_short(value)})"
-        extra = f"; {len(exc.errors()) - 1} more error(s)" if len(exc.errors()) > 1 else ""
-        raise SnapshotError(loc, f"{msg}{shown}{extra}", value) from None
+        raise _translate(exc, Snapshot) from None
+
+
+def _untagged(loc: Any) -> tuple[Any, ...]:
+    """The error's path without the tag pydantic inserts after a discriminated union
+    (``jobs.0.schedule.step.gamma`` is ``jobs[0].schedule.gamma`` in the user's JSON)."""
+    out: list[Any] = []
+    for part in loc:
+        if out and out[-1] == "schedule" and part in SCHEDULE_KINDS:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _translate(exc: ValidationError, model: Any) -> SnapshotError:
+    """The first of pydantic's errors as one :class:`SnapshotError` naming the field and the value."""
+    errors = exc.errors(include_url=False)
+    err = first_error(errors)
+    loc = field_path(_untagged(err["loc"]))
+    if err["type"] == "extra_forbidden":
+        return SnapshotError(loc, unknown_field(tuple(err["loc"]), errors, model))
+    if err["type"] == "union_tag_invalid":
+        return SnapshotError(loc, unknown_tag(err))
+    if err["type"] == "union_tag_not_found":
+        return SnapshotError(f"{loc}.kind", f"missing (one of: {', '.join(SCHEDULE_KINDS)})")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    # Cross-field errors raised at the top level carry their own path in the message ...
+    if not loc and ": " in msg and (msg.startswith("jobs[") or msg.startswith("nodes[")):
+        loc, msg = msg.split(": ", 1)
+        return SnapshotError(loc, msg)
+    # ... and those of a job name their field first ("schedule: ...").
+    head = re.match(r"^([a-z_]+): ", msg)
+    if loc and head:
+        return SnapshotError(f"{loc}.{head.group(1)}", msg[head.end() :])
+    value = err.get("input")
+    shown = "" if isinstance(value, dict | list) else f" (got {_short(value)})"
+    extra = f"; {len(exc.errors()) - 1} more error(s)" if len(exc.errors()) > 1 else ""
+    return SnapshotError(loc, f"{msg}{shown}{extra}", value)
+
+
+def parse_schedule(text: str, max_epochs: float | None) -> LRSchedule:
+    """A learning-rate schedule given as JSON text (``flowplan predict --schedule``), validated like a
+    job's ``schedule``; errors are one :class:`SnapshotError` naming the field (``schedule.gamma``)."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError("schedule", f"not valid JSON at column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise SnapshotError("schedule", "not valid JSON: nested too deeply") from None
+    try:
+        spec = ScheduleOnly.model_validate({"schedule": data}).schedule
+    except ValidationError as exc:
+        raise _translate(exc, ScheduleOnly) from None
+    problem = schedule_problem(spec, max_epochs)
+    if problem is not None:
+        raise SnapshotError("schedule", problem)
+    return lr_schedule(spec, max_epochs)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:

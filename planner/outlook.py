@@ -10,6 +10,10 @@ A job's finish is the first of: ``max_epochs``; reaching tier 2 (when it has one
 reach; a tier 2 the curve cannot reach means training runs to ``max_epochs`` when it has one);
 otherwise the curve's convergence (improvement per epoch below the snapshot's
 ``convergence_tolerance``). It is never before tier 1 when tier 1 is reachable.
+
+A job that declares its learning-rate ``schedule`` is fitted with the schedule-aware curve
+(:mod:`models.schedule_curve`): a plateau before a declared drop is not convergence, and a rate
+annealed to zero at ``max_epochs`` flattens the curve there.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from models import CannotPredict, CurveFit, Direction, fit_learning_curve, fit_s
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
 from planner.progress import judged_series, observed_speeds, reached
-from planner.snapshot import Job, QoETarget, Settings
+from planner.snapshot import Job, QoETarget, Settings, lr_schedule
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
 MAX_REMAINING_EPOCHS = 100_000.0
@@ -147,10 +151,16 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     target = job.target
 
     prior = config.curve_priors.get(job.task) if job.task is not None else None
-    fit = fit_learning_curve(epochs, values, direction, prior=prior)
+    # A declared learning-rate schedule (with its planned epochs) lets the curve see drops and an
+    # annealed end coming; without one the fit is the schedule-free model.
+    planned = target.max_epochs if target is not None else None
+    schedule = lr_schedule(job.schedule, planned) if job.schedule is not None else None
+    fit = fit_learning_curve(epochs, values, direction, prior=prior, schedule=schedule)
     curve = fit if isinstance(fit, CurveFit) else None
     if curve is not None:
         curve_note = f"{curve.family} fit of {metric} on {curve.n_points} points"
+        if schedule is not None:
+            curve_note += f" with the declared {schedule.kind} learning-rate schedule"
     else:
         assert isinstance(fit, CannotPredict)
         curve_note = f"no curve yet ({fit.reason})"

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from models import Direction
+from models import Direction, LRSchedule
 
 API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
@@ -135,6 +135,122 @@ class QoETarget(Input):
         return self
 
 
+EpochCount = Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
+
+
+class ConstantSchedule(Input):
+    """The learning rate never changes."""
+
+    kind: Literal["constant"]
+
+
+class StepSchedule(Input):
+    """The rate is multiplied by ``gamma`` after each milestone epoch (torch ``MultiStepLR``, stepped
+    once an epoch: milestone 30 means the 31st epoch trains at the lower rate)."""
+
+    kind: Literal["step"]
+    milestones: list[EpochCount] = Field(
+        min_length=1, max_length=1000, description="Epochs after which the rate drops, increasing."
+    )
+    gamma: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(
+        0.1, description="Factor applied at each milestone."
+    )
+
+    @model_validator(mode="after")
+    def _increasing(self) -> StepSchedule:
+        for a, b in zip(self.milestones, self.milestones[1:], strict=False):
+            if b <= a:
+                raise ValueError(f"milestones must increase (got {a:g} then {b:g})")
+        return self
+
+
+class ExpSchedule(Input):
+    """The rate is multiplied by ``gamma`` every epoch (torch ``ExponentialLR``)."""
+
+    kind: Literal["exp"]
+    gamma: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(description="Factor applied every epoch.")
+
+
+class CosineSchedule(Input):
+    """Half a cosine from the initial rate to zero over the planned epochs (``target.max_epochs``;
+    torch ``CosineAnnealingLR(T_max=max_epochs)``)."""
+
+    kind: Literal["cosine"]
+
+
+class WarmupCosineSchedule(Input):
+    """A linear rise from zero over ``warmup`` epochs, then half a cosine to zero at the last planned
+    epoch (Hugging Face ``get_cosine_schedule_with_warmup``)."""
+
+    kind: Literal["warmup_cosine"]
+    warmup: EpochCount = Field(description="Epochs of linear warm-up.")
+
+
+class WarmupLinearSchedule(Input):
+    """A linear rise from zero over ``warmup`` epochs, then a straight line to zero at the last planned
+    epoch (Hugging Face ``get_linear_schedule_with_warmup``)."""
+
+    kind: Literal["warmup_linear"]
+    warmup: EpochCount = Field(description="Epochs of linear warm-up.")
+
+
+class PlateauSchedule(Input):
+    """The rate is multiplied by ``factor`` after ``patience`` epochs without a new best of the job's
+    judged metric (torch ``ReduceLROnPlateau``); ``min_lr`` is the floor, as a fraction of the initial rate."""
+
+    kind: Literal["plateau"]
+    factor: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
+    patience: Annotated[int, Field(ge=0, le=10**6)] = 10
+    min_lr: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+
+
+#: The ``schedule`` of a job: one of seven kinds, told apart by ``kind``.
+Schedule = Annotated[
+    ConstantSchedule
+    | StepSchedule
+    | ExpSchedule
+    | CosineSchedule
+    | WarmupCosineSchedule
+    | WarmupLinearSchedule
+    | PlateauSchedule,
+    Field(discriminator="kind"),
+]
+
+
+class ScheduleOnly(Input):
+    """A schedule on its own (``flowplan predict --schedule``), validated as a job's would be."""
+
+    schedule: Schedule
+
+
+def schedule_problem(schedule: BaseModel, max_epochs: float | None) -> str | None:
+    """Why ``schedule`` cannot be used with ``max_epochs`` planned epochs (``None``: it can)."""
+    kind = getattr(schedule, "kind", "")
+    if kind in ("cosine", "warmup_cosine", "warmup_linear") and max_epochs is None:
+        return (
+            f"a '{kind}' schedule anneals over the planned epochs: it needs max_epochs "
+            "(target.max_epochs in a snapshot, --max-epochs for predict)"
+        )
+    warmup = getattr(schedule, "warmup", None)
+    if warmup is not None and max_epochs is not None and warmup >= max_epochs:
+        return f"warmup {warmup:g} must be shorter than the planned epochs (max_epochs {max_epochs:g})"
+    return None
+
+
+def lr_schedule(schedule: BaseModel, max_epochs: float | None) -> LRSchedule:
+    """The models' :class:`models.LRSchedule` for a validated contract schedule."""
+    return LRSchedule(
+        kind=getattr(schedule, "kind"),  # noqa: B009  (every schedule model has one)
+        milestones=tuple(getattr(schedule, "milestones", ())),
+        gamma=float(getattr(schedule, "gamma", 1.0)),
+        warmup=float(getattr(schedule, "warmup", 0.0)),
+        max_epochs=max_epochs,
+        factor=float(getattr(schedule, "factor", 0.1)),
+        patience=int(getattr(schedule, "patience", 10)),
+        min_lr=float(getattr(schedule, "min_lr", 0.0)),
+    )
+
+
 class Job(Input):
     """One training run (a container, or a gang of ``replicas`` containers on one node).
 
@@ -181,6 +297,12 @@ class Job(Input):
     history: list[MetricPoint] = Field(default_factory=list)
     speed: list[SpeedPoint] = Field(default_factory=list)
     target: QoETarget | None = None
+    schedule: Schedule | None = Field(
+        None,
+        description="The learning-rate schedule the job trains with (its planned epochs are target.max_epochs); "
+        "the learning curve then predicts the rate's drops and annealed end. Kinds: constant, step, exp, "
+        "cosine, warmup_cosine, warmup_linear (these three need target.max_epochs), plateau.",
+    )
     delivered: bool = Field(False, description="The tier-1 model was already handed over.")
 
     @model_validator(mode="after")
@@ -194,6 +316,10 @@ class Job(Input):
                 raise ValueError("a running job needs 'node'")
             if self.allocation is None:
                 raise ValueError("a running job needs 'allocation'")
+        if self.schedule is not None:
+            problem = schedule_problem(self.schedule, self.target.max_epochs if self.target is not None else None)
+            if problem is not None:
+                raise ValueError(f"schedule: {problem}")
         return self
 
 

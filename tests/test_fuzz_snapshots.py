@@ -5,7 +5,8 @@ Two generators, 1,200 snapshots per run in all:
 - *valid-shaped* snapshots built field by field, with every number drawn across and at the
   contract's bounds (capacities up to 1e9 millicores, seconds per epoch up to 1e9, epochs up to 1e9,
   loss and metric values up to ±1e12, histories that are flat, noisy, backwards in time or
-  duplicated), so the models and the integer program see the worst the contract allows;
+  duplicated, learning-rate schedules of every kind at their edges), so the models and the integer
+  program see the worst the contract allows;
 - *mutated* real snapshots (the bundled examples): one field replaced by a value of the wrong
   kind, out of range, NaN/Infinity in the JSON text, a misspelt key, a deleted key.
 
@@ -39,6 +40,21 @@ FLOATS = st.one_of(EDGE_FLOATS, st.floats(-1e12, 1e12, allow_nan=False, allow_in
 SECONDS = st.one_of(st.sampled_from([0.0, 1e-9, 1.0, 60.0, 1e9]), st.floats(0, 1e9, allow_nan=False))
 MILLIS = st.one_of(st.sampled_from([1, 250, 1000, 96_000, 10**9]), st.integers(1, 10**9))
 NAMES = st.from_regex(r"\A[a-z][a-z0-9-]{0,6}[a-z0-9]\Z")
+# Learning-rate schedules of every kind (the warm-ups shorter than the smallest max_epochs drawn).
+SCHEDULES = st.sampled_from(
+    [
+        {"kind": "constant"},
+        {"kind": "step", "milestones": [0.0, 30.0, 1e9], "gamma": 1e-9},
+        {"kind": "step", "milestones": [2.0], "gamma": 0.5},
+        {"kind": "exp", "gamma": 0.93},
+        {"kind": "exp", "gamma": 1.0},
+        {"kind": "cosine"},
+        {"kind": "warmup_cosine", "warmup": 0.5},
+        {"kind": "warmup_linear", "warmup": 0.0},
+        {"kind": "plateau", "factor": 0.5, "patience": 0, "min_lr": 0.0},
+        {"kind": "plateau", "factor": 1e-9, "patience": 10**6, "min_lr": 1.0},
+    ]
+)
 
 
 @st.composite
@@ -104,6 +120,8 @@ def valid_shaped(draw: st.DrawFn) -> dict[str, Any]:
                     "tier1": {"value": draw(FLOATS), "deadline": now + draw(SECONDS)},
                     "max_epochs": draw(st.sampled_from([1.0, 20.0, 1e9])),
                 }
+                if draw(st.booleans()):
+                    job["schedule"] = draw(SCHEDULES)
         if draw(st.booleans()):
             spe = draw(st.sampled_from([1e-9, 1.0, 37.0, 1e9]))
             job["speed"] = [{"cpu_millis": draw(MILLIS), "gpus": draw(st.integers(0, 8)), "seconds_per_epoch": spe}]

@@ -113,3 +113,56 @@ def test_a_far_last_epoch_is_bounded_work(tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     grid = [p["epoch"] for p in out["predicted"]]
     assert 0 < len(grid) <= 2000 and grid[-1] == pytest.approx(2e7)
+
+
+# -- --schedule and --max-epochs ---------------------------------------------------------------------
+BAD_SCHEDULE = {
+    "not JSON": (['--schedule', '{"kind": "step", '], "--schedule: schedule: not valid JSON"),
+    "unknown kind": (['--schedule', '{"kind": "cosin"}', "--max-epochs", "60"], "unknown kind 'cosin'; did you mean 'cosine'?"),
+    "misspelt field": (
+        ["--schedule", '{"kind": "step", "milestone": [30]}'],
+        "schedule.milestone: unknown field 'milestone'; did you mean 'milestones'?",
+    ),
+    "out of range": (['--schedule', '{"kind": "exp", "gamma": 2}'], "schedule.gamma: Input should be less than or equal to 1"),
+    "NaN": (['--schedule', '{"kind": "exp", "gamma": NaN}'], "schedule.gamma: Input should be a finite number"),
+    "cosine without --max-epochs": (['--schedule', '{"kind": "cosine"}'], "anneals over the planned epochs: it needs max_epochs"),
+    "warm-up longer than the run": (
+        ["--schedule", '{"kind": "warmup_linear", "warmup": 80}', "--max-epochs", "60"],
+        "must be shorter",
+    ),
+    "bad --max-epochs": (['--schedule', '{"kind": "cosine"}', "--max-epochs", "-3"], "--max-epochs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SCHEDULE))
+def test_bad_schedule_flag(case: str, tmp_path: Path) -> None:
+    args, must = BAD_SCHEDULE[case]
+    f = _csv(tmp_path, "epoch,metric\n1,1.0\n2,0.8\n3,0.7\n4,0.65\n")
+    r = run(str(f), "--target", "0.3", "--direction", "lower", *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert must in lines[-1] and "Traceback" not in r.stderr, r.stderr
+    if case != "bad --max-epochs":  # argparse's own errors print the usage line first
+        assert len(lines) == 1
+
+
+def test_declared_step_schedule_predicts_the_drop(tmp_path: Path) -> None:
+    """A loss seen for 25 epochs at a constant rate, with drops declared at 30 and 45 of 60: the
+    prediction drops at 30 and the target below the pre-drop plateau is reachable only with the
+    schedule."""
+    k = np.arange(1, 26)
+    loss = 0.4 + 1.5 / (k + 1) ** 0.9
+    f = _csv(tmp_path, "epoch,metric\n" + "".join(f"{e},{v}\n" for e, v in zip(k, loss, strict=True)))
+    sched = '{"kind": "step", "milestones": [30, 45], "gamma": 0.1}'
+    r = run(str(f), "--target", "0.38", "--direction", "lower", "--schedule", sched, "--max-epochs", "60", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["schedule"] == "step" and out["max_epochs"] == 60 and out["drops"] == [30.0, 45.0]
+    assert len(out["predicted"]) == 60  # drawn up to the planned epochs
+    by_epoch = {p["epoch"]: p["metric"] for p in out["predicted"]}
+    assert by_epoch[30] - by_epoch[32] > 5 * (by_epoch[28] - by_epoch[30])
+    assert out["epochs_to_target"] is not None and 30 <= out["epochs_to_target"] <= 46 and out["within_max_epochs"]
+    plain = json.loads(run(str(f), "--target", "0.38", "--direction", "lower", "--format", "json").stdout)
+    assert plain["schedule"] is None and (plain["epochs_to_target"] is None or plain["epochs_to_target"] > 60)
+    table = run(str(f), "--target", "0.38", "--direction", "lower", "--schedule", sched, "--max-epochs", "60")
+    assert "step learning-rate schedule, drops at epoch 30, 45; 60 planned epochs" in table.stdout

@@ -1,0 +1,291 @@
+"""Schedule-aware learning curves on real runs with real learning-rate schedules: does declaring the
+schedule help, and against what?
+
+Prints figures; asserts nothing. Data: ``benchmarks/data/schedules/`` (recorded by
+``benchmarks/record_schedules.py``; see its README): small PyTorch models trained on this CPU under
+the seven schedule kinds of the snapshot contract. The predicted metric is the epoch's training loss
+(``train_loss``, lower is better: what a training log prints), or ``--metric val_loss|val_metric``.
+
+For each run of ``K`` epochs and each observed fraction ``f`` (0.10, 0.25, 0.50) the first
+``n = max(1, round(f*K))`` epochs are shown to each method; measured as in
+``benchmarks/bench_curves.py``:
+
+(a) final-value error ``|pred(K) - true(K)| / |true(K)|``;
+(b) epochs-to-target error ``|pred_epoch - true_epoch| / true_epoch`` for targets ``v1 + p*(vK - v1)``,
+    ``p`` in 0.8, 0.9, 0.95 (``true_epoch``: the first measured epoch at or beyond the target), only
+    targets not reached in the observed epochs. No fit, "unreachable" and "past the last planned
+    epoch" count as 100 %; every error is capped at 100 %.
+
+Coverage: the share of the *future* measured points inside the method's 80 % band
+(``CurveFit.interval_at``), and the share of (b)'s targets whose true epoch lies inside the 80 %
+epochs-to-target interval (``CurveFit.epoch_interval``).
+
+Methods:
+
+``schedule``   ``fit_learning_curve(..., schedule=LRSchedule(declared, max_epochs=K))``;
+``flowplan``   ``fit_learning_curve`` with no hint (no schedule, no prior);
+``optimus``    the Optimus hyperbola (``bench_curves.fit_optimus``);
+``line3``      a straight line through the last 3 observed points, extended (never reaches a target
+               it is not heading towards);
+``last``       the last observed value, for ever (every unreached target is "unreachable").
+
+Splits: ``tune`` (task ``digits_mlp``: the only runs the model's constants were chosen on) and
+``holdout`` (every other task, never looked at while choosing them).
+
+    python benchmarks/schedule_curves.py                 # tables, both splits
+    python benchmarks/schedule_curves.py --learn-prior   # the annealing-gain prior from the tuning runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_curves import capped, first_epoch_reaching, fit_optimus
+
+import models.schedule_curve as schedule_curve
+from models import CannotPredict, CurveFit, fit_learning_curve
+from models.schedule import LRSchedule
+
+DATA = Path(__file__).resolve().parent / "data" / "schedules"
+FRACTIONS = (0.10, 0.25, 0.50)
+TARGET_PS = (0.8, 0.9, 0.95)
+METHODS = ("schedule", "flowplan", "optimus", "line3", "last")
+DIRECTION = {"train_loss": "lower", "val_loss": "lower", "val_metric": "higher"}
+
+
+def to_schedule(spec: dict[str, Any], max_epochs: float) -> LRSchedule:
+    """The contract's JSON form -> :class:`LRSchedule` (``planner.snapshot`` does the same for jobs)."""
+    kind = spec["kind"]
+    return LRSchedule(
+        kind=kind,
+        milestones=tuple(float(m) for m in spec.get("milestones", ())),
+        gamma=float(spec.get("gamma", 1.0)),
+        warmup=float(spec.get("warmup", 0.0)),
+        max_epochs=max_epochs,
+        factor=float(spec.get("factor", 0.1)),
+        patience=int(spec.get("patience", 10)),
+        min_lr=float(spec.get("min_lr", 0.0)),
+    )
+
+
+def load(data: Path, metric: str) -> list[dict[str, Any]]:
+    meta = json.loads((data / "runs.json").read_text())["runs"]
+    series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    with open(data / "runs.csv") as fh:
+        for row in csv.DictReader(fh):
+            series[row["run"]].append((float(row["epoch"]), float(row[metric]), float(row["lr"])))
+    runs = []
+    for name, pts in series.items():
+        e, v, lr = (np.array(x) for x in zip(*pts, strict=True))
+        runs.append({"name": name, **meta[name], "epochs_arr": e, "values": v, "lr": lr})
+    return runs
+
+
+class Line3:
+    """A straight line through the last 3 points."""
+
+    def __init__(self, k: np.ndarray, v: np.ndarray) -> None:
+        self.slope, self.icept = np.polyfit(k[-3:], v[-3:], 1)
+        self.last = float(k[-1])
+
+    def predict(self, epochs: Any) -> np.ndarray:
+        return self.icept + self.slope * np.asarray(epochs, dtype=float)
+
+    def epoch_reaching(self, target: float, direction: str) -> float | None:
+        if (direction == "lower" and self.slope >= 0) or (direction == "higher" and self.slope <= 0):
+            return None
+        k = (target - self.icept) / self.slope
+        return max(float(k), self.last)
+
+
+def fit(method: str, run: dict[str, Any], n: int, direction: str) -> Any:
+    k, v = run["epochs_arr"][:n], run["values"][:n]
+    if method == "schedule":
+        return fit_learning_curve(k, v, direction, schedule=to_schedule(run["schedule"], float(run["epochs"])))  # type: ignore[arg-type]
+    if method == "flowplan":
+        return fit_learning_curve(k, v, direction)  # type: ignore[arg-type]
+    if method == "optimus":
+        return fit_optimus(k, v, direction)
+    if n < 3 and method == "line3":
+        return CannotPredict("fewer than 3 points", n)
+    return Line3(k, v) if method == "line3" else ("last", float(v[-1]))
+
+
+def reach(model: Any, target: float, direction: str) -> float | None:
+    if isinstance(model, CannotPredict):
+        return None
+    if isinstance(model, tuple):
+        return None  # the last value never moves
+    if isinstance(model, Line3):
+        return model.epoch_reaching(target, direction)
+    return model.epoch_reaching(target)
+
+
+def predict_at(model: Any, epoch: float) -> float | None:
+    if isinstance(model, CannotPredict):
+        return None
+    if isinstance(model, tuple):
+        return model[1]
+    return float(model.predict(np.array([epoch]))[0])
+
+
+def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        k_all, v_all = run["epochs_arr"], run["values"]
+        K = int(k_all.size)
+        for f in FRACTIONS:
+            n = max(1, round(f * K))
+            fits = {m: fit(m, run, n, direction) for m in METHODS}
+            for m, model in fits.items():
+                pred_end = predict_at(model, float(k_all[-1]))
+                fin = capped(abs(pred_end - v_all[-1]) / abs(v_all[-1])) if pred_end is not None else 1.0
+                row = {
+                    "run": run["name"],
+                    "task": run["task"],
+                    "split": run["split"],
+                    "kind": run["schedule"]["kind"],
+                    "fraction": f,
+                    "method": m,
+                    "final_err": fin,
+                    "targets": [],
+                    "band": None,
+                }
+                for p in TARGET_PS:
+                    tv = v_all[0] + p * (v_all[-1] - v_all[0])
+                    true = first_epoch_reaching(v_all, tv, direction)
+                    if true is None or true <= n:
+                        continue
+                    at = reach(model, tv, direction)
+                    err = 1.0 if at is None or at > K else capped(abs(at - true) / true)
+                    inside = None
+                    if isinstance(model, CurveFit):
+                        lo, hi = model.epoch_interval(tv)
+                        inside = lo is not None and lo <= true and (hi is None or true <= hi)
+                    row["targets"].append({"p": p, "err": err, "inside": inside})
+                if isinstance(model, CurveFit) and n < K:
+                    lo, hi = model.interval_at(k_all[n:])
+                    row["band"] = float(np.mean((v_all[n:] >= lo) & (v_all[n:] <= hi)))
+                rows.append(row)
+    return rows
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def table(rows: list[dict[str, Any]], title: str) -> None:
+    print(f"\n{title}")
+    head = [
+        "observed",
+        "method",
+        "targets",
+        "median (b)",
+        "mean (b)",
+        "unreach.",
+        "median (a)",
+        "band cov.",
+        "target-interval cov.",
+    ]
+    out = [head]
+    for f in FRACTIONS:
+        for m in METHODS:
+            sel = [r for r in rows if r["fraction"] == f and r["method"] == m]
+            errs = [t["err"] for r in sel for t in r["targets"]]
+            unr = [t["err"] >= 1.0 for r in sel for t in r["targets"]]
+            bands = [r["band"] for r in sel if r["band"] is not None]
+            ins = [t["inside"] for r in sel for t in r["targets"] if t["inside"] is not None]
+            out.append(
+                [
+                    f"{int(f * 100)}%",
+                    m,
+                    str(len(errs)),
+                    pct(float(np.median(errs))) if errs else "-",
+                    pct(float(np.mean(errs))) if errs else "-",
+                    pct(float(np.mean(unr))) if unr else "-",
+                    pct(float(np.median([r["final_err"] for r in sel]))) if sel else "-",
+                    pct(float(np.mean(bands))) if bands else "-",
+                    pct(float(np.mean(ins))) if ins else "-",
+                ]
+            )
+    widths = [max(len(r[i]) for r in out) for i in range(len(head))]
+    for i, r in enumerate(out):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def per_kind(rows: list[dict[str, Any]], f: float, title: str) -> None:
+    print(f"\n{title}")
+    kinds = sorted({r["kind"] for r in rows})
+    print("| kind | targets | " + " | ".join(METHODS) + " |")
+    print("|---|---:|" + "---:|" * len(METHODS))
+    for kind in kinds:
+        cells = []
+        count = 0
+        for m in METHODS:
+            errs = [t["err"] for r in rows if r["kind"] == kind and r["fraction"] == f and r["method"] == m for t in r["targets"]]
+            count = len(errs)
+            cells.append(pct(float(np.median(errs))) if errs else "-")
+        print(f"| {kind} | {count} | " + " | ".join(cells) + " |")
+
+
+def learn_prior(runs: list[dict[str, Any]], direction: str) -> None:
+    """Fit every tuning run whose rate changed on all its epochs with the prior switched off; print the
+    annealing gain ``e`` as a share of the observed range (the constant ``ANNEAL_SHARE``)."""
+    schedule_curve.ANNEAL_PRIOR_WEIGHT = 0.0
+    shares = []
+    for run in runs:
+        if run["split"] != "tune" or run["schedule"]["kind"] == "constant":
+            continue
+        got = fit("schedule", run, int(run["values"].size), direction)
+        if isinstance(got, CurveFit):
+            # The prior is a share of the range seen in the prefix (a quarter of the run, the
+            # fraction the goal is set at), which is what the fit knows when it needs the prior.
+            seen = run["values"][: max(1, round(0.25 * run["values"].size))]
+            share = got.params["e"] / float(np.ptp(seen))
+            shares.append(share)
+            print(f"{run['name']}: e / range = {share:.3f}")
+    print(f"median over {len(shares)} tuning runs: {float(np.median(shares)):.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--metric", choices=sorted(DIRECTION), default="train_loss")
+    ap.add_argument("--learn-prior", action="store_true")
+    ap.add_argument("--split", choices=["tune", "holdout", "all"], default=None, help="only this split (default: each)")
+    args = ap.parse_args(argv)
+    direction = DIRECTION[args.metric]
+    runs = load(args.data, args.metric)
+    if args.learn_prior:
+        learn_prior(runs, direction)
+        return 0
+    rows = bench(runs, direction)
+    splits = [args.split] if args.split else ["holdout", "tune", "all"]
+    print(f"metric: {args.metric} ({direction} is better); {len(runs)} runs; errors capped at 100%", file=sys.stderr)
+    for split in splits:
+        sel = rows if split == "all" else [r for r in rows if r["split"] == split]
+        n_runs = len({r["run"] for r in sel})
+        table(sel, f"{split}: {n_runs} runs")
+        # A constant schedule tells nothing a prefix does not (the schedule method is then the
+        # schedule-free fit): the same table over the six kinds that change the rate.
+        changing = [r for r in sel if r["kind"] != "constant"]
+        table(changing, f"{split}, the six kinds that change the rate: {len({r['run'] for r in changing})} runs")
+    for split in [s for s in splits if s != "all"]:
+        for f in FRACTIONS:
+            sel = [r for r in rows if r["split"] == split]
+            per_kind(sel, f, f"{split}, {int(f * 100)}% observed: median epochs-to-target error by schedule kind")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
