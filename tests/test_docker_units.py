@@ -675,3 +675,34 @@ def test_declare_events_reach_the_target(name: str) -> None:
     assert (got.max_epochs if got is not None else "none") == expected
     if any("schedule" in d for d in declarations):
         assert ad.declared("j").schedule == {"kind": "cosine"}
+
+
+SCHEDULE_CASES = {
+    # name: (target max_epochs, declared schedule, expected kind on the job or None)
+    "a step schedule": (None, {"kind": "step", "milestones": [30, 60], "gamma": 0.1}, "step"),
+    "cosine over the declared epochs": (90.0, {"kind": "cosine"}, "cosine"),
+    "cosine without planned epochs is left out": (None, {"kind": "cosine"}, None),
+    "an unknown kind is left out": (None, {"kind": "cosin"}, None),
+    "a bad gamma is left out": (None, {"kind": "exp", "gamma": 7}, None),
+}
+
+
+@pytest.mark.parametrize("name", SCHEDULE_CASES)
+def test_declared_schedule_becomes_the_jobs_schedule(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 13: the schedule a job declares (``flowplan.sdk.init(schedule=...)``) is the snapshot
+    job's ``schedule`` when the contract accepts it, and is left out with one warning otherwise."""
+    from planner.snapshot import QoETarget
+
+    max_epochs, schedule, expected = SCHEDULE_CASES[name]
+    ad = DockerAdapter([HostSpec("h", "unix:///nowhere")])
+    raw = f"2026-11-23T09:00:00.000000000Z {json.dumps({'event': 'declare', 'schedule': schedule})}\n".encode()
+    prog, _ = read_lines(raw, LogCursor(), 0.0, final=True)
+    ad._keep_declared("j", prog.events)
+    target = QoETarget(tier1={"value": 0.9}, metric="accuracy", direction="higher", max_epochs=max_epochs)
+    with caplog.at_level("WARNING"):
+        got = ad._declared_schedule("j", target)
+        again = ad._declared_schedule("j", target)
+    assert (got.kind if got is not None else None) == expected
+    assert (again.kind if again is not None else None) == expected
+    warned = [r for r in caplog.records if "declared schedule left out" in r.getMessage()]
+    assert len(warned) == (0 if expected else 1)

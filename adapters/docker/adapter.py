@@ -69,7 +69,19 @@ from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogCursor, read_lines
 from adapters.logs import Declaration, declaration
-from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint
+from planner.snapshot import (
+    Allocation,
+    Job,
+    JobStatus,
+    MetricPoint,
+    Node,
+    QoETarget,
+    ScheduleOnly,
+    Settings,
+    Snapshot,
+    SpeedPoint,
+    schedule_problem,
+)
 
 log = logging.getLogger("flowplan.docker")
 
@@ -143,6 +155,7 @@ class DockerAdapter:
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
+        self._warned_schedule: dict[str, str] = {}  # job -> the reason its declared schedule was left out, logged once
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
         self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
@@ -259,6 +272,7 @@ class DockerAdapter:
         speed = self._speeds(job_id, c, history, status)
         delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
         fields["target"] = self._with_declared(job_id, fields.get("target"))
+        fields["schedule"] = self._declared_schedule(job_id, fields["target"])
         allocation = self._allocation(host, c, fields) if status == "running" else None
         return Job(
             id=job_id,
@@ -274,7 +288,7 @@ class DockerAdapter:
     def declared(self, job_id: str) -> Declaration | None:
         """What the job declared in its log (``{"event": "declare", ...}``: ``flowplan.sdk.init``), kept in the store.
 
-        The schedule is kept here for the curves to use once the snapshot's job can carry it.
+        The schedule becomes the snapshot job's ``schedule`` (validated: :meth:`_declared_schedule`).
         """
         return Declaration.from_dict(self._kv_json(f"docker.declared.{job_id}"))
 
@@ -294,6 +308,26 @@ class DockerAdapter:
         if target is None or target.max_epochs is not None or decl is None or decl.max_epochs is None:
             return target
         return target.model_copy(update={"max_epochs": decl.max_epochs})
+
+    def _declared_schedule(self, job_id: str, target: QoETarget | None) -> Any:
+        """The learning-rate schedule the job declared, validated as the snapshot's (None when it
+        declared none, or one the contract refuses: logged once, and the job is planned without it)."""
+        decl = self.declared(job_id)
+        if decl is None or decl.schedule is None:
+            return None
+        schedule: Any = None
+        try:
+            schedule = ScheduleOnly.model_validate({"schedule": decl.schedule}).schedule
+        except ValueError as exc:
+            problem: str | None = str(exc).splitlines()[-1].strip()
+        else:
+            problem = schedule_problem(schedule, target.max_epochs if target is not None else None)
+        if problem is not None:
+            if self._warned_schedule.get(job_id) != problem:
+                self._warned_schedule[job_id] = problem
+                log.warning("job %s: declared schedule left out: %s", job_id, problem)
+            return None
+        return schedule
 
     def _engine_cpu(self, host: str) -> int | None:
         """The engine's cores in millicores (its ``NCPU``): a cap at or above it caps nothing."""
@@ -530,6 +564,7 @@ class DockerAdapter:
             history = self.store.history(job_id)
             fields = dict(parsed.fields)
             fields["target"] = self._with_declared(job_id, fields.get("target"))
+            fields["schedule"] = self._declared_schedule(job_id, fields["target"])
             out.append(
                 Job(
                     id=job_id,
