@@ -63,6 +63,22 @@ def _stay_levels(m: JobMenu) -> np.ndarray | None:
     return ok
 
 
+def gpu_phase_seconds(nodes: Sequence[Node], outlooks: Sequence[JobOutlook], config: PlannerConfig) -> float:
+    """The phase model's length for GPU jobs: ``config.weights.gpu_phase_seconds`` when the cluster's
+    GPUs are contended (the active GPU jobs' largest asks, each capped at the most a node holds, add
+    up to more GPUs than the cluster has), else 0 (every job can hold its largest ask: an allocation
+    is what the job keeps, held until done)."""
+    total = sum(n.gpus for n in nodes)
+    most = max((n.gpus for n in nodes), default=0)
+    asked = 0
+    for o in outlooks:
+        job = o.job
+        if job.max_gpus > 0:
+            per = min(job.max_gpus, most // job.replicas) if job.replicas else 0
+            asked += max(per, job.min_gpus) * job.replicas
+    return config.weights.gpu_phase_seconds if asked > total else 0.0
+
+
 def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: PlannerConfig) -> tuple[Problem, Pricing]:
     nodes = snapshot.nodes
     N = len(nodes)
@@ -74,8 +90,9 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     interval = snapshot.settings.interval_seconds
     max_gpus = max((n.gpus for n in nodes), default=0)
-    menus = [build_menu(i, o, snapshot.time, interval, config, max_gpus) for i, o in enumerate(outlooks)]
-    pricing = price_menus(menus, config)
+    phase = gpu_phase_seconds(nodes, outlooks, config)
+    menus = [build_menu(i, o, snapshot.time, interval, config, max_gpus, phase) for i, o in enumerate(outlooks)]
+    pricing = price_menus(menus, config, snapshot.time)
 
     current = np.array(
         [node_index[m.outlook.job.node] if m.outlook.job.node and m.outlook.job.status == "running" else -1 for m in menus],

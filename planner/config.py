@@ -66,6 +66,20 @@ class ObjectiveWeights:
     #: 4.5 % shorter). Such a restart costs the whole horizon in churn, so only a plan with no
     #: other way (an overfull node, a more valuable job that cannot start otherwise) makes it.
     cpu_jobs_move_when_forced: bool = True
+    #: GPU jobs in a contended cluster (their largest asks add up to more GPUs than the cluster
+    #: has): an allocation is priced as held for this many seconds, after which the job is assumed
+    #: to run at its fastest level, and leaving a GPU job without a node costs its time only (no
+    #: "serve every job" penalty). A short job may then take the GPUs of a long one for a while,
+    #: as shortest-remaining-first would, where "held until done" would price the long job's dip as
+    #: lasting to its end. Uncontended, or 0: held until done. Measured on the Pollux workloads
+    #: (docs/results.md): 1,800-7,200 s gave the best mean JCT, 600-1,200 s undervalue growing
+    #: a running job (restart cost) and leave GPUs idle.
+    gpu_phase_seconds: float = 3600.0
+    #: With the phase model, shortest-remaining-first would starve a long GPU job (on the Pollux
+    #: workload 5, one imagenet job was restarted 32 times and ended the run hours late): each such
+    #: job's completion weight is aged by ``(1 + time in the system / work left) **
+    #: gpu_age_exponent`` (at most 8), the response ratio of highest-response-ratio-next. 0: off.
+    gpu_age_exponent: float = 2.0
     time_resolution: int = 1000
     #: Priorities (0.01-100) become integer weights ``max(1, round(priority * priority_scale))``.
     priority_scale: float = 10.0

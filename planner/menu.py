@@ -83,6 +83,7 @@ class JobMenu:
     current_level: int | None  # running jobs: the level equal to the current allocation, if on the menu
     wait_finish_s: float  # estimated finish if left unplaced this interval
     t1_slack_s: float | None = None  # seconds from now to the tier-1 deadline (None: no open deadline)
+    phase_seconds: float = 0.0  # > 0: priced with the phase model (see PlannerConfig.weights.gpu_phase_seconds)
     # Filled in by :func:`price_menus` once the horizon is known.
     finish_q: np.ndarray | None = None  # (3, L)
     cost: np.ndarray | None = None  # (3, L)
@@ -99,7 +100,13 @@ class JobMenu:
 
 
 def build_menu(
-    index: int, outlook: JobOutlook, now: float, interval: float, config: PlannerConfig, max_node_gpus: int | None = None
+    index: int,
+    outlook: JobOutlook,
+    now: float,
+    interval: float,
+    config: PlannerConfig,
+    max_node_gpus: int | None = None,
+    phase_seconds: float = 0.0,
 ) -> JobMenu:
     job = outlook.job
     cur = job.allocation if job.status == "running" else None
@@ -124,17 +131,35 @@ def build_menu(
         redo = 0.5 * period if math.isfinite(period) else 0.0
     lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds + redo])
 
-    finish_s = lost[:, None] + outlook.remaining_finish * spe[None, :]
+    tau = phase_seconds if job.max_gpus > 0 else 0.0
+    fast = float(np.min(spe)) if spe.size else math.inf
+    if not (tau > 0 and math.isfinite(fast) and fast > 0):
+        tau = 0.0
+
+    def done_at(rem: float) -> np.ndarray:
+        """Seconds from now until ``rem`` epochs are done, per (way, level): the level held until
+        done, or (``tau`` > 0) held for ``tau`` seconds and the fastest level after that."""
+        held = lost[:, None] + rem * spe[None, :]
+        if tau <= 0:
+            return held
+        ran = np.maximum(tau - lost, 0.0)[:, None] / spe[None, :]  # epochs done within the phase
+        phased = np.maximum(tau, lost)[:, None] + np.maximum(rem - ran, 0.0) * fast
+        return np.where(held <= tau, held, np.minimum(held, phased))
+
+    finish_s = done_at(outlook.remaining_finish)
 
     def tier(rem: float | None, deadline: float | None) -> tuple[np.ndarray, np.ndarray]:
         if rem is None:
-            t = np.full((3, cpu.size), np.nan)
+            t = held = np.full((3, cpu.size), np.nan)
         else:
-            t = lost[:, None] + rem * spe[None, :]
+            t = done_at(rem)
+            held = lost[:, None] + rem * spe[None, :]
         if deadline is None:
             met = np.full((3, cpu.size), -1, dtype=np.int64)
         else:
-            met = (t <= deadline - now).astype(np.int64)  # NaN (unreachable) compares False: missed
+            # A deadline is judged with the level held (the phase model's "fastest later" is a
+            # guess about others' completions; a deadline is not staked on it).
+            met = (held <= deadline - now).astype(np.int64)  # NaN (unreachable) compares False: missed
         return t, met
 
     t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline)
@@ -143,6 +168,10 @@ def build_menu(
     # Waiting one interval and then getting the slowest level: pessimistic on purpose, so that the
     # planner prefers running a job slowly to leaving capacity idle (work conservation).
     wait_finish = interval + float(finish_s[MOVE].max())
+    if tau > 0:
+        # In a contended cluster a GPU job that waits makes no progress for the phase, then runs
+        # at its fastest level (the same assumption as every other option of the phase model).
+        wait_finish = max(tau, interval) + float(lost[MOVE]) + outlook.remaining_finish * fast
     weight = max(1, int(round(job.priority * config.weights.priority_scale)))
     return JobMenu(
         index=index,
@@ -164,4 +193,5 @@ def build_menu(
         current_level=current_level,
         wait_finish_s=wait_finish,
         t1_slack_s=t1_slack,
+        phase_seconds=tau,
     )

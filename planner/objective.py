@@ -50,7 +50,7 @@ class Pricing:
     qoe_unit: float  # cost of one tier-2 miss for weight w_1
 
 
-def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
+def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | None = None) -> Pricing:
     """Fill every menu's integer costs in place and return the pricing constants."""
     w = config.weights
     R = w.time_resolution
@@ -66,7 +66,7 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
     total_w = int(sum(m.weight for m in menus))
     A = max(1, int(round(w.makespan_factor * total_w)))
     w1 = max(1, int(round(w.priority_scale)))
-    cw = _completion_weights(menus, w.completion_tilt)
+    cw = _completion_weights(menus, w.completion_tilt, now, w.gpu_age_exponent)
     t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
     latew = [int(round(w.lateness_factor * c)) if m.t1_slack_s is not None else 0 for m, c in zip(menus, cw, strict=True)]
     qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w)) + int(sum(latew))) * R / w1
@@ -105,7 +105,10 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig) -> Pricing:
         # Every active job is served whenever capacity allows (work conservation covers admission):
         # only a job at its max_epochs (about to end by itself) loses nothing by waiting.
         done = m.outlook.remaining_finish <= 0
-        m.wait_unserved = 0 if done else int(math.ceil(t1_cost * w.unserved_over_tier1))
+        # A GPU job priced with the phase model waits at the cost of its time alone: there a
+        # short job may hold GPUs a long one waits for, as shortest-remaining-first would.
+        free = done or m.phase_seconds > 0
+        m.wait_unserved = 0 if free else int(math.ceil(t1_cost * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * move_q if pausing else 0
         m.wait_time_cost = (c + c1) * m.wait_q + cl * wait_late
@@ -119,11 +122,15 @@ def _tier1_open(m: JobMenu) -> bool:
     return o.job.target is not None and not o.tier1_reached
 
 
-def _completion_weights(menus: Sequence[JobMenu], tilt: float) -> list[int]:
+def _completion_weights(
+    menus: Sequence[JobMenu], tilt: float, now: float | None = None, age_exponent: float = 0.0
+) -> list[int]:
     """Integer completion weights: the priority weight leaned towards jobs with less work left.
 
     A job's work left is its fastest predicted finish over its options; the lean is
     ``(median / own) ** tilt`` clipped to [1/8, 8], so the weights stay within 64x of each other.
+    A GPU job priced with the phase model is also aged: times ``(1 + time in the system / work
+    left) ** age_exponent``, at most 8.
     """
     if tilt <= 0 or not menus:
         return [m.weight for m in menus]
@@ -138,5 +145,11 @@ def _completion_weights(menus: Sequence[JobMenu], tilt: float) -> list[int]:
     out = []
     for m, x in zip(menus, left, strict=True):
         lean = 1.0 if not math.isfinite(x) else min(8.0, max(1.0 / 8.0, (mid / max(x, 1e-9)) ** tilt))
+        sub = m.outlook.job.submitted
+        if age_exponent > 0 and m.phase_seconds > 0 and now is not None and sub is not None and math.isfinite(x):
+            # Ageing (the response ratio of highest-response-ratio-next): a job that has been in
+            # the system long against the work it has left gains weight, so shortest-first
+            # does not starve it.
+            lean *= min(8.0, (1.0 + max(now - sub, 0.0) / max(x, 1e-9)) ** age_exponent)
         out.append(max(1, int(round(m.weight * lean))))
     return out

@@ -1,0 +1,140 @@
+"""Issue 11: the phase model for GPU jobs in a contended cluster.
+
+"Held until done" prices a long job's dip as lasting to its end, so a short job never gets the
+GPUs of a long one, and serving every job first turns a contended GPU cluster into processor
+sharing at the smallest GPU counts. The phase model prices an allocation as held for
+``gpu_phase_seconds`` (then the fastest level), lets a GPU job wait at the cost of its time alone,
+and ages long jobs so that shortest-first does not starve them. These tests pin each part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from planner import ObjectiveWeights, PlannerConfig, Snapshot, check_plan, plan
+from planner.build import gpu_phase_seconds
+from planner.outlook import build_outlook
+
+# Measured per-epoch times of a data-parallel job (seconds, by GPU count): near-linear speed-up.
+SPEED = [{"cpu_millis": 4000, "gpus": g, "seconds_per_epoch": s} for g, s in ((1, 400.0), (2, 205.0), (4, 105.0))]
+
+
+def _job(job_id: str, epochs_left: float, **over: Any) -> dict[str, Any]:
+    done = 2.0
+    job: dict[str, Any] = {
+        "id": job_id,
+        "status": "pending",
+        "min_cpu_millis": 4000,
+        "max_cpu_millis": 4000,
+        "min_gpus": 1,
+        "max_gpus": 4,
+        "checkpoint_seconds": 30,
+        "restart_seconds": 60,
+        "history": [{"time": 100.0 * e, "epoch": e, "loss": 2.0 / e} for e in (1.0, done)],
+        "speed": SPEED,
+        "target": {"metric": "loss", "direction": "lower", "tier1": {"value": 1e-9}, "max_epochs": done + epochs_left},
+    }
+    job.update(over)
+    return job
+
+
+def _snap(jobs: list[dict[str, Any]], gpus: int = 4, nodes: int = 1) -> Snapshot:
+    return Snapshot.model_validate(
+        {
+            "time": 10_000.0,
+            "nodes": [{"name": f"n{i}", "cpu_millis": 32000, "gpus": gpus, "memory_mib": 0} for i in range(nodes)],
+            "jobs": jobs,
+            "settings": {"migration_budget": 4, "interval_seconds": 120},
+        }
+    )
+
+
+def _config(**weights: Any) -> PlannerConfig:
+    return PlannerConfig(time_limit=2.0, weights=dataclasses.replace(ObjectiveWeights(), **weights))
+
+
+def _outlooks(snapshot: Snapshot, config: PlannerConfig) -> list[Any]:
+    return [build_outlook(j, snapshot.settings, config) for j in snapshot.jobs]
+
+
+def _gpus(snapshot: Snapshot, config: PlannerConfig) -> dict[str, int]:
+    result = plan(snapshot, config)
+    assert check_plan(snapshot, result.plan) == []
+    return {a.job: (a.gpus if a.node else 0) for a in result.plan.assignments}
+
+
+LONG_RUNNING = _job("long", 200.0, status="running", node="n0", allocation={"cpu_millis": 4000, "gpus": 4}, submitted=9000.0)
+SHORT = _job("short", 2.0, submitted=10_000.0)
+
+
+def test_contention_switches_the_phase_model_on() -> None:
+    """The phase applies only when the GPU jobs' largest asks exceed the cluster's GPUs."""
+    config = _config()
+    contended = _snap([LONG_RUNNING, SHORT])
+    roomy = _snap([LONG_RUNNING, SHORT], nodes=2)
+    assert gpu_phase_seconds(contended.nodes, _outlooks(contended, config), config) == config.weights.gpu_phase_seconds
+    assert gpu_phase_seconds(roomy.nodes, _outlooks(roomy, config), config) == 0.0
+
+
+def test_a_short_job_takes_the_gpus_of_a_long_one() -> None:
+    """Towards shortest-remaining-first on GPUs: a 2-epoch job arriving at a node held by a
+    200-epoch job gets more of it than held-until-done gives it (there the long job's dip is priced
+    as lasting its whole run, so the short job gets one GPU and the long one keeps three)."""
+    snap = _snap([LONG_RUNNING, SHORT])
+    new = _gpus(snap, _config())
+    old = _gpus(snap, _config(gpu_phase_seconds=0.0))
+    assert new["short"] >= 2 and new["short"] > old["short"]
+    assert sum(new.values()) == 4 and sum(old.values()) == 4
+
+
+def test_a_long_job_may_wait_for_a_short_one() -> None:
+    """Serving every job first is processor sharing at the smallest GPU counts; in a contended
+    cluster the phase model may pause a long job so that a short one runs on more GPUs."""
+    mid = _job("mid", 100.0, status="running", node="n0", allocation={"cpu_millis": 4000, "gpus": 2}, submitted=9500.0)
+    long_ = dict(LONG_RUNNING, allocation={"cpu_millis": 4000, "gpus": 2})
+    snap = _snap([long_, mid, SHORT])
+    old = _gpus(snap, _config(gpu_phase_seconds=0.0))
+    assert min(old.values()) >= 1 and old["short"] == 1  # everyone served, the short job on one GPU
+    new = _gpus(snap, _config())
+    assert new["short"] >= 2 and min(new.values()) == 0 and sum(new.values()) == 4
+
+
+def test_no_job_waits_while_its_gpus_are_free() -> None:
+    """Work conservation survives the missing "serve every job" penalty: with a free GPU, a waiting
+    GPU job starts (running at one GPU beats waiting for the phase in the model too)."""
+    others = [
+        _job(f"r{i}", 50.0, status="running", node="n0", allocation={"cpu_millis": 4000, "gpus": 1}, resizable=False)
+        for i in range(3)
+    ]
+    got = _gpus(_snap([*others, _job("new", 100.0)]), _config())
+    assert got["new"] >= 1
+
+
+def test_uncontended_plans_are_unchanged() -> None:
+    """Where every job can hold its largest ask the phase model is off: the plan is the old one."""
+    snap = _snap([LONG_RUNNING, SHORT], nodes=2)
+    new = plan(snap, _config()).plan
+    old = plan(snap, _config(gpu_phase_seconds=0.0)).plan
+    assert [a.model_dump() for a in new.assignments] == [a.model_dump() for a in old.assignments]
+
+
+@pytest.mark.parametrize("age_exponent", [0.0, 2.0])
+def test_ageing_weighs_a_job_that_waited_long(age_exponent: float) -> None:
+    """A long job that has been in the system long gains completion weight (the response ratio),
+    so shortest-first does not starve it; off (0), its weight does not depend on its age."""
+    from planner.build import build_problem
+
+    def weight_of(submitted: float) -> int:
+        snap = _snap([_job("old", 20.0, submitted=submitted), SHORT, _job("mid", 5.0, submitted=10_000.0)])
+        config = _config(gpu_age_exponent=age_exponent)
+        problem, _ = build_problem(snap, _outlooks(snap, config), config)
+        return problem.menus[0].completion_weight
+
+    fresh, aged = weight_of(10_000.0), weight_of(10_000.0 - 40_000.0)
+    if age_exponent:
+        assert aged > fresh
+    else:
+        assert aged == fresh
