@@ -2,13 +2,16 @@
 
     flowplan sandbox up [--nodes N] [--gpus-per-node G] [--dir DIR] [--port P]
     export KUBECONFIG=...          # the line 'up' prints
+    flowplan sandbox train --state PATH [--speedup X] [--for S]   # the pods' progress, made up
     flowplan sandbox down [--dir DIR]
 
 A real etcd and kube-apiserver on loopback, and kwok's fake kubelets for N nodes
 (:mod:`adapters.kubernetes.sandbox`). The processes keep running after ``up`` returns; ``down``
 stops exactly those (by the process ids ``up`` recorded) and removes the directory. The binaries
 must have been built first (``bash deploy/sandbox/build.sh``); a missing one, a port in use or a
-process that fails to start is one line on stderr and exit code 2.
+process that fails to start is one line on stderr and exit code 2. The fake kubelets run no
+container: ``train`` plays each FlowPlan pod's training from measured curves into the state store
+the daemon reads (:mod:`adapters.kubernetes.sandbox_train`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flowplan.argtypes import whole
+from flowplan.argtypes import positive, positive_seconds, whole
 
 
 def register(sub: Any) -> None:
@@ -28,7 +31,7 @@ def register(sub: Any) -> None:
         description="A local Kubernetes control plane for trying FlowPlan and for tests. "
         "'up' prints 'export KUBECONFIG=<path>'; 'down' stops it and removes its files.",
     )
-    ss = p.add_subparsers(dest="sandbox_command", metavar="up|down")
+    ss = p.add_subparsers(dest="sandbox_command", metavar="up|train|down")
     ss.required = True
     up = ss.add_parser("up", help="start etcd, kube-apiserver and kwok with N fake nodes")
     up.add_argument("--nodes", type=whole(1, 5000), default=3, metavar="N", help="fake nodes (default 3)")
@@ -39,6 +42,21 @@ def register(sub: Any) -> None:
     )
     up.add_argument("--dir", metavar="DIR", help="where its files live (default ~/.cache/flowplan/sandbox)")
     up.set_defaults(func=run_up)
+    train = ss.add_parser(
+        "train",
+        help="make up the FlowPlan pods' training from measured curves, into the daemon's state store",
+        description="kwok's fake nodes run no container. This plays each bound FlowPlan pod's training from "
+        "the measured curves (AdaptDL traces) at the CPU it is guaranteed, SPEEDUP times faster than real "
+        "time, writes each whole epoch to the state store (give the daemon the same --state), and marks a "
+        "pod Succeeded at its last epoch. Runs until every pod it played is done, --for elapses, or Ctrl-C.",
+    )
+    train.add_argument("--state", required=True, metavar="PATH", help="the state store the daemon uses (--state)")
+    train.add_argument("--namespace", default="default", help="the pods' namespace (default: default)")
+    train.add_argument("--kubeconfig", metavar="PATH", help="default: $KUBECONFIG, else the sandbox's")
+    train.add_argument("--speedup", type=positive, default=30.0, metavar="X", help="times real time (default 30)")
+    train.add_argument("--every", type=positive_seconds, default=2.0, metavar="S", help="seconds between steps (default 2)")
+    train.add_argument("--for", dest="duration", type=positive_seconds, metavar="S", help="stop after S seconds")
+    train.set_defaults(func=run_train)
     down = ss.add_parser("down", help="stop the sandbox and remove its files")
     down.add_argument("--dir", metavar="DIR", help="the sandbox's directory (default ~/.cache/flowplan/sandbox)")
     down.set_defaults(func=run_down)
@@ -62,6 +80,49 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"sandbox up: {len(info.nodes)} fake node(s){gpus}, API server {info.server}", file=sys.stderr)
     print(f"export KUBECONFIG={info.kubeconfig}")
     return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from adapters.kubernetes.sandbox import default_dir
+    from adapters.kubernetes.sandbox_train import SandboxTrainer
+    from flowplan.cli import UsageError
+    from store import StateStore, StoreError
+
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG") or str(default_dir() / "kubeconfig")
+    try:
+        from kubernetes import client, config
+
+        api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    except Exception as exc:  # no file, a bad one
+        raise UsageError(f"--kubeconfig: {kubeconfig}: {exc} (run 'flowplan sandbox up' first)") from None
+    try:
+        store = StateStore(args.state)
+    except (StoreError, OSError) as exc:
+        raise UsageError(f"--state: {args.state}: {exc}") from None
+    trainer = SandboxTrainer(api, store, args.namespace, args.speedup)
+    started = time.monotonic()
+    print(f"sandbox train: namespace {args.namespace}, {args.speedup:g}x real time, points to {args.state}", file=sys.stderr)
+    try:
+        while True:
+            try:
+                lines = trainer.step()
+            except Exception as exc:  # the server went away: say so once a step, keep going
+                lines = [f"API server: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"]
+            for line in lines:
+                print(line, flush=True)
+            if trainer.finished and not trainer.playing:
+                print(f"sandbox train: all {len(trainer.finished)} pod(s) done", file=sys.stderr)
+                return 0
+            if args.duration is not None and time.monotonic() - started >= args.duration:
+                return 0
+            time.sleep(args.every)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        store.close()
 
 
 def run_down(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@
 Each pod asks for FlowPlan as its scheduler (``schedulerName: flowplan``), declares its bounds and
 a tier-1 target in ``flowplan.io/*`` annotations (docs/kubernetes.md), and starts small (250m
 requested, a 4-core limit): the daemon binds it to a node and sizes its CPU in place. The sandbox's
-fake kubelets run no container, so these pods make no progress of their own.
+fake kubelets run no container: each pod names the measured run it plays
+(``sandbox.flowplan.io/model``) and ``flowplan sandbox train`` makes up its progress from it.
 
 Each pod also projects its own annotations into ``/etc/flowplan/annotations`` (a downward-API
 volume) and names that directory in ``FLOWPLAN_CONTROL_DIR``: that is how a job using
@@ -17,6 +18,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+#: What each pod plays in the sandbox (``flowplan sandbox train``): a measured model, 20 epochs of it
+#: (ncf has 10), and a tier-1 target at what the measured run reached at 60 % of them.
+MODEL_ANNOTATION = "sandbox.flowplan.io/model"
+PLAYS = (("cifar10", 128, 20), ("deepspeech2", 20, 20), ("yolov3", 8, 20), ("ncf", 256, 10))
+
+
+def _targets() -> list[tuple[str, dict[str, str]]]:
+    from adapters.kubernetes.sandbox_train import target_for
+
+    return [(f"{m}/{b}", target_for(m, b, e)) for m, b, e in PLAYS]
+
+
+TARGETS = _targets()
 
 
 def pod(name: str, namespace: str, index: int) -> dict[str, object]:
@@ -31,10 +46,9 @@ def pod(name: str, namespace: str, index: int) -> dict[str, object]:
                 "flowplan.io/min_cpu_millis": "250",
                 "flowplan.io/max_cpu_millis": "4000",
                 "flowplan.io/priority": "2" if index % 4 == 0 else "1",
-                "flowplan.io/target.metric": "accuracy",
-                "flowplan.io/target.direction": "higher",
-                "flowplan.io/target.tier1": "0.90",
-                "flowplan.io/target.tier1.within": str(1800 + 600 * (index % 5)),
+                **TARGETS[index % len(TARGETS)][1],
+                "flowplan.io/target.tier1.within": str(300 + 120 * (index % 5)),
+                MODEL_ANNOTATION: TARGETS[index % len(TARGETS)][0],
             },
         },
         "spec": {
