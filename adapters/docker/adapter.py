@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -122,7 +122,7 @@ class Observation:
     failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
 
 
-class DockerAdapter:
+class DockerAdapter(Adapter):
     """Observe and change jobs on one or more Docker hosts (see the module docstring for what it assumes)."""
 
     def __init__(

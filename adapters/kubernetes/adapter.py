@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.kubernetes.annotations import (
@@ -103,7 +103,7 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
 
 
-class KubernetesAdapter:
+class KubernetesAdapter(Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(

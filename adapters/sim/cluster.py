@@ -44,7 +44,7 @@ from typing import cast
 
 import numpy as np
 
-from adapters.base import Change, Outcome
+from adapters.base import Adapter, Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
@@ -189,7 +189,7 @@ class SimJob:
         return None
 
 
-class SimCluster:
+class SimCluster(Adapter):
     """A virtual cluster driven by the control loop; also its clock (``sleep`` advances the simulation)."""
 
     def __init__(self, scenario: Scenario, jobs: Sequence[JobSpec], library: TraceLibrary, seed: int) -> None:
