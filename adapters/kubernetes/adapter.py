@@ -297,6 +297,8 @@ class KubernetesAdapter(Adapter):
         if ch.kind == "pause":
             return self._recreate(ch, placed, None)
         if ch.kind == "deliver":
+            if DELIVER_REQUESTED in self._fresh(placed.pod).annotations:
+                return "already asked to deliver"
             self._annotate(placed.pod, {DELIVER_REQUESTED: _now_text()})
             return "asked to deliver (annotation flowplan.io/deliver-requested)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
@@ -308,11 +310,13 @@ class KubernetesAdapter(Adapter):
         assert ch.node is not None
         pod = self._fresh(placed.pod)
         if pod.node is not None:
-            if pod.node != ch.node:
-                return self._recreate(ch, placed, ch.node)
-            if self._in_effect(ch, placed, pod):
+            # A start is for a pending job (planner/transitions.py): a pod already bound there as asked
+            # is a repeat (ok); anywhere else or otherwise, moving or resizing it is another action.
+            if pod.node == ch.node and self._in_effect(ch, placed, pod):
                 return f"already bound to {ch.node}"
-            return self._set_cpu(ch, placed, pod)
+            raise KubernetesAdapterError(
+                "conflict", f"job {ch.job}: {pod.name} is already bound to {pod.node}; a start is for a pending job"
+            )
         if pod.gpus != ch.gpus:
             return self._recreate(ch, placed, ch.node)
         body = {
@@ -343,6 +347,9 @@ class KubernetesAdapter(Adapter):
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         pod = self._fresh(placed.pod)
+        if pod.node is None:
+            why = f"job {ch.job}: {pod.name} is unbound: a pending job is started, not resized"
+            raise KubernetesAdapterError("conflict", why)
         if pod.node != ch.node:
             raise KubernetesAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but its pod is on {pod.node}")
         if self._in_effect(ch, placed, pod):
@@ -413,6 +420,11 @@ class KubernetesAdapter(Adapter):
         old = self._fresh(placed.pod)
         if target is None and old.node is None:
             return "already pending"
+        if ch.kind == "migrate" and old.node is None:
+            why = f"job {ch.job}: {old.name} is unbound: a pending job is started, not migrated"
+            raise KubernetesAdapterError("conflict", why)
+        if ch.kind == "migrate" and old.node == target and self._in_effect(ch, placed, old):
+            return f"already on {target} at {ch.cpu_millis}m/{ch.gpus}g"  # migrated already (a repeated change)
         request, limit = self._wanted(ch, placed, old)
         body = replacement(old, ch.job, target, request, limit, ch.gpus)
         if target is not None:  # bound at creation: by this daemon
@@ -429,6 +441,8 @@ class KubernetesAdapter(Adapter):
                 exc.kind, f"job {ch.job}: replacement pod not created ({exc.message}); {old.name} left as it was"
             ) from exc
         new_name = created["metadata"]["name"]
+        # The job is the new pod now: a repeat of this change before the next observe sees it.
+        self.last.placed[ch.job] = Placed(pod_view(created), placed.labels, placed.duplicates)
         try:
             self._json(self.api.delete_namespaced_pod, old.name, old.namespace)
             gone = f"deleted {old.name}"

@@ -562,7 +562,7 @@ class SimCluster(Adapter):
         lifted: dict[str, tuple[str, int, int, int | None]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
-            if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None:
+            if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None and not _in_effect(j, c):
                 lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit)
                 self._checkpoint(j)
                 self._unplace(j)  # holds nothing while it moves
@@ -593,7 +593,7 @@ class SimCluster(Adapter):
             return Outcome(c, True, message="tier-1 model delivered")
         if c.kind == "pause":
             if j.status != "running":
-                return Outcome(c, False, "conflict", "not running")
+                return Outcome(c, True, message="already paused (pending)")
             self._checkpoint(j)
             self._unplace(j)
             j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
@@ -602,21 +602,23 @@ class SimCluster(Adapter):
             return Outcome(c, True)
         if c.node is None or c.node not in self.nodes:
             return Outcome(c, False, "invalid", f"unknown node {c.node}")
+        if _in_effect(j, c):  # applied already (a repeated change): nothing to do, nothing counted
+            return Outcome(c, True, message=f"already running on {c.node} at {c.cpu_millis}m/{c.gpus}g")
+        if c.kind == "start" and j.status != "pending":
+            return Outcome(c, False, "conflict", f"running on {j.node} at {j.cpu_millis}m: a start is for a pending job")
+        if c.kind in ("migrate", "resize") and j.status != "running":
+            return Outcome(c, False, "conflict", f"not running: a pending job is started, not {c.kind}d")
         cpu, gpu, mem = self._free(c.node, j.spec.id)
         r = j.replicas
         if c.cpu_millis * r > cpu or c.gpus * r > gpu or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
             return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpu} GPUs free)")
         if c.kind == "start":
-            if j.status != "pending":
-                return Outcome(c, False, "conflict", "not pending")
             self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds)
             j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
             self.events.append((now, j.spec.id, f"start on {c.node}"))
             return Outcome(c, True)
-        if j.status != "running":
-            return Outcome(c, False, "conflict", "not running")
         if c.kind == "resize":
             cap_only = (c.cpu_millis, c.gpus) == (j.cpu_millis, j.gpus)  # docker update --cpus: live for any job
             if c.node != j.node or not (j.spec.resizable or cap_only):
@@ -643,3 +645,12 @@ class SimCluster(Adapter):
         j.lost_epochs += lost
         j.progress = j.ckpt_progress
         j.since_ckpt = 0.0
+
+
+def _in_effect(j: SimJob, c: Change) -> bool:
+    """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
+    return j.status == "running" and j.node == c.node and (j.cpu_millis, j.gpus, j.cpu_limit) == (
+        c.cpu_millis,
+        c.gpus,
+        c.cpu_limit_millis,
+    )
