@@ -40,13 +40,15 @@ simulator, real Docker engines and a real kube-apiserver):
   nothing: an adapter never turns one action into another that costs the job more (a start into a
   migration spends a checkpoint-restart the plan did not price).
 - **Observe after apply.** After an ``ok`` outcome the next ``observe`` shows what was asked
-  (:func:`adapters.daemon.in_effect`), or the job has moved on by itself (finished).
+  (:func:`adapters.daemon.in_effect`), or the job has moved on by itself (finished); a delivery
+  shows once the job reports it (Docker) or once it was asked (Kubernetes, the simulator).
 - **Restart safe.** All the state that matters lives in the cluster (and the state store): a fresh
   adapter on the same cluster observes the same nodes, jobs and allocations.
 - **Eventual consistency.** An outcome says what the adapter did and saw; a real cluster may still
   be carrying it out (a kubelet resizing), and the next ``observe`` is the truth.
 
-Failure kinds (:data:`ErrorKind`), each mapped from the backend's own errors at the boundary
+``docs/adapters.md`` has the same with a table of each change by its job's state. Failure kinds
+(:data:`ErrorKind`), each mapped from the backend's own errors at the boundary
 (``adapters/docker/errors.py``, ``adapters/kubernetes/errors.py``):
 
 ============  ==============================================================================

@@ -17,7 +17,9 @@ What it assumes (read before relying on it):
 - **Eventual consistency, partial failure.** Each change is carried out on its own; a failure is an
   :class:`~adapters.base.Outcome` with an error kind, never an exception, and the next interval
   observes the result and plans again. Changes are idempotent: repeating one that already took
-  effect is a no-op that reports ``ok``.
+  effect is a no-op that reports ``ok``. A change for a job in another state than its action
+  starts from (a start of a running container, a migration or resize of a stopped one) is a
+  ``conflict`` and changes nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``).
 
 Migration (and every re-create: a GPU change, a start on another host): SIGTERM asks the job to
 checkpoint and exit; the adapter waits up to ``checkpoint_timeout`` seconds. If the job does not exit

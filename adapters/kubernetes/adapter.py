@@ -35,8 +35,11 @@ What it assumes (read before relying on it):
 - **Eventual consistency, partial failure.** Each change is carried out on its own; every API error
   is an :class:`~adapters.base.Outcome` (``forbidden``, ``not_found``, ``conflict``, ``invalid``,
   ``transient``, ``engine_down``), never an exception. Repeating a change that already took effect
-  is a no-op that reports ``ok``. ``observe`` raises :class:`KubernetesAdapterError` when the server
-  cannot be listed at all (the daemon logs the interval as failed and tries again).
+  is a no-op that reports ``ok``; a change for a job in another state than its action starts from
+  (a start of a bound pod, a migration or resize of an unbound one) is a ``conflict`` and changes
+  nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``). ``observe`` raises
+  :class:`KubernetesAdapterError` when the server cannot be listed at all (the loop logs the
+  interval as failed and tries again).
 
 Node capacity is the node's allocatable less what other (non-FlowPlan) pods bound to it request. A
 node is schedulable for FlowPlan when Ready, not cordoned and without a ``NoSchedule`` /

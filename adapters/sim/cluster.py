@@ -29,6 +29,10 @@ and cap, its targets and bounds. What it does (``apply``):
 - ``pause``: as a migration, but the job waits unplaced;
 - ``deliver``: the tier-1 model is handed over (recorded).
 
+As every adapter (:mod:`adapters.base`), it treats a change already in effect as an ``ok`` no-op
+(nothing placed again, nothing counted) and a change for a job in another state than its action
+starts from (a start of a running job, a migration or resize of a pending one) as a ``conflict``.
+
 ``sleep`` (the clock) ends early at the first arrival or finish (``replan_on_events``), so the loop
 re-plans at once. A job finishes at its last epoch (``epochs``), or, with ``stop_at_target``, at the
 first epoch whose reported metric reaches its last tier. Everything random comes from the run's seed.
