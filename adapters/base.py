@@ -1,12 +1,68 @@
-"""The adapter protocol: what the control loop needs from a cluster, whatever runs it.
+"""The adapter protocol: what the control loop and the daemon need from a cluster, whatever runs it.
 
-An adapter turns a cluster (Docker hosts, a Kubernetes cluster, the simulator) into two calls:
+An adapter turns a cluster (Docker hosts, a Kubernetes cluster, the simulator) into four calls, and
+:class:`Adapter` is their contract. Every adapter subclasses it explicitly, so mypy checks each one
+against it and the calls an adapter has nothing to do for inherit a default.
 
-- ``observe()`` returns the cluster as a :class:`~planner.snapshot.Snapshot`: nodes, jobs, their
-  allocations and metric histories: only what the adapter can see, never a ground truth;
-- ``apply(changes)`` carries out a list of :class:`Change` (start, resize, migrate, pause, deliver)
-  and returns one :class:`Outcome` per change. Errors are data, mapped to a few kinds, never
-  exceptions: the loop records them and plans again next interval.
+``observe() -> Snapshot``
+    The cluster now, as a :class:`~planner.snapshot.Snapshot`: nodes, FlowPlan's jobs, their
+    allocations and metric histories. Only what the adapter can see, never a ground truth. A
+    workload that is not FlowPlan's (another user's container or pod, another daemon's scope) is
+    not a job; it is never changed, at most named in its node's labels. ``observe`` may raise when
+    the cluster cannot be read at all (an API server down); the loop then records a failed interval.
+``apply(changes) -> list[Outcome]``
+    Carries out the :class:`Change` list in order, each on its own, and returns one
+    :class:`Outcome` per change, in the same order. It acts on what the last ``observe`` saw (the
+    jobs it names must have been observed), re-reading each workload it touches.
+``reconcile() -> list[str]``
+    Settles what the last ``observe`` found inconsistent and no plan can express: today, a job with
+    two workloads after an interrupted migration. Returns a line per thing it did. The daemon calls
+    it on start (after an ``observe``) and after every applied interval, so it must call nothing
+    when there is nothing to settle. Default: nothing to settle.
+``close()``
+    Releases connections and threads. Default: nothing to release.
+
+What every adapter guarantees (``tests/test_adapter_contract.py`` checks each one against the
+simulator, real Docker engines and a real kube-apiserver):
+
+- **Errors are data.** A change that cannot be carried out becomes a failed :class:`Outcome` with an
+  :data:`ErrorKind`, never an exception out of ``apply``; the other changes of the list still run
+  (partial failure). The loop records the outcome; the next interval observes and plans again.
+- **Idempotent.** A change whose effect is already observed (the job runs on that node with that
+  allocation; a paused job is pending; a delivery was asked) is a no-op reported ``ok``, however
+  often it is repeated, by this adapter or a fresh one (a restarted daemon). Nothing is restarted,
+  re-created or counted twice. :meth:`Change.key` identifies a change for that purpose.
+- **One meaning per action** (:mod:`planner.transitions`): a change applies to the job state its
+  transition starts from. ``start`` is for a pending job (a job already running there with that
+  allocation is the no-op above); ``migrate`` and ``resize`` are for a running job; ``pause`` stops a
+  running one. A change for a job in another state (a plan made from a stale snapshot: a start for
+  a job running elsewhere, a migration of a pending job) is refused as ``conflict`` and changes
+  nothing: an adapter never turns one action into another that costs the job more (a start into a
+  migration spends a checkpoint-restart the plan did not price).
+- **Observe after apply.** After an ``ok`` outcome the next ``observe`` shows what was asked
+  (:func:`adapters.daemon.in_effect`), or the job has moved on by itself (finished); a delivery
+  shows once the job reports it (Docker) or once it was asked (Kubernetes, the simulator).
+- **Restart safe.** All the state that matters lives in the cluster (and the state store): a fresh
+  adapter on the same cluster observes the same nodes, jobs and allocations.
+- **Eventual consistency.** An outcome says what the adapter did and saw; a real cluster may still
+  be carrying it out (a kubelet resizing), and the next ``observe`` is the truth.
+
+``docs/adapters.md`` has the same with a table of each change by its job's state. Failure kinds
+(:data:`ErrorKind`), each mapped from the backend's own errors at the boundary
+(``adapters/docker/errors.py``, ``adapters/kubernetes/errors.py``):
+
+============  ==============================================================================
+kind          meaning
+============  ==============================================================================
+not_found     the job (or its workload) is not there: never observed, gone since, not active
+conflict      the job is not in the state the change starts from, another writer got there
+              first (a stale version, a name taken, a lost lease), or the node lacks room
+transient     a timeout or a busy server; the same change may work next interval
+engine_down   the cluster (a Docker engine, the API server) cannot be reached
+invalid       a change that can never work as asked: an unknown node, a gang where there are
+              none, a resize that cannot be done live, a request the server refuses
+forbidden     the credentials may not do this (Kubernetes RBAC)
+============  ==============================================================================
 
 A :class:`Clock` gives the loop its time: the wall clock for real clusters, a virtual one for the
 simulator (where ``sleep`` advances the simulation).
@@ -23,7 +79,7 @@ from typing import Literal, Protocol
 from planner.snapshot import Snapshot
 
 ChangeKind = Literal["start", "resize", "migrate", "pause", "deliver"]
-#: ``forbidden``: the credentials may not do this (Kubernetes RBAC); the others as their names say.
+#: What went wrong with a change, in a few kinds (the module docstring's table says what each means).
 ErrorKind = Literal["not_found", "conflict", "transient", "engine_down", "invalid", "forbidden"]
 
 
@@ -68,7 +124,12 @@ class Change:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one change: ``ok``, or an error of one of a few kinds with a message."""
+    """What happened to one change: ``ok`` (done now, or already in effect: ``message`` says which), or
+    failed with an ``error`` kind (:data:`ErrorKind`) and a ``message`` naming the job and the cause.
+
+    A failed outcome means the adapter left the job as it found it, or, where it could not (a
+    re-create that could not start the old workload again), the message says what is left.
+    """
 
     change: Change
     ok: bool
@@ -106,15 +167,30 @@ def apply_each(
 
 
 class Adapter(Protocol):
-    """A cluster as the control loop sees it."""
+    """A cluster as the control loop and the daemon see it: the contract of the module docstring.
+
+    Adapters subclass it explicitly (``class DockerAdapter(Adapter)``): mypy then checks every member
+    against it, and ``reconcile`` and ``close`` default to doing nothing.
+    """
 
     def observe(self) -> Snapshot:
-        """The cluster now (jobs, allocations, histories, settings)."""
+        """The cluster now (nodes, FlowPlan's jobs, allocations, histories, settings); may raise when
+        the cluster cannot be read at all."""
         ...
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
-        """Carry out ``changes`` in order; one outcome per change, errors as data."""
+        """Carry out ``changes`` in order, each on its own; one outcome per change, in order, errors as
+        data; idempotent (a change already in effect is an ``ok`` no-op)."""
         ...
+
+    def reconcile(self) -> list[str]:
+        """Settle what the last ``observe`` found inconsistent (a job with two workloads); a line per
+        thing done. Called after every applied interval: calls nothing when nothing is inconsistent."""
+        return []
+
+    def close(self) -> None:
+        """Release connections and threads."""
+        return None
 
 
 class Clock(Protocol):

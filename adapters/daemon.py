@@ -29,12 +29,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from adapters.base import Adapter, Clock
-from adapters.loop import ControlLoop, Policy, Recorder, Tick
+from adapters.loop import ControlLoop, Policy, Recorder, Tick, TickFailure
 from planner.snapshot import Snapshot
 from planner.transitions import TABLE
 
@@ -205,20 +205,19 @@ class Daemon:
                 if not self.dry_run:
                     self.store.finish_action(action_id, status, message)
                 lines.append(f"action {action_id} {action.get('kind')} {action.get('job')}: {status}: {message}")
-        reconcile = getattr(self.adapter, "reconcile", None)
-        if callable(reconcile) and not self.dry_run:
+        if not self.dry_run:
             if not pending:
-                self.adapter.observe()
-            lines.extend(reconcile())
+                self.adapter.observe()  # reconcile acts on what the last observe saw
+            lines.extend(self.adapter.reconcile())
         for line in lines:
             log.info("recover: %s", line)
         return lines
 
     def _tick(self, tick: Tick) -> None:
-        # An interrupted migration or a host that came back can leave a job with two containers.
-        reconcile = getattr(self.adapter, "reconcile", None)
-        if not self.dry_run and callable(reconcile) and _has_duplicates(self.adapter):
-            for line in reconcile():
+        # An interrupted migration or a host that came back can leave a job with two workloads. By
+        # the adapter contract, reconcile calls nothing when the last observe found none.
+        if not self.dry_run:
+            for line in self.adapter.reconcile():
                 log.info("reconcile: %s", line)
         if self._on_tick is not None:
             self._on_tick(tick)
@@ -235,36 +234,26 @@ class Daemon:
 
         - ``stopped`` is asked before every step, so a stop request that cuts a sleep short ends the
           run there instead of planning and applying once more;
-        - an interval that raises (a policy's bug, an adapter's) is logged and passed to
-          ``on_error``; nothing of it is applied, and the next interval plans again from what is
+        - an interval that raises (a policy's bug, an adapter's) is the loop's failure
+          (:class:`~adapters.loop.TickFailure`: logged as one line, its changes recorded as failed)
+          and its exception is passed to ``on_error``; the next interval plans again from what is
           observed. ``max_ticks`` counts such intervals too.
         """
         count, last = 0, None
         while (max_ticks is None or count < max_ticks) and not (stopped is not None and stopped()):
-            tick: Tick | None = None
             if self.guard is not None:
                 self.guard()
-            try:
-                tick = self.loop.step()
-            except Exception as exc:
-                log.error("interval failed, nothing applied; planning again next interval: %s: %s", type(exc).__name__, exc)
-                if on_error is not None:
-                    on_error(exc)
+            result = self.loop.step()
             count += 1
-            if tick is not None:
-                last = tick
-                if until is not None and until(tick):
+            if isinstance(result, TickFailure):
+                if on_error is not None:
+                    on_error(result.error)
+            else:
+                last = result
+                if until is not None and until(result):
                     break
             if (max_ticks is not None and count >= max_ticks) or (stopped is not None and stopped()):
                 break
-            interval = self.loop.interval
-            if interval is None:
-                interval = last.snapshot.settings.interval_seconds if last is not None else 60.0
-            self.loop.clock.sleep(interval)
+            self.loop.clock.sleep(self.loop.sleep_seconds(last))
         return count, last
 
-
-def _has_duplicates(adapter: Any) -> bool:
-    last = getattr(adapter, "last", None)
-    placed: Sequence[Any] = list(getattr(last, "placed", {}).values()) if last is not None else []
-    return any(getattr(p, "duplicates", None) for p in placed)

@@ -551,12 +551,13 @@ def test_wake_clock_wakes_after_debounce_and_ignores_own_events() -> None:
 
 
 def test_daemon_survives_a_failing_interval_and_stops_without_another() -> None:
+    from adapters.base import Adapter as AdapterProtocol
     from adapters.daemon import Daemon
     from planner.policies import make_policy
 
     snap = Snapshot(time=0, nodes=[Node(name="a", cpu_millis=2000)], jobs=[])
 
-    class Adapter:
+    class Adapter(AdapterProtocol):
         def observe(self) -> Snapshot:
             return snap
 

@@ -17,7 +17,9 @@ What it assumes (read before relying on it):
 - **Eventual consistency, partial failure.** Each change is carried out on its own; a failure is an
   :class:`~adapters.base.Outcome` with an error kind, never an exception, and the next interval
   observes the result and plans again. Changes are idempotent: repeating one that already took
-  effect is a no-op that reports ``ok``.
+  effect is a no-op that reports ``ok``. A change for a job in another state than its action
+  starts from (a start of a running container, a migration or resize of a stopped one) is a
+  ``conflict`` and changes nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``).
 
 Migration (and every re-create: a GPU change, a start on another host): SIGTERM asks the job to
 checkpoint and exit; the adapter waits up to ``checkpoint_timeout`` seconds. If the job does not exit
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -87,6 +89,8 @@ log = logging.getLogger("flowplan.docker")
 
 #: Exit codes after which a job can resume from its checkpoint (75 = EX_TEMPFAIL, "checkpointed").
 RESUMABLE_EXITS = (75, 137, 143)
+#: Container states in which the job is running (observed as ``running``).
+RUNNING_STATES = ("running", "paused", "restarting")
 DOWN_LABEL = "flowplan.io/down"
 UNMANAGED_PREFIX = "flowplan.io/unmanaged."
 MAX_CPU_LABEL = "flowplan.max_cpu_millis"
@@ -122,7 +126,7 @@ class Observation:
     failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
 
 
-class DockerAdapter:
+class DockerAdapter(Adapter):
     """Observe and change jobs on one or more Docker hosts (see the module docstring for what it assumes)."""
 
     def __init__(
@@ -619,9 +623,11 @@ class DockerAdapter:
         return now == (shares_for(ch.cpu_millis), cap)
 
     def _resize(self, ch: Change, placed: Placed) -> str:
+        c = self._fresh(placed)
+        if c.state not in RUNNING_STATES:
+            raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not resized")
         if ch.node != placed.host:
             raise DockerAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but it runs on {placed.host}")
-        c = self._fresh(placed)
         if c.gpu_count != ch.gpus:
             return self._recreate(ch, placed, c, ch.node)
         if self._in_effect(ch, placed, c):
@@ -634,11 +640,19 @@ class DockerAdapter:
     def _start(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
         host = self.hosts[ch.node]
-        if placed.host in self.last.down or placed.host != ch.node:
-            return self._recreate(ch, placed, placed.container, ch.node, stop_first=placed.host not in self.last.down)
+        if placed.host in self.last.down:  # its host is gone: started elsewhere from its checkpoint
+            return self._recreate(ch, placed, placed.container, ch.node, stop_first=False)
         c = self._fresh(placed)
-        if c.state == "running":
-            return "already running"
+        if c.state in RUNNING_STATES:
+            # A start is for a pending job (planner/transitions.py): one already running there as asked
+            # is a repeat (ok); anywhere else or otherwise, moving or resizing it is another action.
+            if self._running_as_asked(ch, placed, c):
+                return f"already running on {ch.node}"
+            raise DockerAdapterError(
+                "conflict", f"job {ch.job}: already running on {placed.host}; a start is for a pending job (re-planned next)"
+            )
+        if placed.host != ch.node:
+            return self._recreate(ch, placed, c, ch.node)
         if c.gpu_count != ch.gpus:
             return self._recreate(ch, placed, c, ch.node, stop_first=False)
         what = self._set_cpu(ch, placed, c)
@@ -668,20 +682,30 @@ class DockerAdapter:
             self._touch(c.id)
         return code
 
+    def _running_as_asked(self, ch: Change, placed: Placed, c: ContainerView) -> bool:
+        """Is ``c`` running on the change's host with its GPUs, guarantee and cap (a repeat of ``ch``)?"""
+        return c.state in RUNNING_STATES and placed.host == ch.node and c.gpu_count == ch.gpus and self._in_effect(ch, placed, c)
+
     def _pause(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
+        if c.state not in RUNNING_STATES:
+            return f"already stopped ({c.state})"
         code = self._checkpoint_stop(self.hosts[placed.host], c)
         return f"checkpointed and stopped (exit {code})"
 
     def _migrate(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
         c = self._fresh(placed)
-        if placed.host == ch.node and c.gpu_count == ch.gpus and c.state == "running":
-            # A restart in place with a new share (a job that cannot resize live).
-            pass
+        if c.state not in RUNNING_STATES:
+            raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not migrated")
+        if self._running_as_asked(ch, placed, c):  # migrated already (a repeated change): nothing to do
+            return f"already running on {ch.node} at {ch.cpu_millis}m/{ch.gpus}g"
+        # To another host, or a restart in place with a new share (a job that cannot resize live).
         return self._recreate(ch, placed, c, ch.node)
 
     def _deliver(self, ch: Change, placed: Placed) -> str:
+        if self._kv_json(f"docker.delivered.{ch.job}"):
+            return "already delivered"
         c = self._fresh(placed)
         if c.state == "exited" and c.exit_code == 0:
             # Tier 1 was reached at the last epoch and the job ended before the signal: its final
@@ -740,6 +764,10 @@ class DockerAdapter:
             except DockerAdapterError as exc:
                 removed = f"old container not removed ({exc.kind}: {exc.message})"
             self._touch(c.id)
+        try:  # the job is the new container now: a repeat of this change before the next observe sees it
+            self.last.placed[ch.job] = Placed(target_name, target.inspect(new_id), placed.labels, placed.duplicates)
+        except DockerAdapterError:
+            pass  # the next observe finds it
         cap_text = f" cap {cap}m" if cap is not None else ""
         return f"re-created on {target_name} at {ch.cpu_millis}m{cap_text}/{ch.gpus}g; {removed}"
 

@@ -35,8 +35,11 @@ What it assumes (read before relying on it):
 - **Eventual consistency, partial failure.** Each change is carried out on its own; every API error
   is an :class:`~adapters.base.Outcome` (``forbidden``, ``not_found``, ``conflict``, ``invalid``,
   ``transient``, ``engine_down``), never an exception. Repeating a change that already took effect
-  is a no-op that reports ``ok``. ``observe`` raises :class:`KubernetesAdapterError` when the server
-  cannot be listed at all (the daemon logs the interval as failed and tries again).
+  is a no-op that reports ``ok``; a change for a job in another state than its action starts from
+  (a start of a bound pod, a migration or resize of an unbound one) is a ``conflict`` and changes
+  nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``). ``observe`` raises
+  :class:`KubernetesAdapterError` when the server cannot be listed at all (the loop logs the
+  interval as failed and tries again).
 
 Node capacity is the node's allocatable less what other (non-FlowPlan) pods bound to it request. A
 node is schedulable for FlowPlan when Ready, not cordoned and without a ``NoSchedule`` /
@@ -57,7 +60,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.kubernetes.annotations import (
@@ -103,7 +106,7 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
 
 
-class KubernetesAdapter:
+class KubernetesAdapter(Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(
@@ -297,6 +300,8 @@ class KubernetesAdapter:
         if ch.kind == "pause":
             return self._recreate(ch, placed, None)
         if ch.kind == "deliver":
+            if DELIVER_REQUESTED in self._fresh(placed.pod).annotations:
+                return "already asked to deliver"
             self._annotate(placed.pod, {DELIVER_REQUESTED: _now_text()})
             return "asked to deliver (annotation flowplan.io/deliver-requested)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
@@ -308,11 +313,13 @@ class KubernetesAdapter:
         assert ch.node is not None
         pod = self._fresh(placed.pod)
         if pod.node is not None:
-            if pod.node != ch.node:
-                return self._recreate(ch, placed, ch.node)
-            if self._in_effect(ch, placed, pod):
+            # A start is for a pending job (planner/transitions.py): a pod already bound there as asked
+            # is a repeat (ok); anywhere else or otherwise, moving or resizing it is another action.
+            if pod.node == ch.node and self._in_effect(ch, placed, pod):
                 return f"already bound to {ch.node}"
-            return self._set_cpu(ch, placed, pod)
+            raise KubernetesAdapterError(
+                "conflict", f"job {ch.job}: {pod.name} is already bound to {pod.node}; a start is for a pending job"
+            )
         if pod.gpus != ch.gpus:
             return self._recreate(ch, placed, ch.node)
         body = {
@@ -343,6 +350,9 @@ class KubernetesAdapter:
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         pod = self._fresh(placed.pod)
+        if pod.node is None:
+            why = f"job {ch.job}: {pod.name} is unbound: a pending job is started, not resized"
+            raise KubernetesAdapterError("conflict", why)
         if pod.node != ch.node:
             raise KubernetesAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but its pod is on {pod.node}")
         if self._in_effect(ch, placed, pod):
@@ -413,6 +423,11 @@ class KubernetesAdapter:
         old = self._fresh(placed.pod)
         if target is None and old.node is None:
             return "already pending"
+        if ch.kind == "migrate" and old.node is None:
+            why = f"job {ch.job}: {old.name} is unbound: a pending job is started, not migrated"
+            raise KubernetesAdapterError("conflict", why)
+        if ch.kind == "migrate" and old.node == target and self._in_effect(ch, placed, old):
+            return f"already on {target} at {ch.cpu_millis}m/{ch.gpus}g"  # migrated already (a repeated change)
         request, limit = self._wanted(ch, placed, old)
         body = replacement(old, ch.job, target, request, limit, ch.gpus)
         if target is not None:  # bound at creation: by this daemon
@@ -429,6 +444,8 @@ class KubernetesAdapter:
                 exc.kind, f"job {ch.job}: replacement pod not created ({exc.message}); {old.name} left as it was"
             ) from exc
         new_name = created["metadata"]["name"]
+        # The job is the new pod now: a repeat of this change before the next observe sees it.
+        self.last.placed[ch.job] = Placed(pod_view(created), placed.labels, placed.duplicates)
         try:
             self._json(self.api.delete_namespaced_pod, old.name, old.namespace)
             gone = f"deleted {old.name}"

@@ -29,6 +29,10 @@ and cap, its targets and bounds. What it does (``apply``):
 - ``pause``: as a migration, but the job waits unplaced;
 - ``deliver``: the tier-1 model is handed over (recorded).
 
+As every adapter (:mod:`adapters.base`), it treats a change already in effect as an ``ok`` no-op
+(nothing placed again, nothing counted) and a change for a job in another state than its action
+starts from (a start of a running job, a migration or resize of a pending one) as a ``conflict``.
+
 ``sleep`` (the clock) ends early at the first arrival or finish (``replan_on_events``), so the loop
 re-plans at once. A job finishes at its last epoch (``epochs``), or, with ``stop_at_target``, at the
 first epoch whose reported metric reaches its last tier. Everything random comes from the run's seed.
@@ -44,7 +48,7 @@ from typing import cast
 
 import numpy as np
 
-from adapters.base import Change, Outcome
+from adapters.base import Adapter, Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
@@ -189,7 +193,7 @@ class SimJob:
         return None
 
 
-class SimCluster:
+class SimCluster(Adapter):
     """A virtual cluster driven by the control loop; also its clock (``sleep`` advances the simulation)."""
 
     def __init__(self, scenario: Scenario, jobs: Sequence[JobSpec], library: TraceLibrary, seed: int) -> None:
@@ -562,7 +566,7 @@ class SimCluster:
         lifted: dict[str, tuple[str, int, int, int | None]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
-            if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None:
+            if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None and not _in_effect(j, c):
                 lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit)
                 self._checkpoint(j)
                 self._unplace(j)  # holds nothing while it moves
@@ -593,7 +597,7 @@ class SimCluster:
             return Outcome(c, True, message="tier-1 model delivered")
         if c.kind == "pause":
             if j.status != "running":
-                return Outcome(c, False, "conflict", "not running")
+                return Outcome(c, True, message="already paused (pending)")
             self._checkpoint(j)
             self._unplace(j)
             j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
@@ -602,21 +606,23 @@ class SimCluster:
             return Outcome(c, True)
         if c.node is None or c.node not in self.nodes:
             return Outcome(c, False, "invalid", f"unknown node {c.node}")
+        if _in_effect(j, c):  # applied already (a repeated change): nothing to do, nothing counted
+            return Outcome(c, True, message=f"already running on {c.node} at {c.cpu_millis}m/{c.gpus}g")
+        if c.kind == "start" and j.status != "pending":
+            return Outcome(c, False, "conflict", f"running on {j.node} at {j.cpu_millis}m: a start is for a pending job")
+        if c.kind in ("migrate", "resize") and j.status != "running":
+            return Outcome(c, False, "conflict", f"not running: a pending job is started, not {c.kind}d")
         cpu, gpu, mem = self._free(c.node, j.spec.id)
         r = j.replicas
         if c.cpu_millis * r > cpu or c.gpus * r > gpu or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
             return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpu} GPUs free)")
         if c.kind == "start":
-            if j.status != "pending":
-                return Outcome(c, False, "conflict", "not pending")
             self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds)
             j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
             self.events.append((now, j.spec.id, f"start on {c.node}"))
             return Outcome(c, True)
-        if j.status != "running":
-            return Outcome(c, False, "conflict", "not running")
         if c.kind == "resize":
             cap_only = (c.cpu_millis, c.gpus) == (j.cpu_millis, j.gpus)  # docker update --cpus: live for any job
             if c.node != j.node or not (j.spec.resizable or cap_only):
@@ -643,3 +649,12 @@ class SimCluster:
         j.lost_epochs += lost
         j.progress = j.ckpt_progress
         j.since_ckpt = 0.0
+
+
+def _in_effect(j: SimJob, c: Change) -> bool:
+    """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
+    return j.status == "running" and j.node == c.node and (j.cpu_millis, j.gpus, j.cpu_limit) == (
+        c.cpu_millis,
+        c.gpus,
+        c.cpu_limit_millis,
+    )

@@ -28,6 +28,10 @@ from adapters.sim.truth import GroundTruth, TraceLibrary
 from planner.plan import Plan
 from planner.snapshot import Snapshot
 
+#: Failed intervals in a row after which a simulation stops with the error: one bad interval is
+#: skipped (as the daemon skips it), a policy that fails every interval is a bug to show.
+GIVE_UP_AFTER = 3
+
 
 @dataclass
 class JobResult:
@@ -83,6 +87,9 @@ class RunResult:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     #: per job: [(time, predicted finish time)] from the plans (null when the policy predicts nothing).
     eta: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: Intervals that raised (the loop's error boundary: logged, skipped); a run gives up after
+    #: :data:`GIVE_UP_AFTER` in a row.
+    failed_intervals: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -176,7 +183,15 @@ def simulate(
             observe_truth(cluster.truth())
             return policy(snapshot)
 
-    loop = ControlLoop(cluster, run_policy, cluster, interval=scenario.interval_seconds, on_tick=tick_hook, recorder=recorder)
+    loop = ControlLoop(
+        cluster,
+        run_policy,
+        cluster,
+        interval=scenario.interval_seconds,
+        on_tick=tick_hook,
+        recorder=recorder,
+        give_up_after=GIVE_UP_AFTER,
+    )
 
     def stop(_: Tick) -> bool:
         return cluster.done() or cluster.timed_out()
@@ -250,4 +265,5 @@ def simulate(
         jobs=results,
         timeline=timeline,
         eta=eta,
+        failed_intervals=loop.failed,
     )
