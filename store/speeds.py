@@ -57,7 +57,7 @@ def prior_from(
     max_jobs: int = PRIOR_MAX_JOBS,
 ) -> SpeedPrior | None:
     """The prior for a job of ``task`` / ``image`` (not ``exclude``, itself) from ``records``; see the module docstring."""
-    usable = [r for r in records if r.job != exclude and lends(r, min_epochs)]
+    usable = list({r.job: r for r in records if r.job != exclude and lends(r, min_epochs)}.values())  # each job once
     for basis, key in (("task", task), ("image", image)):
         if key is None:
             continue

@@ -302,6 +302,7 @@ def test_a_version_3_database_gets_the_speed_tables(tmp_path: Path) -> None:
 #: and image "img:1". Expected: (basis, jobs in order) or None.
 PRIOR_CASES = {
     "a finished job of the task": ([("a", "digits", "img:9", 30.0, True, 1.46)], ("task", ["a"])),
+    "a job of the task and the image, once": ([("a", "digits", "img:1", 30.0, True, 1.46)], ("task", ["a"])),
     "a long-running job of the task": ([("a", "digits", None, 2.0, False, 1.46)], ("task", ["a"])),
     "a job of the task not one epoch in yet does not lend": ([("a", "digits", None, 0.5, False, 1.46)], None),
     "the task before the image": (
