@@ -158,7 +158,8 @@ class SpeedModel:
     cpu_work: float
     gpu_work: float
     n_observations: int
-    #: "prior" (nothing observed), "scaled-prior" (one distinct allocation) or "fitted".
+    #: "prior" (nothing observed), "scaled-prior" (one distinct allocation) or "fitted"; the planner
+    #: marks a model fitted to similar jobs' speeds "borrowed" (:func:`planner.progress.job_speed`).
     source: str
     #: Root-mean-square relative error on the observations (``None`` without observations).
     relative_rmse: float | None = None
@@ -303,7 +304,8 @@ class PSSpeedModel:
     #: (θ0, θ1, θ2, θ3, θ4) of the form, in the units of the module docstring.
     theta: tuple[float, float, float, float, float]
     n_observations: int
-    #: "prior" (nothing observed), "scaled-prior" (one distinct allocation) or "fitted".
+    #: "prior" (nothing observed), "scaled-prior" (one distinct allocation) or "fitted"; the planner
+    #: marks a model fitted to similar jobs' speeds "borrowed" (:func:`planner.progress.job_speed`).
     source: str
     #: Root-mean-square relative error of seconds per epoch on the observations (``None`` without any).
     relative_rmse: float | None = None

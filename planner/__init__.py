@@ -11,7 +11,7 @@ from planner.errors import PlanCheckError, PlannerError, SnapshotError
 from planner.io import load_snapshot, parse_snapshot
 from planner.outlook import JobTruth
 from planner.plan import Assignment, Plan, Unserved
-from planner.snapshot import API_VERSION, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
+from planner.snapshot import API_VERSION, Job, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, SpeedPrior, Tier
 
 __all__ = [
     "API_VERSION",
@@ -32,6 +32,7 @@ __all__ = [
     "SnapshotError",
     "SolverName",
     "SpeedPoint",
+    "SpeedPrior",
     "Tier",
     "Unserved",
     "check_plan",

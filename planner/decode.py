@@ -46,7 +46,7 @@ def _action(m: JobMenu, way: int, level: int, node: str | None) -> Action:
 def _predictions(m: JobMenu, way: int, level: int, now: float) -> Predictions:
     o = m.outlook
     t1d, t2d = o.tier1_deadline, o.tier2_deadline
-    basis = f"{o.curve_note}; speed {o.speed.source} ({o.speed.n_observations} obs)"
+    basis = f"{o.curve_note}; {o.speed_note or f'speed {o.speed.source} ({o.speed.n_observations} obs)'}"
     if o.tiers_assumed:
         basis += "; tiers assumed at the finish until a curve can be fitted"
     if way == WAIT_WAY:
@@ -116,12 +116,13 @@ def explain(
             parts.append("has nothing left to learn (" + _done_reason(m) + ")")
         elif pred.eta_finish is not None:
             parts.append(f"finishes in {duration(pred.eta_finish - now)}")
-        if m.outlook.speed.source == "prior":
-            parts.append(
-                "speed not yet observed: assuming "
-                f"{m.outlook.speed.seconds_per_epoch(1000, 1 if job.max_gpus else 0):.0f} s/epoch on 1 CPU"
-                + (" + 1 GPU" if job.max_gpus else "")
-            )
+        if m.outlook.speed_basis in ("assumed", "borrowed"):
+            one = " + 1 GPU" if job.max_gpus else ""
+            t = m.outlook.speed.seconds_per_epoch(1000, 1 if job.max_gpus else 0)
+            if m.outlook.speed_basis == "assumed":
+                parts.append(f"speed not yet observed: assuming {t:.3g} s/epoch on 1 CPU{one}")
+            else:
+                parts.append("speed not yet observed: " + m.outlook.speed_note.removeprefix("speed "))
     else:
         parts.append(("paused" if action == "pause" else "waits") + (f": {why}" if why else ""))
     for tier, eta, deadline, ok in (

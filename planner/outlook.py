@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, Direction, fit_learning_curve, fit_speed_model
+from models import CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig
-from planner.progress import judged_series, observed_speeds, reached
+from planner.progress import SpeedBasis, job_speed, judged_series, reached
 from planner.snapshot import Job, QoETarget, Settings, lr_schedule
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
@@ -85,6 +85,9 @@ class JobOutlook:
     #: Deadlines ``None`` when the tier has none or it is already reached (nothing left to plan for).
     tier1_deadline: float | None
     tier2_deadline: float | None
+    #: What the speed rests on (:func:`planner.progress.job_speed`; "truth" for the oracle) and that in words.
+    speed_basis: SpeedBasis | Literal["truth"] = "assumed"
+    speed_note: str = ""
 
 
 def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
@@ -142,6 +145,8 @@ def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
         tiers_assumed=False,
         tier1_deadline=d1,
         tier2_deadline=d2,
+        speed_basis="truth",
+        speed_note="speed: ground truth (oracle)",
     )
 
 
@@ -165,8 +170,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         assert isinstance(fit, CannotPredict)
         curve_note = f"no curve yet ({fit.reason})"
 
-    uses_gpu = job.max_gpus > 0
-    speed = fit_speed_model(observed_speeds(job), uses_gpu=uses_gpu)
+    speed = job_speed(job)
 
     t1_reached = target is not None and reached(values, target.tier1.value, direction)
     t2_reached = target is not None and target.tier2 is not None and reached(values, target.tier2.value, direction)
@@ -252,7 +256,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         epoch=epoch,
         curve=curve,
         curve_note=curve_note,
-        speed=speed,
+        speed=speed.model,
         tier1_reached=t1_reached,
         tier2_reached=t2_reached,
         remaining_tier1=r1,
@@ -261,4 +265,6 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         tiers_assumed=assumed,
         tier1_deadline=d1,
         tier2_deadline=d2,
+        speed_basis=speed.basis,
+        speed_note=speed.note,
     )

@@ -1,5 +1,6 @@
 """What a job's reports say, read once for everyone: the series it is judged on, whether it has
-reached a value, and the speed its recent history shows.
+reached a value, the speed its recent history shows, and the speed model it is planned with (and
+on what basis: observed, borrowed from similar jobs, or assumed).
 
 The planner's outlook, the baseline policies and the service's forecasts all read a job through
 these functions, so they cannot disagree on which metric counts, which way is better, or how many
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
-from models import Direction, SpeedObservation
+from models import Direction, SpeedModel, SpeedObservation, fit_speed_model
 from planner.snapshot import Job, MetricPoint
 
 #: Newest history points (by time) that make an observed speed.
@@ -68,3 +71,50 @@ def observed_speeds(job: Job) -> list[SpeedObservation]:
     if spe is not None:
         obs.append(SpeedObservation(job.allocation.cpu_millis, job.allocation.gpus, spe))
     return obs
+
+
+#: Jobs a speed basis names before it says "and N more".
+NAMED_JOBS = 3
+
+SpeedBasis = Literal["observed", "borrowed", "assumed"]
+
+
+@dataclass(frozen=True)
+class JobSpeed:
+    """The speed model a job is planned with, what it rests on, and that in words (for the plan's basis)."""
+
+    model: SpeedModel
+    basis: SpeedBasis
+    note: str
+
+
+def job_speed(job: Job) -> JobSpeed:
+    """The job's speed model, from the most trusted source it has:
+
+    1. **observed**: its own ``speed`` points, or, without any, its recent history at its current
+       allocation (:func:`observed_speeds`);
+    2. **borrowed**: its ``speed_prior`` (similar jobs' speeds, put in the snapshot by the adapter),
+       fitted as if they were its own, only while nothing of its own is observed: the first
+       observation replaces it, not averaged in, since a similar job is only a guess at this one;
+    3. **assumed**: the speed model's prior (``models.speed.DEFAULT_EPOCH_SECONDS`` on one core,
+       plus one GPU for GPU jobs).
+    """
+    uses_gpu = job.max_gpus > 0
+    one = " + 1 GPU" if uses_gpu else ""
+    own = observed_speeds(job)
+    if own:
+        model = fit_speed_model(own, uses_gpu=uses_gpu)
+        return JobSpeed(model, "observed", f"speed observed ({len(own)} obs, {model.source})")
+    prior = job.speed_prior
+    if prior is None:
+        model = fit_speed_model([], uses_gpu=uses_gpu)
+        t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
+        return JobSpeed(model, "assumed", f"speed assumed: {t:.3g} s/epoch on 1 CPU{one} (none observed, no similar job)")
+    borrowed = [SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch) for p in prior.points]
+    model = replace(fit_speed_model(borrowed, uses_gpu=uses_gpu), source="borrowed")
+    t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
+    names = ", ".join(prior.jobs[:NAMED_JOBS])
+    if len(prior.jobs) > NAMED_JOBS:
+        names += f" and {len(prior.jobs) - NAMED_JOBS} more"
+    note = f"speed borrowed from {len(prior.jobs)} job(s) of {prior.basis} {prior.key} ({names}): {t:.3g} s/epoch on 1 CPU{one}"
+    return JobSpeed(model, "borrowed", note)

@@ -103,6 +103,31 @@ class SpeedPoint(Input):
     seconds_per_epoch: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 
 
+#: Most jobs, and most points, a speed prior may carry (what an adapter borrows is a handful).
+MAX_PRIOR_JOBS = 20
+MAX_PRIOR_POINTS = 100
+
+
+class SpeedPrior(Input):
+    """Speeds of similar jobs, borrowed until the job's own speed is observed.
+
+    An adapter (or whoever writes the snapshot) looks them up, e.g. in the state store: the jobs
+    with the same ``task`` (``basis: "task"``), else the same container ``image`` (``basis:
+    "image"``), that finished or ran long enough to have a measured speed. ``key`` is that task or
+    image and must be the job's own; ``jobs`` names the jobs the ``points`` were measured on.
+
+    The planner trusts it less than the job's own observations: it is used only while the job has
+    no ``speed`` points and no speed can be read off its history; the first observation replaces it.
+    """
+
+    basis: Literal["task", "image"] = Field(description="What the borrowed jobs share with this one.")
+    key: str = Field(min_length=1, max_length=253, description="The shared task or image (the job's own).")
+    jobs: list[Name] = Field(min_length=1, max_length=MAX_PRIOR_JOBS, description="The jobs the points come from.")
+    points: list[SpeedPoint] = Field(
+        min_length=1, max_length=MAX_PRIOR_POINTS, description="Their observed speeds, per replica, at the CPU they used."
+    )
+
+
 class Tier(Input):
     """One QoE tier: reach ``value`` of the target metric, by ``deadline`` if one is given."""
 
@@ -251,6 +276,25 @@ def lr_schedule(schedule: BaseModel, max_epochs: float | None) -> LRSchedule:
     )
 
 
+def speed_prior_problem(job: Job) -> str | None:
+    """Why ``job.speed_prior`` is not a prior for this job (``None``: it is), naming the field."""
+    prior = job.speed_prior
+    if prior is None:
+        return None
+    own = job.task if prior.basis == "task" else job.image
+    if own is None:
+        return f"speed_prior.key: borrowed by {prior.basis} {prior.key!r}, but the job has no {prior.basis}"
+    if own != prior.key:
+        return f"speed_prior.key: {prior.basis} {prior.key!r} is not the job's {prior.basis} {own!r}"
+    if job.id in prior.jobs:
+        return f"speed_prior.jobs: names the job itself ({job.id!r}); its own speeds go in 'speed'"
+    if job.max_gpus == 0:
+        for i, p in enumerate(prior.points):
+            if p.gpus > 0:
+                return f"speed_prior.points[{i}].gpus: {p.gpus} GPU(s), but the job uses none (max_gpus 0)"
+    return None
+
+
 class Job(Input):
     """One training run (a container, or a gang of ``replicas`` containers on one node).
 
@@ -272,6 +316,11 @@ class Job(Input):
         max_length=253,
         description="What is trained (e.g. 'cifar10-resnet18'). Jobs naming a task the planner has curves of "
         "earlier runs for (PlannerConfig.curve_priors) get that prior on their learning curve.",
+    )
+    image: str | None = Field(
+        None,
+        max_length=1000,
+        description="The container image it runs (informational; a speed_prior with basis 'image' must name it).",
     )
     node: Name | None = Field(None, description="Where it runs now (running jobs).")
     allocation: Allocation | None = Field(None, description="What it holds now, per replica (running jobs).")
@@ -295,7 +344,12 @@ class Job(Input):
     priority: Annotated[float, Field(ge=0.01, le=100, allow_inf_nan=False)] = 1.0
     submitted: Time | None = None
     history: list[MetricPoint] = Field(default_factory=list)
-    speed: list[SpeedPoint] = Field(default_factory=list)
+    speed: list[SpeedPoint] = Field(default_factory=list, description="The job's own observed speeds.")
+    speed_prior: SpeedPrior | None = Field(
+        None,
+        description="Speeds borrowed from similar jobs (same task, else same image), used only until the job's own "
+        "speed is observed; without either the planner assumes 60 s an epoch on one core.",
+    )
     target: QoETarget | None = None
     schedule: Schedule | None = Field(
         None,
@@ -316,6 +370,10 @@ class Job(Input):
                 raise ValueError("a running job needs 'node'")
             if self.allocation is None:
                 raise ValueError("a running job needs 'allocation'")
+        if self.speed_prior is not None:
+            problem = speed_prior_problem(self)
+            if problem is not None:
+                raise ValueError(problem)
         if self.schedule is not None:
             problem = schedule_problem(self.schedule, self.target.max_epochs if self.target is not None else None)
             if problem is not None:

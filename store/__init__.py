@@ -6,10 +6,13 @@ pydantic and the planner's contracts (see ``.importlinter``).
 
 from store.errors import MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
+from store.speeds import PRIOR_MAX_JOBS, PRIOR_MIN_EPOCHS, SpeedRecord, prior_from
 from store.sqlite import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
     "MIGRATIONS",
+    "PRIOR_MAX_JOBS",
+    "PRIOR_MIN_EPOCHS",
     "ActionRecord",
     "ActionStatus",
     "JobRecord",
@@ -17,6 +20,8 @@ __all__ = [
     "MigrationError",
     "PointStats",
     "SchemaTooNew",
+    "SpeedRecord",
     "StateStore",
     "StoreError",
+    "prior_from",
 ]

@@ -75,4 +75,25 @@ MIGRATIONS: list[str] = [
         acquired REAL NOT NULL
     );
     """,
+    # 4: each job's observed speeds with what it trains and runs, so a new job of the same task or
+    # image can borrow them until its own speed is observed (store.speeds).
+    """
+    CREATE TABLE speed_jobs (
+        job      TEXT PRIMARY KEY,
+        task     TEXT,                       -- planner.snapshot.Job.task, or NULL
+        image    TEXT,                       -- the container image (Job.image), or NULL
+        epochs   REAL NOT NULL DEFAULT 0,    -- epochs done when last recorded
+        finished INTEGER NOT NULL DEFAULT 0, -- 1: the job finished
+        updated  REAL NOT NULL
+    );
+    CREATE INDEX speed_jobs_task ON speed_jobs (task);
+    CREATE INDEX speed_jobs_image ON speed_jobs (image);
+    CREATE TABLE speeds (
+        job               TEXT NOT NULL REFERENCES speed_jobs(job),
+        cpu_millis        INTEGER NOT NULL,  -- CPU the job actually used, per replica (millicores)
+        gpus              INTEGER NOT NULL,
+        seconds_per_epoch REAL NOT NULL,
+        PRIMARY KEY (job, cpu_millis, gpus)
+    ) WITHOUT ROWID;
+    """,
 ]

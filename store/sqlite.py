@@ -1,7 +1,8 @@
 """The state store: one SQLite file shared by the HTTP service and the daemon.
 
 What it keeps: the jobs FlowPlan knows (with an optional spec), their metric history, their QoE
-targets, the plans made, the actions the daemon set out to apply (for crash recovery) and a small
+targets, the plans made, the actions the daemon set out to apply (for crash recovery), each job's
+observed speeds with its task and image (:mod:`store.speeds`, for new jobs to borrow) and a small
 key-value table.
 
 Durability: WAL journal, ``synchronous=FULL`` by default, and a write is acknowledged (the method
@@ -36,6 +37,7 @@ from planner.plan import Plan
 from planner.snapshot import Job, MetricPoint, QoETarget, Snapshot
 from store.errors import MigrationError, SchemaTooNew
 from store.migrations import MIGRATIONS
+from store.speeds import SpeedRecords
 
 ActionStatus = Literal["pending", "done", "failed"]
 
@@ -101,7 +103,7 @@ def _statements(script: str) -> Iterator[str]:
         yield buf.strip()
 
 
-class StateStore:
+class StateStore(SpeedRecords):
     """The SQLite state store; see the module docstring. ``path`` may be ``":memory:"``."""
 
     def __init__(

@@ -20,7 +20,11 @@ Case matrix:
 - error classification for docker-py / requests exceptions;
 - daemon recovery: which recorded actions count as in effect (caps included);
 - the daemon's wake clock: a wake-up cuts the sleep short after the debounce; an ignored one (the
-  daemon's own action) does not; one that came while busy cuts the next sleep; halt returns at once.
+  daemon's own action) does not; one that came while busy cuts the next sleep; halt returns at once;
+- speed borrowed through a real state file: a job of a task, its speed measured from the first steps
+  of a recorded log, finishes; a new job of the task (another adapter, same file) is planned at that
+  speed with the basis naming the task and the job; another task of the same image borrows by image;
+  the new job's own first observation replaces the borrowed speed.
 """
 
 from __future__ import annotations
@@ -66,8 +70,16 @@ GOOD = [
             "flowplan.resizable": "True",
             "flowplan.memory_mib": "1024",
             "flowplan.checkpoint_seconds": "5",
+            "flowplan.task": "digits-mlp",
         },
-        {"min_cpu_millis": 500, "max_cpu_millis": 2000, "priority": 3.0, "migratable": False, "resizable": True},
+        {
+            "min_cpu_millis": 500,
+            "max_cpu_millis": 2000,
+            "priority": 3.0,
+            "migratable": False,
+            "resizable": True,
+            "task": "digits-mlp",
+        },
     ),
 ]
 
@@ -707,3 +719,77 @@ def test_declared_schedule_becomes_the_jobs_schedule(name: str, caplog: pytest.L
     assert (again.kind if again is not None else None) == expected
     warned = [r for r in caplog.records if "declared schedule left out" in r.getMessage()]
     assert len(warned) == (0 if expected else 1)
+
+
+# -- speed borrowed from similar jobs in the state store (issue 13, "speed known fast") -------------
+
+
+def _container(job: str, state: str, cid: str, **labels: str) -> Any:
+    raw = _inspect()
+    raw["Id"], raw["Name"] = cid, f"/{job}"
+    raw["State"] = {"Status": state, "ExitCode": 0, "StartedAt": "2026-01-01T00:00:01Z"}
+    raw["Config"]["Labels"] = {"flowplan.job": job, **{f"flowplan.{k}": v for k, v in labels.items()}}
+    return view(raw)
+
+
+def _adapter_job(ad: DockerAdapter, c: Any) -> Job:
+    from adapters.docker.adapter import Observation
+
+    ad._drained.add(c.id)  # no engine here: the log is not read (the history is in the store already)
+    job = ad._job(Placed("h", c, parse_labels(c.labels, created=c.created)), Observation(), 0.0)
+    assert job is not None
+    return job
+
+
+def test_a_new_job_borrows_the_speed_of_a_finished_job_of_its_task(tmp_path: Path) -> None:
+    """A job of task ``digits`` ran the recorded PyTorch example loop (4.49 s an epoch at one core,
+    measured by the adapter from its first steps) and finished. A new job of the same task, created
+    later and seen by another adapter on the same state file, is planned at 4.49 s an epoch, not the
+    60 s assumed without it, and the plan says where the speed comes from. Once the new job's own
+    speed is observed, the borrowed one is gone."""
+    from adapters.docker.progress import parse_timestamp, to_seconds
+    from planner import PlannerConfig, plan
+    from planner.snapshot import MetricPoint
+    from store import StateStore
+
+    path = tmp_path / "state.db"
+    lines = _engine_lines((FIXTURE_LOGS / "pytorch/pytorch-example.log").read_bytes())[:5]
+    prog, _ = read_lines(b"".join(lines), LogCursor(), 0.0, final=False)
+    t0 = to_seconds(parse_timestamp(lines[0].split(b" ")[0].decode()))
+    with StateStore(path) as store:
+        ad = DockerAdapter([HostSpec("h", "unix:///nowhere")], store=store)
+        old = _container("old", "running", "c-old", task="digits")
+        store.add_points("old", [MetricPoint(**p) for p in prog.points])
+        ad._usage[old.id] = [(t0 - 1, 0.0), (t0 + 10, 11.0)]  # one core throughout
+        running = _adapter_job(ad, old)
+        (seen,) = running.speed
+        assert seen.seconds_per_epoch == pytest.approx(1437 / 320, rel=1e-6) and running.image == "img:1"
+        assert store.speed_prior(task="digits", image=None, exclude="new") is None  # 0.9 epochs: not yet a lender
+        _adapter_job(ad, _container("old", "exited", "c-old", task="digits"))  # it finished
+
+    with StateStore(path) as store:  # another daemon (or a restarted one) on the same state
+        ad = DockerAdapter([HostSpec("h", "unix:///nowhere")], store=store)
+        new = _adapter_job(ad, _container("new", "created", "c-new", task="digits"))
+        assert new.status == "pending" and new.speed == [] and new.speed_prior is not None
+        assert (new.speed_prior.basis, new.speed_prior.key, new.speed_prior.jobs) == ("task", "digits", ["old"])
+        snap = Snapshot(time=t0 + 60, nodes=[Node(name="h", cpu_millis=4000)], jobs=[new])
+        (a,) = plan(snap, PlannerConfig(solver="greedy", time_limit=0.5)).plan.assignments
+        assert a.action == "start" and a.predictions.seconds_per_epoch == pytest.approx(1437 / 320, rel=1e-3)
+        assert "speed borrowed from 1 job(s) of task digits (old): 4.49 s/epoch on 1 CPU" in a.predictions.basis
+
+        # A job of another task but the same image borrows by image; one with neither, nothing.
+        other = _adapter_job(ad, _container("other", "created", "c-other", task="mnist"))
+        assert other.speed_prior is not None and (other.speed_prior.basis, other.speed_prior.key) == ("image", "img:1")
+
+        # Its own first observation replaces the borrowed speed.
+        store.add_points(
+            "new", [MetricPoint(time=t0 + 100, epoch=0.5, loss=1.0), MetricPoint(time=t0 + 101, epoch=0.6, loss=0.9)]
+        )
+        started = _container("new", "running", "c-new", task="digits")
+        ad._usage[started.id] = [(t0 + 99, 0.0), (t0 + 102, 3.0)]
+        ad._drained.discard(started.id)
+        mine = _adapter_job(ad, started)
+        assert [p.seconds_per_epoch for p in mine.speed] == [pytest.approx(10.0)] and mine.speed_prior is None
+        snap = Snapshot(time=t0 + 110, nodes=[Node(name="h", cpu_millis=4000)], jobs=[mine])
+        (a,) = plan(snap, PlannerConfig(solver="greedy", time_limit=0.5)).plan.assignments
+        assert "speed observed" in a.predictions.basis and "borrowed" not in a.predictions.basis

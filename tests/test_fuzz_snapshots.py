@@ -5,7 +5,8 @@ Two generators, 1,200 snapshots per run in all:
 - *valid-shaped* snapshots built field by field, with every number drawn across and at the
   contract's bounds (capacities up to 1e9 millicores, seconds per epoch up to 1e9, epochs up to 1e9,
   loss and metric values up to ±1e12, histories that are flat, noisy, backwards in time or
-  duplicated, learning-rate schedules of every kind at their edges), so the models and the integer
+  duplicated, learning-rate schedules of every kind at their edges, speeds borrowed from similar
+  jobs at the bounds), so the models and the integer
   program see the worst the contract allows;
 - *mutated* real snapshots (the bundled examples): one field replaced by a value of the wrong
   kind, out of range, NaN/Infinity in the JSON text, a misspelt key, a deleted key.
@@ -31,6 +32,8 @@ from planner import PlannerConfig, SnapshotError, check_plan, parse_snapshot, pl
 
 def fuzz(n: int) -> settings:
     return settings(max_examples=n, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
 CONFIG = PlannerConfig(solver="greedy", time_limit=0.2)
 EXAMPLES = [json.loads(p.read_text()) for p in sorted((REPO / "examples" / "snapshots").glob("*.json"))]
 
@@ -125,6 +128,17 @@ def valid_shaped(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()):
             spe = draw(st.sampled_from([1e-9, 1.0, 37.0, 1e9]))
             job["speed"] = [{"cpu_millis": draw(MILLIS), "gpus": draw(st.integers(0, 8)), "seconds_per_epoch": spe}]
+        if draw(st.booleans()):  # speeds borrowed from similar jobs, at the contract's edges
+            job["task"] = "fuzz-task"
+            points = [
+                {
+                    "cpu_millis": draw(MILLIS),
+                    "gpus": draw(st.integers(0, 8)) if hi_g > 0 else 0,
+                    "seconds_per_epoch": draw(st.sampled_from([1e-9, 1.46, 60.0, 1e9])),
+                }
+                for _ in range(draw(st.integers(1, 4)))
+            ]
+            job["speed_prior"] = {"basis": "task", "key": "fuzz-task", "jobs": ["other"], "points": points}
         jobs.append(job)
     settings_ = {"interval_seconds": draw(st.sampled_from([1e-3, 60.0, 86400.0])), "migration_budget": draw(st.integers(0, 10))}
     return {"apiVersion": "flowplan/v1", "kind": "Snapshot", "time": now, "nodes": nodes, "jobs": jobs, "settings": settings_}

@@ -1,5 +1,7 @@
 """``flowplan status``, ``events`` and ``explain`` on a state store written by a real run of the
-simulated cluster (``flowplan simulate --state``), as processes; and their one-line errors."""
+simulated cluster (``flowplan simulate --state``), as processes; and their one-line errors; and the
+basis of a job's speed (observed, borrowed from similar jobs, assumed) in ``status -o wide`` and
+``explain``."""
 
 from __future__ import annotations
 
@@ -104,3 +106,41 @@ def test_rich_tables_fall_back_to_plain_when_the_terminal_is_too_narrow() -> Non
     assert rich_lines(rows, header, width=20) == plain(rows, header)  # folding every cell reads worse
     wide = rich_lines(rows, header, width=100, right_from=1)
     assert any("\x1b[" in line for line in wide) and any("a-long-job-name" in line for line in wide)
+
+
+def test_wide_status_and_explain_show_where_a_speed_comes_from(tmp_path: Path) -> None:
+    """Issue 13: a job planned on speeds borrowed from a job of its task, one on its own observed
+    speed, and one on the assumed default: ``status -o wide`` and ``explain`` say which."""
+    from planner import PlannerConfig, Snapshot, plan
+    from store import StateStore
+
+    prior = {"basis": "task", "key": "digits", "jobs": ["old"], "points": [{"cpu_millis": 1000, "seconds_per_epoch": 1.46}]}
+    snap = Snapshot.model_validate(
+        {
+            "time": 1000.0,
+            "nodes": [{"name": "n", "cpu_millis": 4000}],
+            "jobs": [
+                {"id": "new", "status": "pending", "task": "digits", "speed_prior": prior},
+                {"id": "seen", "status": "pending", "speed": [{"cpu_millis": 1000, "seconds_per_epoch": 3.0}]},
+                {"id": "unknown", "status": "pending"},
+            ],
+        },
+        strict=False,
+    )
+    path = tmp_path / "state.db"
+    with StateStore(path) as store:
+        store.save_plan(plan(snap, PlannerConfig(solver="greedy", time_limit=0.5)).plan, snap)
+    wide = run("status", "--state", str(path), "-o", "wide")
+    assert wide.returncode == 0, wide.stderr
+    rows = {
+        line.split()[0]: line
+        for line in wide.stdout.splitlines()
+        if line.split() and line.split()[0] in ("new", "seen", "unknown")
+    }
+    assert "speed borrowed from 1 job(s) of task digits (old): 1.46 s/epoch on 1 CPU" in rows["new"]
+    assert "speed observed (1 obs" in rows["seen"]
+    assert "speed assumed: 60 s/epoch on 1 CPU" in rows["unknown"]
+    explain = run("explain", "new", "--state", str(path))
+    assert explain.returncode == 0, explain.stderr
+    assert "predictions: " in explain.stdout and "speed borrowed from 1 job(s) of task digits (old)" in explain.stdout
+    assert "speed not yet observed: borrowed from 1 job(s) of task digits (old)" in explain.stdout

@@ -10,7 +10,9 @@ Case matrix:
   a failing migration leaves the database at its old version;
 - concurrency: threads sharing one store, and two stores on one file, write disjoint and overlapping
   points; every point is stored exactly once;
-- jobs, targets, plans, actions, key-value: round trips and the documented errors.
+- jobs, targets, plans, actions, key-value: round trips and the documented errors;
+- speeds (migration 4): a job's points replace its earlier ones and survive a reopen; a version-3
+  database is upgraded; who lends to a new job (table below, :data:`PRIOR_CASES`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 from conftest import random_snapshot, real_curve
 
 from planner import PlannerConfig, plan
-from planner.snapshot import Job, MetricPoint, QoETarget, Tier
+from planner.snapshot import Job, MetricPoint, QoETarget, SpeedPoint, Tier
 from store import MIGRATIONS, MigrationError, SchemaTooNew, StateStore
 
 
@@ -265,3 +267,73 @@ def test_leases_exclude_other_holders_until_they_expire(tmp_path: Path) -> None:
         assert not b.acquire_lease("docker/team=z", "B", 60, conflicts=["docker/*"]).held
         # A holder known to be dead (its process is gone) loses its live lease at once.
         assert b.acquire_lease("docker/*", "B", 60, conflict_prefix="docker/", dead=["A"]).held
+
+
+# -- speeds (migration 4) ---------------------------------------------------------------------
+
+
+def _pts(*seconds: float, cpu: int = 1000, gpus: int = 0) -> list[SpeedPoint]:
+    return [SpeedPoint(cpu_millis=cpu + 50 * i, gpus=gpus, seconds_per_epoch=s) for i, s in enumerate(seconds)]
+
+
+def test_speeds_replace_and_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with StateStore(path) as s:
+        s.record_speeds("a", _pts(2.0, 1.9), task="digits", image="img:1", epochs=0.4, finished=False)
+        s.record_speeds("a", _pts(1.5), task="digits", image="img:1", epochs=3.0, finished=True)
+    with StateStore(path) as s:
+        rec = s.speed_record("a")
+        assert rec is not None and rec.points == tuple(_pts(1.5))
+        assert (rec.task, rec.image, rec.epochs, rec.finished) == ("digits", "img:1", 3.0, True)
+        assert s.speed_record("nobody") is None
+
+
+def test_a_version_3_database_gets_the_speed_tables(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    with StateStore(path, migrations=MIGRATIONS[:3]) as old:
+        old.add_points("a", [MetricPoint(time=1.0, epoch=1.0, loss=2.5)])
+    with StateStore(path) as new:
+        assert new.schema_version == len(MIGRATIONS) >= 4 and new.point_count("a") == 1
+        new.record_speeds("a", _pts(1.5), task="t", image=None, epochs=1.0, finished=True)
+        assert new.speed_prior(task="t", image=None, exclude="b") is not None
+
+
+#: Lenders as (job, task, image, epochs, finished, seconds per epoch); the new job "new" has task "digits"
+#: and image "img:1". Expected: (basis, jobs in order) or None.
+PRIOR_CASES = {
+    "a finished job of the task": ([("a", "digits", "img:9", 30.0, True, 1.46)], ("task", ["a"])),
+    "a job of the task and the image, once": ([("a", "digits", "img:1", 30.0, True, 1.46)], ("task", ["a"])),
+    "a long-running job of the task": ([("a", "digits", None, 2.0, False, 1.46)], ("task", ["a"])),
+    "a job of the task not one epoch in yet does not lend": ([("a", "digits", None, 0.5, False, 1.46)], None),
+    "the task before the image": (
+        [("a", "digits", None, 5.0, True, 1.46), ("b", "other", "img:1", 5.0, True, 9.0)],
+        ("task", ["a"]),
+    ),
+    "the image when no job of the task lends": (
+        [("a", "digits", None, 0.2, False, 1.46), ("b", "other", "img:1", 5.0, True, 9.0)],
+        ("image", ["b"]),
+    ),
+    "nothing similar": ([("a", "other", "img:2", 5.0, True, 1.46)], None),
+    "never itself": ([("new", "digits", "img:1", 5.0, True, 1.46)], None),
+    "the newest five": (
+        [(f"j{i}", "digits", None, 5.0, True, 1.0 + i) for i in range(7)],
+        ("task", ["j6", "j5", "j4", "j3", "j2"]),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", PRIOR_CASES)
+def test_who_lends_a_new_job_its_speed(name: str, db: StateStore) -> None:
+    lenders, expected = PRIOR_CASES[name]
+    for job, task, image, epochs, finished, seconds in lenders:
+        db.record_speeds(job, _pts(seconds), task=task, image=image, epochs=epochs, finished=finished)
+    prior = db.speed_prior(task="digits", image="img:1", exclude="new")
+    if expected is None:
+        assert prior is None
+        return
+    assert prior is not None and (prior.basis, prior.jobs) == expected
+    assert prior.key == ("digits" if expected[0] == "task" else "img:1")
+    by_job = {job: seconds for job, _, _, _, _, seconds in lenders}
+    assert [p.seconds_per_epoch for p in prior.points] == [by_job[j] for j in expected[1]]
+    # what the store lends is a valid prior of the new job's snapshot
+    Job(id="new", status="pending", task="digits", image="img:1", speed_prior=prior)

@@ -82,8 +82,10 @@ from planner.snapshot import (
     Settings,
     Snapshot,
     SpeedPoint,
+    SpeedPrior,
     schedule_problem,
 )
+from store import PRIOR_MIN_EPOCHS
 
 log = logging.getLogger("flowplan.docker")
 
@@ -163,6 +165,7 @@ class DockerAdapter(Adapter):
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
         self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
+        self._speeds_recorded: dict[str, tuple[Any, ...]] = {}  # job -> what record_speeds last got (unchanged: not written)
         self._drained: set[str] = set()
         self._touched: dict[str, float] = {}  # container id -> time.monotonic() when a call of ours on it returned
         self._stats_pool: Any = None  # a ThreadPoolExecutor, made at the first stats request
@@ -274,6 +277,8 @@ class DockerAdapter(Adapter):
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
+        image = _image(c)
+        self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished")
         delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
         fields["target"] = self._with_declared(job_id, fields.get("target"))
         fields["schedule"] = self._declared_schedule(job_id, fields["target"])
@@ -281,13 +286,44 @@ class DockerAdapter(Adapter):
         return Job(
             id=job_id,
             status=status,
+            image=image,
             node=host if status == "running" else None,
             allocation=allocation,
             history=list(history),
             speed=speed,
+            speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
             delivered=delivered,
             **fields,
         )
+
+    def _record_speeds(
+        self,
+        job_id: str,
+        task: str | None,
+        image: str | None,
+        speed: list[SpeedPoint],
+        history: Sequence[MetricPoint],
+        *,
+        finished: bool,
+    ) -> None:
+        """Keep the job's speed points with its task and image in the store, for later jobs to borrow
+        (:meth:`ProgressStore.record_speeds`). Written when something a borrower reads changes: the
+        points, the task or image, finishing, or passing the epochs a running job needs to lend."""
+        if not speed:
+            return
+        epochs = max((p.epoch for p in history), default=0.0)
+        key = (tuple(speed), task, image, finished, epochs >= PRIOR_MIN_EPOCHS)
+        if self._speeds_recorded.get(job_id) == key:
+            return
+        self.store.record_speeds(job_id, speed, task=task, image=image, epochs=epochs, finished=finished)
+        self._speeds_recorded[job_id] = key
+
+    def _speed_prior(self, job_id: str, task: str | None, image: str | None) -> SpeedPrior | None:
+        """Speeds of similar jobs for a job with none of its own (:meth:`ProgressStore.speed_prior`): the
+        planner uses them until the job's own speed is observed."""
+        if task is None and image is None:
+            return None
+        return self.store.speed_prior(task=task, image=image, exclude=job_id)
 
     def declared(self, job_id: str) -> Declaration | None:
         """What the job declared in its log (``{"event": "declare", ...}``: ``flowplan.sdk.init``), kept in the store.
@@ -569,12 +605,15 @@ class DockerAdapter(Adapter):
             fields = dict(parsed.fields)
             fields["target"] = self._with_declared(job_id, fields.get("target"))
             fields["schedule"] = self._declared_schedule(job_id, fields["target"])
+            speed = self._speeds(job_id, c, history, "pending")
             out.append(
                 Job(
                     id=job_id,
                     status="pending",
+                    image=_image(c),
                     history=list(history),
-                    speed=self._speeds(job_id, c, history, "pending"),
+                    speed=speed,
+                    speed_prior=None if speed else self._speed_prior(job_id, fields.get("task"), _image(c)),
                     delivered=bool(self._kv_json(f"docker.delivered.{job_id}")),
                     **fields,
                 )
@@ -819,6 +858,12 @@ def _cpu_at(samples: Sequence[tuple[float, float]], t: float) -> float:
         if t0 <= t <= t1:
             return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
     return samples[-1][1] if t > samples[-1][0] else samples[0][1]
+
+
+def _image(c: ContainerView) -> str | None:
+    """The container's image as the snapshot's ``Job.image`` (``None`` when unknown or too long for the contract)."""
+    image = c.image
+    return image if image is not None and len(image) <= 1000 else None
 
 
 def _next_name(name: str) -> str:

@@ -141,6 +141,12 @@ class ContainerView:
         """The guaranteed share its ``CpuShares`` stand for, in millicores (:func:`guarantee_of`)."""
         return guarantee_of(self.cpu_shares)
 
+    @property
+    def image(self) -> str | None:
+        """The image it was created from, as given (``Config.Image``: ``repo/name:tag``), or ``None``."""
+        image = (self.raw.get("Config") or {}).get("Image")
+        return image if isinstance(image, str) and image else None
+
     def mechanism(self) -> CpuMechanism | None:
         """How its cap is (or once was) set: ``nano``, ``quota``, or ``None`` (never capped)."""
         if self.nano_cpus > 0:

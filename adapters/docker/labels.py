@@ -17,6 +17,8 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.restart_seconds``              ``Job.restart_seconds`` (default 10)
 ``flowplan.checkpoint_every_seconds``     ``Job.checkpoint_every_seconds`` (default: at epoch ends only)
 ``flowplan.gpu_type``                     ``Job.gpu_type``
+``flowplan.task``                         ``Job.task``: what is trained; new jobs of the same task
+                                          borrow its speed until their own is observed
 ``flowplan.target.metric``                ``QoETarget.metric`` (``loss`` or the JSON lines' ``metric``)
 ``flowplan.target.direction``             ``higher`` / ``lower``
 ``flowplan.target.tier1``                 tier-1 value (a target needs at least this)
@@ -73,7 +75,7 @@ _TARGET = {
     "target.tier2.within",
     "target.max_epochs",
 }
-KNOWN = {"job", "gpu_type", "steps_per_epoch", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
+KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
 
 DEFAULTS: dict[str, Any] = {
     "min_cpu_millis": 250,
@@ -143,6 +145,8 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
             fields[key] = text in ("true", "1", "yes")
     if "gpu_type" in own:
         fields["gpu_type"] = own["gpu_type"]
+    if "task" in own:
+        fields["task"] = own["task"].strip()
     if created is not None and math.isfinite(created):
         fields["submitted"] = created
     target = _target(own, created)

@@ -9,14 +9,20 @@ Keys the adapter writes (values are JSON):
 - ``docker.jobs``: every job id ever seen (to find the jobs of a host that is down);
 - ``docker.speed.<job>``: observed seconds per epoch per CPU actually used (millicores, 50m grid);
 - ``docker.delivered.<job>``: the job reported its tier-1 delivery.
+
+Besides, the adapter records each job's speed points with its task and image
+(:meth:`ProgressStore.record_speeds`, the store's ``speeds`` tables, not the key-value table), and
+asks for the speeds of similar jobs for a job without one (:meth:`ProgressStore.speed_prior`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from planner.snapshot import MetricPoint
+from planner.snapshot import MetricPoint, SpeedPoint, SpeedPrior
+from store import SpeedRecord, prior_from
 
 
 class ProgressStore(Protocol):
@@ -28,6 +34,12 @@ class ProgressStore(Protocol):
 
     def set_kv(self, key: str, value: str) -> None: ...
 
+    def record_speeds(
+        self, job: str, points: Sequence[SpeedPoint], *, task: str | None, image: str | None, epochs: float, finished: bool
+    ) -> None: ...
+
+    def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None: ...
+
 
 class MemoryStore:
     """A :class:`ProgressStore` in memory; points are idempotent by (job, epoch), like the SQLite store."""
@@ -35,6 +47,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._points: dict[str, dict[float, MetricPoint]] = {}
         self._kv: dict[str, str] = {}
+        self._speeds: dict[str, SpeedRecord] = {}
 
     def add_points(self, job: str, points: Sequence[MetricPoint]) -> tuple[int, int]:
         mine = self._points.setdefault(job, {})
@@ -54,3 +67,11 @@ class MemoryStore:
 
     def set_kv(self, key: str, value: str) -> None:
         self._kv[key] = value
+
+    def record_speeds(
+        self, job: str, points: Sequence[SpeedPoint], *, task: str | None, image: str | None, epochs: float, finished: bool
+    ) -> None:
+        self._speeds[job] = SpeedRecord(job, task, image, float(epochs), finished, time.time(), tuple(points))
+
+    def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None:
+        return prior_from(self._speeds.values(), task=task, image=image, exclude=exclude)
