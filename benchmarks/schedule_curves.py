@@ -34,6 +34,7 @@ Splits: ``tune`` (task ``digits_mlp``: the only runs the model's constants were 
 
     python benchmarks/schedule_curves.py                 # tables, both splits
     python benchmarks/schedule_curves.py --learn-prior   # the annealing-gain prior from the tuning runs
+    python benchmarks/schedule_curves.py --why           # why the schedule-free fit misses
 """
 
 from __future__ import annotations
@@ -257,17 +258,58 @@ def learn_prior(runs: list[dict[str, Any]], direction: str) -> None:
     print(f"median over {len(shares)} tuning runs: {float(np.median(shares)):.3f}")
 
 
+def why(runs: list[dict[str, Any]], direction: str, split: str) -> None:
+    """Why the schedule-free fit misses: each unreached target of the split, by what the fit said."""
+    print(f"{split}: what the schedule-free fit (no hint, no prior) says about each unreached target")
+    print(
+        "| observed | targets | no fit | plateau short of target | past the run's last epoch"
+        " | error >= 100% | error < 100% | families chosen |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for f in FRACTIONS:
+        counts: dict[str, int] = defaultdict(int)
+        families: dict[str, int] = defaultdict(int)
+        for run in (r for r in runs if r["split"] == split):
+            k_all, v_all = run["epochs_arr"], run["values"]
+            n = max(1, round(f * k_all.size))
+            model = fit("flowplan", run, n, direction)
+            families[model.family if isinstance(model, CurveFit) else "none"] += 1
+            for p in TARGET_PS:
+                tv = v_all[0] + p * (v_all[-1] - v_all[0])
+                true = first_epoch_reaching(v_all, tv, direction)
+                if true is None or true <= n:
+                    continue
+                counts["targets"] += 1
+                at = reach(model, tv, direction)
+                if isinstance(model, CannotPredict):
+                    counts["none"] += 1
+                elif at is None:
+                    counts["plateau"] += 1
+                elif at > k_all.size:
+                    counts["past"] += 1
+                else:
+                    counts["bad" if abs(at - true) / true >= 1.0 else "ok"] += 1
+        fams = ", ".join(f"{name} {c}" for name, c in sorted(families.items(), key=lambda x: -x[1]))
+        cells = [str(counts[c]) for c in ("targets", "none", "plateau", "past", "bad", "ok")]
+        print(f"| {int(f * 100)}% | " + " | ".join(cells) + f" | {fams} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--metric", choices=sorted(DIRECTION), default="train_loss")
     ap.add_argument("--learn-prior", action="store_true")
+    ap.add_argument("--why", action="store_true", help="why the schedule-free fit misses (per split)")
     ap.add_argument("--split", choices=["tune", "holdout", "all"], default=None, help="only this split (default: each)")
     args = ap.parse_args(argv)
     direction = DIRECTION[args.metric]
     runs = load(args.data, args.metric)
     if args.learn_prior:
         learn_prior(runs, direction)
+        return 0
+    if args.why:
+        for split in [args.split] if args.split and args.split != "all" else ["holdout", "tune"]:
+            why(runs, direction, split)
         return 0
     rows = bench(runs, direction)
     splits = [args.split] if args.split else ["holdout", "tune", "all"]
