@@ -3,6 +3,8 @@
 Cases:
 - synthetic curves with noise: each family recovers its own parameters (plateau, target epoch);
 - predictions are monotone in the direction of improvement, for both directions;
+- the model-averaged curve (the default with enough points): its members and weights, monotone over
+  seeded random curves with an ordered epochs-to-target interval, and its per-member error model;
 - ugly histories never raise and never give NaN: 0-2 points, constant, NaN-laden, rising loss
   (overfitting), duplicated epochs, negative epochs;
 - real measured curves (cifar10, imagenet, deepspeech2) fitted on half their epochs predict the epoch
@@ -145,6 +147,62 @@ def test_real_curves_quarter_observed(
     got = fit.epoch_reaching(target)
     assert got is not None
     assert abs(got - true_epoch) / true_epoch <= tolerance, (got, true_epoch)
+
+
+# -- the model-averaged curve (models/curve_ensemble.py) ---------------------------------------------
+def test_default_fit_is_the_model_averaged_curve() -> None:
+    """Enough points, no prior, no family restriction: the cross-validated family and the two naive
+    lines, with weights that form a distribution; fewer points than a cross-validation needs, or a
+    family restriction, keep the single-family fit."""
+    k = np.arange(1, 31, dtype=float)
+    loss = _noisy(0.2 + 1 / (0.3 * k + 0.5), 0.004)
+    fit = fit_learning_curve(k, loss, "lower")
+    assert isinstance(fit, CurveFit) and fit.family == "ensemble"
+    w = {name[2:]: x for name, x in fit.params.items() if name.startswith("w_")}
+    assert len(w) == 3 and {"line", "log_line"} <= set(w)
+    assert sum(w.values()) == pytest.approx(1.0) and min(w.values()) >= 0.0
+    assert {"line", "log_line", "hyperbola", "exponential", "power", "log_power"} <= set(fit.candidates)
+    assert fit.variants and all(v.family == "ensemble" for v in fit.variants)
+    short = fit_learning_curve(k[:5], loss[:5], "lower")
+    assert isinstance(short, CurveFit) and short.family != "ensemble"
+    one = fit_learning_curve(k, loss, "lower", families=("hyperbola",))
+    assert isinstance(one, CurveFit) and one.family == "hyperbola"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_model_averaged_curve_is_monotone_with_an_ordered_interval(seed: int) -> None:
+    """Seeded random saturating curves, both directions: the averaged prediction never gets worse
+    with more epochs, its band is at least the residual spread, and the epochs-to-target interval
+    is ordered around the median (its pessimistic end may be open)."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(1, int(rng.integers(8, 60)) + 1, dtype=float)
+    c, d, alpha = rng.uniform(0.1, 0.5), rng.uniform(0.5, 2.0), rng.uniform(0.3, 1.5)
+    loss = _noisy(c + d * (k + 1) ** -alpha, float(rng.uniform(0.001, 0.02)), seed)
+    direction = "lower" if seed % 2 == 0 else "higher"
+    values = loss if direction == "lower" else 1.0 - loss
+    fit = fit_learning_curve(k, values, direction)
+    assert isinstance(fit, CurveFit) and fit.family == "ensemble"
+    grid = np.linspace(k[-1], 20 * k[-1], 400)
+    badness = fit.predict(grid) * (1.0 if direction == "lower" else -1.0)
+    assert np.all(np.diff(badness) <= 1e-12)
+    assert np.all(fit.band(grid) >= fit.residual_std - 1e-12)
+    target = float(fit.predict([3 * k[-1]])[0])
+    mid = fit.epoch_reaching(target)
+    lo, hi = fit.epoch_interval(target)
+    assert mid is not None and lo is not None and lo <= mid + 1e-6
+    assert hi is None or hi >= mid - 1e-6
+
+
+def test_error_model_recovers_its_growth() -> None:
+    """Forecast errors whose square is exactly ``a + b*h^2`` give back ``a`` and ``b``; errors that
+    do not grow give ``b = 0``."""
+    from models.curve_ensemble import error_model
+
+    h = np.repeat(np.arange(1.0, 9.0), 2)
+    a, b = error_model(np.sqrt(0.04 + 0.01 * h**2), h)
+    assert a == pytest.approx(0.04) and b == pytest.approx(0.01)
+    a, b = error_model(np.full(h.size, 0.2), h)
+    assert a == pytest.approx(0.04) and b == 0.0
 
 
 def test_speed_recovers_amdahl() -> None:
