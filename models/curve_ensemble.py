@@ -25,15 +25,14 @@ Members, all in the standardised badness coordinate ``u`` of :mod:`models.curves
 Both lines stop at the metric's floor (a loss at 0, an accuracy at 1): their parameter ``c`` is that
 floor (``-inf`` when there is none). A line that rises (the points got worse) is flat at their mean.
 
-Weights depend on the horizon ``h`` (epochs beyond the last point a member saw): each member's
-forecast errors at the cross-validation origins give its mean squared error as ``a + b*h^2``
-(:func:`error_model`, least squares with ``a, b >= 0``), and its weight at ``h`` is proportional to
-the inverse of that. A line whose errors grew with the horizon, on a curve that is levelling off,
-loses weight far ahead; one whose errors did not keeps it. The averaged curve is made monotone
-(weight moving to a member that sits higher must not read as training getting worse) and tabulated
-out to the search horizon of :class:`models.curves.CurveFit` (``table``). Its band adds the members'
-weighted disagreement (``spread``) to the residual and drift terms of every curve; its
-epochs-to-target interval reads the band at :data:`INTERVAL_Z`, calibrated on the tuning runs.
+A member's weight is proportional to the inverse of its squared cross-validated error (the mean
+over the forecast origins of its RMS error on the points after each). A horizon-dependent weight
+(each member's error growing as ``a + b*h^2``) was measured and rejected: weight moving to the
+saturating member far ahead flattened the average above the targets again (``docs/models.md``).
+The averaged curve is tabulated out to the search horizon of :class:`models.curves.CurveFit`
+(``table``). Its band adds the members' weighted disagreement (``spread``) to the residual and drift
+terms of every curve; its epochs-to-target interval reads the band at :data:`INTERVAL_Z`, calibrated
+on the tuning runs.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ CV_FLOOR = 1e-3
 #: Normal quantile of the band read for the epochs-to-target interval (``CurveFit.epoch_interval``):
 #: chosen on the tuning runs so that it holds the true epoch about 80 % of the time (split conformal
 #: calibration, ``docs/models.md``); the band itself stays at the usual quantile for values.
-INTERVAL_Z = 0.8
+INTERVAL_Z = 1.0
 #: Points of the tabulated curve beyond the last observation (geometric out to the search horizon).
 TABLE_POINTS = 240
 
@@ -133,29 +132,10 @@ def member_fitters() -> dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]
     return {**{name: fam.fit for name, fam in FAMILIES.items()}, **{name: NAIVE[name][0] for name in NAIVE_MEMBERS}}
 
 
-#: An error model per member: its forecast mean squared error at horizon ``h`` (epochs beyond the
-#: last point it saw) is ``a + b*h^2`` (standardised units squared).
-ErrorModel = tuple[float, float]
-
-
-def error_model(err: Arr, h: Arr) -> ErrorModel:
-    """Least squares of ``err^2 ≈ a + b*h^2`` with ``a, b >= 0`` over a member's forecast errors."""
-    e2, h2 = err**2, h**2
-    if e2.size < 2 or float(np.ptp(h2)) == 0.0:
-        return float(e2.mean()), 0.0
-    hm, em = float(h2.mean()), float(e2.mean())
-    b = float(((h2 - hm) * (e2 - em)).sum() / ((h2 - hm) ** 2).sum())
-    a = em - b * hm
-    if b < 0.0:
-        return em, 0.0
-    if a < 0.0:
-        return 0.0, float((e2 * h2).sum() / (h2 * h2).sum())
-    return a, b
-
-
-def weights_at(models: dict[str, ErrorModel], h: Arr) -> dict[str, Arr]:
-    """Normalised member weights at horizons ``h``: ``∝ mse(h) ** -(WEIGHT_POWER / 2)``."""
-    raw = {name: np.maximum(a + b * h**2, CV_FLOOR**2) ** (-WEIGHT_POWER / 2.0) for name, (a, b) in models.items()}
+def weights(cv: dict[str, float]) -> dict[str, float]:
+    """Normalised member weights ``∝ cv ** -WEIGHT_POWER`` from cross-validated RMS errors
+    (standardised units)."""
+    raw = {name: max(err, CV_FLOOR) ** -WEIGHT_POWER for name, err in cv.items() if math.isfinite(err)}
     total = sum(raw.values())
     return {name: r / total for name, r in raw.items()}
 
@@ -166,18 +146,15 @@ def table_epochs(first: float, last: float, horizon: float, observed: Arr) -> Ar
     return np.union1d(observed[observed >= first], ahead)
 
 
-def mixture(members: dict[str, dict[str, float]], models: dict[str, ErrorModel], k: Arr, last: float) -> tuple[Arr, Arr]:
-    """(weighted mean, weighted standard deviation across members) of the members' curves at the
-    ascending epochs ``k`` (counted from the phase origin), ``last`` the newest epoch they saw.
-
-    The mean is made monotone (never worse than at an earlier epoch): the weights move between
-    members along the horizon, and a shift of weight towards a member that sits higher must not read
-    as training getting worse."""
-    names = [nm for nm in models if nm in members]
-    wk = weights_at({nm: models[nm] for nm in names}, np.maximum(k - last, 0.0))
+def mixture(members: dict[str, dict[str, float]], w: dict[str, float], k: Arr) -> tuple[Arr, Arr]:
+    """(weighted mean, weighted standard deviation across members) of the members' curves at ``k``
+    (counted from the phase origin). Every member is monotone and the weights are fixed, so the
+    mean is monotone too."""
+    names = [nm for nm in w if nm in members]
+    total = sum(w[nm] for nm in names)
     curves = np.array([member_z(nm, members[nm], k) for nm in names])
-    ww = np.array([wk[nm] for nm in names])
-    mean = np.minimum.accumulate((ww * curves).sum(0))
+    ww = np.array([w[nm] / total for nm in names])[:, None]
+    mean = (ww * curves).sum(0)
     spread = np.sqrt((ww * (curves - mean) ** 2).sum(0))
     return mean, spread
 
@@ -202,22 +179,17 @@ def fit_ensemble(
     seen = np.arange(n)[None, :] < np.array([*origins, n])[:, None]
     rows = np.where(seen, w, 0.0)
     fits: dict[str, list[Fitted]] = {name: fitter(k, z, rows, c_floor) for name, fitter in member_fitters().items()}
-    # Each member's forecast errors from every origin on the points after it (standardised), with
-    # their horizons; cv = the mean over origins of the RMS error.
+    # Each member's forecast error from every origin on the points after it: the mean over origins
+    # of the RMS error (standardised units).
     cv: dict[str, float] = {}
-    pairs: dict[str, tuple[Arr, Arr]] = {}
     for name, got in fits.items():
         if any(g is None for g in got):
             continue
-        errs, hs, rms = [], [], []
+        rms = []
         for o, g in zip(origins, got[:-1], strict=True):
             assert g is not None
-            e = z[o:] - member_z(name, g[0], k[o:])
-            errs.append(e)
-            hs.append(k[o:] - k[o - 1])
-            rms.append(float(np.sqrt(np.mean(e**2))))
+            rms.append(float(np.sqrt(np.mean((z[o:] - member_z(name, g[0], k[o:])) ** 2))))
         cv[name] = float(np.mean(rms))
-        pairs[name] = (np.concatenate(errs), np.concatenate(hs))
     # The families compete as in the single-family fit (models.curves): among those that forecast
     # about as well as the best, the one with the most improvement left; it stands for them all.
     fam_cv = {name: e for name, e in cv.items() if name in FAMILIES}
@@ -227,10 +199,10 @@ def fit_ensemble(
     plateau = {name: full[0]["c"] for name in fam_cv if (full := fits[name][-1]) is not None}
     close = [name for name in sorted(plateau) if fam_cv[name] <= LATE_TOLERANCE * best]
     family = min(close, key=lambda name: (plateau[name], name))
-    models = {name: error_model(*pairs[name]) for name in cv if name == family or name in NAIVE}
+    wt = weights({name: e for name, e in cv.items() if name == family or name in NAIVE})
     # The members' parameters at each cross-validation origin, then on every point.
     at: list[dict[str, dict[str, float]]] = [{} for _ in range(len(origins) + 1)]
-    for name in models:
+    for name in wt:
         for j, one in enumerate(fits[name]):
             if one is not None:
                 at[j][name] = one[0]
@@ -238,13 +210,13 @@ def fit_ensemble(
     errs_h: list[tuple[Arr, Arr]] = []
     own: list[float] = []
     for j, o in enumerate(origins):
-        err = z[o:] - mixture(at[j], models, k[o:], float(k[o - 1]))[0]
+        err = z[o:] - mixture(at[j], wt, k[o:])[0]
         errs_h.append((err, k[o:] - k[o - 1]))
         own.append(float(np.sqrt(np.mean(err**2))))
     err_all = np.concatenate([e for e, _ in errs_h])
     h_all = np.concatenate([h for _, h in errs_h])
     dof = max(n - 3, 1)
-    resid = z - mixture(at[-1], models, k, float(k[-1]))[0]
+    resid = z - mixture(at[-1], wt, k)[0]
     sd_u = math.sqrt(float((w * resid**2).sum()) / float(w.sum()) * n / dof)
     drift = scale * math.sqrt(float(np.mean(np.maximum(err_all**2 - sd_u**2, 0.0) / np.maximum(h_all, 1.0) ** 2)))
     first = float(k[0] + origin)
@@ -254,10 +226,9 @@ def fit_ensemble(
     def build(members: dict[str, dict[str, float]], upto: int) -> CurveFit:
         last = float(k[upto - 1] + origin)
         grid = table_epochs(first, last, horizon, k[:upto] + origin)
-        mean_u, spread_u = mixture(members, models, grid - origin, last - origin)
+        mean_u, spread_u = mixture(members, wt, grid - origin)
         zz = shift + scale * mean_u
-        now = weights_at(models, np.zeros(1))
-        params = {"c": float(zz[-1]), **{f"w_{name}": float(x[0]) for name, x in now.items()}}
+        params = {"c": float(zz[-1]), **{f"w_{name}": float(x) for name, x in wt.items()}}
         return CurveFit(
             family="ensemble",
             direction=direction,
