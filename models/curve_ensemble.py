@@ -243,8 +243,8 @@ def fit_ensemble(
             candidates={name: scale * e for name, e in cv.items()},
             # The table is in absolute epochs; origin only says where the fitted phase starts.
             origin=origin,
-            table=(tuple(float(x) for x in grid), tuple(float(x) for x in zz)),
-            spread=tuple(float(x) for x in scale * spread_u),
+            table=(tuple(grid.tolist()), tuple(zz.tolist())),
+            spread=tuple((scale * spread_u).tolist()),
             interval_z=INTERVAL_Z,
         )
 

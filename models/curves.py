@@ -55,6 +55,12 @@ early (``benchmarks/bench_curves.py``, ``docs/models.md``). With fewer than
 :data:`MIN_POINTS_FOR_HOLDOUT` points the prior is used if there is one, else the power law. The
 prediction band widens with the horizon at the rate measured by the cross-validation; the
 convergence epoch gets an interval from the refits at the cross-validation origins.
+
+With no prior, no schedule and no ``families`` restriction, and enough points to cross-validate, the
+result is the *model-averaged* curve of :mod:`models.curve_ensemble` (family ``"ensemble"``): the
+family chosen above averaged with two naive extrapolations (a line in epochs and in log-epochs),
+weighted by their cross-validated errors, so that a job whose curve no family describes is not
+declared to have levelled off (``docs/models.md``).
 """
 
 from __future__ import annotations
