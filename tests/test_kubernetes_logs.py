@@ -15,8 +15,9 @@ Case matrix:
   ``delivered`` makes the job delivered; after a migration the replacement pod's log (new UID)
   continues the same job's history, which keeps its epochs, declaration and delivery;
 - a pod whose log cannot be read (no ``Logs`` object: kwok answers with an error) keeps its store
-  history, the failure is in ``last.log_failed`` and logged once over two observes, and observe
-  does not fail.
+  history, the failure is in ``last.log_failed`` and logged once over two observes (at info level:
+  a kubelet answers so while a container starts), and observe does not fail; RBAC without
+  ``pods/log`` is a warning (``tests/test_kubernetes_leader.py`` checks it is needed).
 """
 
 from __future__ import annotations
@@ -181,11 +182,11 @@ def test_a_log_that_cannot_be_read_keeps_the_history_and_is_noted_once(
     store = MemoryStore()
     store.add_points("silent", [MetricPoint(time=1.0, epoch=1.0, loss=1.5), MetricPoint(time=2.0, epoch=2.0, loss=1.2)])
     adapter = adapter_for(k8s_sandbox, store)
-    with caplog.at_level(logging.WARNING, logger="flowplan.kubernetes"):
+    with caplog.at_level(logging.INFO, logger="flowplan.kubernetes"):
         for _ in range(2):
             [job] = [j for j in adapter.observe().jobs if j.id == "silent"]
             assert [p.loss for p in job.history] == [1.5, 1.2]
     why = adapter.last.log_failed["silent"]
     print(f"log of a pod without a Logs object: {why}")
-    said = [r.getMessage() for r in caplog.records if "log of pod default/silent not read" in r.getMessage()]
-    assert len(said) == 1, said
+    said = [r for r in caplog.records if "log of pod default/silent not read" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO, said

@@ -14,9 +14,11 @@ the Python client has no ``sinceTime``); lines at or before the cursor are dropp
 their exact timestamp. A replaced pod (a migration) is a new UID with a log of its own: the job's
 history, declaration and delivery are kept by job id, so the job keeps them.
 
-A pod whose log cannot be read (no container runtime behind the node, RBAC without ``pods/log``,
-the kubelet unreachable) keeps the history it had: the failure is noted once per pod and reason (a
-warning) and in :attr:`PodLogs.failed`, and never fails ``observe``.
+A pod whose log cannot be read (a container still starting, no container runtime behind the node,
+RBAC without ``pods/log``, the kubelet unreachable) keeps the history it had: the failure is in
+:attr:`PodLogs.failed` and logged once per pod and reason (a warning when RBAC forbids it or on a
+bug of ours, which a person must fix; otherwise at info level: a kubelet answers 400 while a
+container is being created), and it never fails ``observe``.
 """
 
 from __future__ import annotations
@@ -60,10 +62,10 @@ class PodLogs:
             raw = self._fetch(pod)
             self.progress.read(job_id, pod.uid, raw, final=final, steps_per_epoch=steps_per_epoch)
         except KubernetesAdapterError as exc:
-            self._note(job_id, pod, f"{exc.kind}: {exc.message}")
+            self._note(job_id, pod, f"{exc.kind}: {exc.message}", serious=exc.kind == "forbidden")
             return
         except Exception as exc:  # a bug of ours in reading one log must not stop observing the cluster
-            self._note(job_id, pod, f"bug: {type(exc).__name__}: {exc}")
+            self._note(job_id, pod, f"bug: {type(exc).__name__}: {exc}", serious=True)
             return
         if final:
             self._drained.add(pod.uid)
@@ -82,8 +84,9 @@ class PodLogs:
         except Exception as exc:
             raise translate(exc) from exc
 
-    def _note(self, job_id: str, pod: PodView, why: str) -> None:
+    def _note(self, job_id: str, pod: PodView, why: str, *, serious: bool) -> None:
         self.failed[job_id] = why
         if self._said.get(pod.uid) != why:
             self._said[pod.uid] = why
-            log.warning("job %s: log of pod %s/%s not read (its history is kept): %s", job_id, pod.namespace, pod.name, why)
+            level = logging.WARNING if serious else logging.INFO
+            log.log(level, "job %s: log of pod %s/%s not read (its history is kept): %s", job_id, pod.namespace, pod.name, why)
