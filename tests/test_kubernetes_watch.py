@@ -3,7 +3,7 @@
 Case matrix (``adapters.kubernetes.watch.PodWatch``, every event from the real server's watch):
 
 - a pending ``schedulerName: flowplan`` pod, and a pending pod with only the ``flowplan.io/job``
-  label, each wake the daemon ("pending"); binding a pod wakes nothing; a pod that ends
+  label, each wake the daemon ("pending"), a pod both watches see once; binding a pod wakes nothing; a pod that ends
   (``Succeeded``, written to its status as a kubelet writes it) wakes once ("ended"), a deleted one
   again ("deleted"); a pod that is not FlowPlan's wakes nothing;
 - a watch the server ends (``timeoutSeconds``, made 1 s here) is resumed from its last
@@ -77,6 +77,7 @@ def test_pods_arriving_and_ending_wake_and_nothing_else_does(k8s_sandbox: Any) -
         create_pod(api, pod_body("w-pending"))
         create_pod(api, pod_body("w-labelled", scheduler="default-scheduler", labels={"flowplan.io/job": "w-labelled"}))
         create_pod(api, pod_body("w-web", scheduler="default-scheduler"))  # not FlowPlan's
+        create_pod(api, pod_body("w-both", labels={"flowplan.io/job": "w-both"}))  # seen by both watches
         wait_for(lambda: "pending" in seen.kinds("w-pending") and "pending" in seen.kinds("w-labelled"), 10, "pending wakes")
         bind(api, "w-pending", k8s_sandbox.nodes[0])
         wait_for(lambda: (get_pod(api, "w-pending") or {}).get("status", {}).get("phase") == "Running", 30, "Running")
@@ -90,6 +91,7 @@ def test_pods_arriving_and_ending_wake_and_nothing_else_does(k8s_sandbox: Any) -
         wait_for(lambda: "deleted" in seen.kinds("w-pending"), 10, "the deletion wakes")
         assert seen.kinds("w-pending") == ["pending", "ended", "deleted"]
         assert seen.kinds("w-web") == [] and seen.kinds("w-labelled") == ["pending"]
+        assert seen.kinds("w-both") == ["pending"]  # reported once
         assert w.last_error is None
     finally:
         w.close()

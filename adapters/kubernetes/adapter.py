@@ -533,6 +533,8 @@ class KubernetesAdapter(Adapter):
                 f"{self.checkpoint_timeout:g} s; {made} waits unbound and is started once {old.name} has ended",
             )
         try:
+            if self.fence is not None:  # the wait may have outlasted this daemon's Lease
+                self.fence()
             self._bind(new, target)
         except KubernetesAdapterError as exc:
             raise KubernetesAdapterError(

@@ -4,15 +4,15 @@ The Kubernetes counterpart of :mod:`adapters.docker.events`. Background threads 
 (``list_namespaced_pod`` / ``list_pod_for_all_namespaces`` with ``watch=true``, read with the
 client's ``kubernetes.watch`` line reader) of the pods FlowPlan manages, two per namespace
 watched (or two cluster-wide): one with the field selector ``spec.schedulerName=flowplan``, one
-with the label selector ``flowplan.io/job`` (a watch cannot say "either"; a pod with both is seen
-twice, which the daemon's debounce folds into one wake-up). The request is opened directly, not
+with the label selector ``flowplan.io/job`` (a watch cannot say "either"; a pod both watches see
+is reported once: each kind of event is reported once per pod UID). The request is opened directly, not
 inside ``kubernetes.watch.Watch.stream`` (which sends it only when the first event is read): the
 daemon must know at once that the watch is open, or refused.
 ``on_event`` is called (the daemon's :class:`~adapters.daemon.WakeClock` then cuts its sleep short,
 after its debounce) when:
 
 - a pending pod arrives (``ADDED`` without ``spec.nodeName``): a job to place;
-- a pod ends (``Succeeded`` / ``Failed``, once per pod UID): its resources are free;
+- a pod ends (``Succeeded`` / ``Failed``): its resources are free;
 - a pod is deleted (``DELETED``): the same.
 
 Binding, resizes and status updates of running pods wake nothing: the next interval sees them.
@@ -45,6 +45,8 @@ log = logging.getLogger("flowplan.kubernetes.watch")
 
 #: Seconds the server keeps one watch request open before it ends it (it is resumed at once).
 WATCH_SECONDS = 60
+#: (kind, pod UID) pairs remembered so that each is reported once (then forgotten all at once).
+MAX_REMEMBERED = 100_000
 #: The two ways a pod is FlowPlan's, as watch selectors.
 SELECTORS = ({"field_selector": f"spec.schedulerName={SCHEDULER_NAME}"}, {"label_selector": JOB_LABEL})
 
@@ -94,7 +96,7 @@ class PodWatch:
         self._lock = threading.Lock()
         self._responses: dict[int, Any] = {}  # watch number -> its open HTTP response
         self._connected: dict[int, bool] = {}
-        self._ended: set[str] = set()  # UIDs of pods whose end was reported
+        self._reported: set[tuple[str, str]] = set()  # (kind, pod UID) already reported
         self._threads: list[threading.Thread] = []
 
     def start(self) -> PodWatch:
@@ -217,17 +219,21 @@ class PodWatch:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         phase = (obj.get("status") or {}).get("phase")
-        uid = str(meta.get("uid", ""))
         if kind == "ADDED" and not spec.get("nodeName") and meta.get("deletionTimestamp") is None:
             what = "pending"
-        elif kind in ("ADDED", "MODIFIED") and phase in ("Succeeded", "Failed") and uid not in self._ended:
-            self._ended.add(uid)
+        elif kind in ("ADDED", "MODIFIED") and phase in ("Succeeded", "Failed"):
             what = "ended"
         elif kind == "DELETED":
-            self._ended.discard(uid)
             what = "deleted"
         else:
             return
+        with self._lock:  # once per pod and kind, whichever of the watches sees it first
+            key = (what, str(meta.get("uid", "")))
+            if key in self._reported:
+                return
+            if len(self._reported) >= MAX_REMEMBERED:  # a long-lived daemon: at worst one wake-up twice
+                self._reported.clear()
+            self._reported.add(key)
         self.received += 1
         self._emit(PodEvent(what, str(meta.get("namespace", "")), str(meta.get("name", "")), time.monotonic()))
 
