@@ -14,6 +14,8 @@ Case matrix:
 - the SDK's output: ``declare`` fills the target's ``max_epochs`` and the job's ``schedule``,
   ``delivered`` makes the job delivered; after a migration the replacement pod's log (new UID)
   continues the same job's history, which keeps its epochs, declaration and delivery;
+- a pod being deleted (a migration's old pod, checkpointing within its grace period) is still
+  read: the lines it prints while terminating reach the job's history;
 - a pod whose log cannot be read (no ``Logs`` object: kwok answers with an error) keeps its store
   history, the failure is in ``last.log_failed`` and logged once over two observes (at info level:
   a kubelet answers so while a container starts), and observe does not fail; RBAC without
@@ -168,6 +170,26 @@ def test_sdk_declare_and_delivered_reach_the_job_and_survive_a_migration(k8s_san
     assert job.history[3].loss == pytest.approx(0.5)
     assert job.target.max_epochs == 12 and job.delivered  # kept by job, not by pod
     assert new["metadata"]["uid"] != old_uid
+
+
+def test_a_terminating_pods_last_lines_are_read(k8s_sandbox: Any, tmp_path: Path) -> None:
+    api = core(k8s_sandbox)
+    body = pod_body("going", node=k8s_sandbox.nodes[0])
+    body["spec"]["terminationGracePeriodSeconds"] = 30  # kwok removes it at its deletionTimestamp
+    create_pod(api, body)
+    running(api, "going")
+    create_pod(api, pod_body("going-r1", labels={"flowplan.io/job": "going"}))  # its replacement, pending
+    adapter = adapter_for(k8s_sandbox)
+    path = tmp_path / "going.log"
+    start = time.time() - 20
+    serve(k8s_sandbox, "going", path, stamped(sdk_output(1, 2, declare=False, deliver_at=None), start))
+    observe_until(adapter, "going", lambda j: len(j.history) == 2, "the first two epochs")
+    api.delete_namespaced_pod("going", NAMESPACE, _preload_content=False)  # graceful: 30 s to checkpoint
+    wait_for(lambda: (get_pod(api, "going") or {}).get("metadata", {}).get("deletionTimestamp"), 10, "terminating")
+    path.write_text(stamped(sdk_output(1, 3, declare=False, deliver_at=None), start))  # epoch 3, then its checkpoint
+    job = observe_until(adapter, "going", lambda j: len(j.history) == 3, "the epoch printed while terminating")
+    assert job.status == "pending"  # the job is its replacement; the old pod's lines still count
+    api.delete_namespaced_pod("going", NAMESPACE, grace_period_seconds=0, _preload_content=False)
 
 
 def test_a_log_that_cannot_be_read_keeps_the_history_and_is_noted_once(

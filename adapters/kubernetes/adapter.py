@@ -256,6 +256,8 @@ class KubernetesAdapter(Adapter):
                 continue
             obs.placed[job_id] = Placed(primary, parsed, [p for p in others if p.live])
             if self.logs is not None:
+                for going in obs.terminating.get(job_id, []):  # its last lines, e.g. up to its checkpoint
+                    self.logs.read(job_id, going, parsed.steps_per_epoch)
                 self.logs.read(job_id, primary, parsed.steps_per_epoch)
                 if job_id in self.logs.failed:
                     obs.log_failed[job_id] = self.logs.failed[job_id]
