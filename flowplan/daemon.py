@@ -11,9 +11,10 @@ planning again).
 
 The interval is a heartbeat: the daemon also re-plans at once (after ``--debounce`` seconds) when a
 job container is created, started, dies or is removed, from the engines' event streams
-(:mod:`adapters.docker.events`); ``--no-events`` turns that off. If a stream fails, the log says so
-once and the interval alone drives the daemon until the stream is back. On Kubernetes the interval
-alone drives it for now (watches: a later slice of issue 12).
+(:mod:`adapters.docker.events`), or, on Kubernetes, when a FlowPlan pod arrives pending, ends or is
+deleted, from watches of its pods (:mod:`adapters.kubernetes.watch`); ``--no-events`` turns that
+off. If a stream or watch fails, the log says so once and the interval alone drives the daemon
+until it is back.
 
 Only one daemon acts on the same jobs at once. On Docker, daemons sharing a ``--state`` take a lease
 in the store per ``--scope`` (:class:`LeaseGuard`); the second one stops. On Kubernetes every daemon
@@ -165,14 +166,15 @@ def register(sub: Any) -> None:
         "--no-events",
         dest="events",
         action="store_false",
-        help="re-plan only every --interval (default: also at once when a job container is created, starts, dies or is removed)",
+        help="re-plan only every --interval (default: also at once when a job container is created, starts, dies or is "
+        "removed; on Kubernetes, when a FlowPlan pod arrives pending, ends or is deleted)",
     )
     p.add_argument(
         "--debounce",
         type=seconds(0, 60),
         default=0.4,
         metavar="S",
-        help="after an engine event, wait this long for more before re-planning (default 0.4 s)",
+        help="after an engine event or pod watch event, wait this long for more before re-planning (default 0.4 s)",
     )
     p.add_argument(
         "--scope",
@@ -225,7 +227,8 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     if args.adapter == "kubernetes":
         if getattr(args, "scope", None):
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
-        return build_kubernetes_adapter(args, store, settings, clock=options.get("clock"))
+        extra = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        return build_kubernetes_adapter(args, store, settings, **extra)
     try:
         specs = [HostSpec.parse(h) for h in args.hosts]
     except ValueError as exc:
@@ -236,7 +239,7 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
         raise UsageError(f"--hosts: {exc}") from None
 
 
-def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None) -> Any:
+def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None, **options: Any) -> Any:
     """The Kubernetes adapter from ``--kubeconfig`` / ``$KUBECONFIG``; a missing or bad kubeconfig is a usage error."""
     import os
 
@@ -255,7 +258,9 @@ def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any
     if path is None and env and not all(Path(p).is_file() for p in env.split(os.pathsep) if p):
         raise UsageError(f"KUBECONFIG={env}: no such file ('flowplan sandbox up' prints a working one)")
     try:
-        return KubernetesAdapter.from_kubeconfig(path, namespaces=args.namespaces, store=store, settings=settings, clock=clock)
+        return KubernetesAdapter.from_kubeconfig(
+            path, namespaces=args.namespaces, store=store, settings=settings, clock=clock, **options
+        )
     except (ConfigException, ValueError, OSError) as exc:
         where = f"--kubeconfig {path}" if path else "kubeconfig"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -350,7 +355,7 @@ def _banner(args: argparse.Namespace, guard: Any = None) -> str:
     else:
         where = "namespaces " + (", ".join(args.namespaces) if getattr(args, "namespaces", None) else "all")
     scope = ",".join(f"{k}={v}" for k, v in sorted(args.scope.items())) if getattr(args, "scope", None) else "every job"
-    wake = "engine events" if args.events and args.adapter == "docker" else "the interval only"
+    wake = ("engine events" if args.adapter == "docker" else "pod watches") if args.events else "the interval only"
     policy = args.policy + (f" ({args.solver}, {args.time_limit:g} s)" if args.policy == "flowplan" else "")
     lease = f"; lease {guard.elector.where} as {guard.elector.identity}" if hasattr(guard, "elector") else ""
     return (
@@ -422,9 +427,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     store = open_store(args.state)
     clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
-    if args.adapter == "docker":
-        # An event about a container the adapter itself just started, stopped or removed is no news.
-        clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
+    # An event about a container (a pod) the adapter itself just started, stopped, created or removed is no news.
+    clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
     warned: set[str] = set()
     metrics = None
@@ -474,10 +478,10 @@ def run_daemon(args: argparse.Namespace) -> int:
         _banner(args, guard) + (f"; metrics on http://127.0.0.1:{args.metrics_port}/metrics" if metrics is not None else ""),
         flush=True,
     )
-    events = None
+    events: Any = None  # EngineEvents or PodWatch
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if args.events and args.adapter == "docker":  # kubernetes: the interval alone (watches are a later slice)
+        if args.events and args.adapter == "docker":
             from adapters.docker.events import EngineEvents
 
             events = EngineEvents(
@@ -486,6 +490,16 @@ def run_daemon(args: argparse.Namespace) -> int:
                 heartbeat=args.interval,
             ).start()
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
+        elif args.events and args.adapter == "kubernetes":
+            from adapters.kubernetes.watch import PodWatch
+
+            events = PodWatch(
+                adapter.api.api_client,
+                adapter.namespaces,
+                lambda ev: clock.wake(ev.describe(), ev.pod if ev.name else None),
+                heartbeat=args.interval,
+            ).start()
+            events.wait_connected(2.0)
         if isinstance(guard, LeaderGuard):
             guard.elector.start()  # the first round now: leader or standby is known before the first interval
         try:
