@@ -7,8 +7,8 @@ store that a daemon (or ``flowplan simulate --state``) writes.
   ``--watch S`` reprints every S seconds; ``--live`` observes the cluster (Docker hosts or
   Kubernetes) and plans it once instead of reading the store, applying nothing.
 - ``events``: what the daemon set out to do, when, and how it ended (the actions table).
-- ``explain JOB``: one job's story over the last plans: what each gave it and why, its predictions
-  and their basis, and its actions.
+- ``explain JOB`` (:mod:`flowplan.explain_cmd`): one job's story over the last plans, what it was
+  offered and what its deadline would take.
 
 Times are shown relative to the plan's own clock (the snapshot's ``time``), so a simulated run
 reads the same as a live one.
@@ -59,15 +59,9 @@ def register(sub: Any) -> None:
     ev.add_argument("-o", "--output", choices=["table", "json"], default="table")
     ev.set_defaults(func=run_events)
 
-    ex = sub.add_parser(
-        "explain",
-        help="one job's story over the last plans: what it got, why, and what it would take",
-        description="What the last plans gave one job and why, with its predictions and their basis, and its actions.",
-    )
-    ex.add_argument("job", help="job id")
-    ex.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
-    ex.add_argument("--plans", type=whole(1, 1000), default=5, metavar="N", help="how many recent plans (default 5)")
-    ex.set_defaults(func=run_explain)
+    from flowplan import explain_cmd
+
+    explain_cmd.register(sub)  # its own module: it works out what the job was offered
 
 
 def _open(path: str) -> Any:
@@ -273,54 +267,4 @@ def run_events(args: argparse.Namespace) -> int:
         stamp = _clock(r.plan_time)
         rows.append([stamp, r.job, r.kind, where, what, r.status, took, r.message[:80]])
     emit(rows, ["TIME", "JOB", "ACTION", "NODE", "GETS", "RESULT", "TOOK", "MESSAGE"])
-    return 0
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    from flowplan.cli import UsageError
-
-    store = _open(args.state)
-    try:
-        ids = store.plan_ids(args.plans)
-        plans = [(i, store.get_plan(i)) for i in ids]
-        actions = store.actions(job=args.job, limit=20)
-    finally:
-        store.close()
-    mine: list[tuple[int, Any, Any]] = []
-    for i, plan in plans:
-        found = next((a for a in plan.assignments if a.job == args.job), None) if plan is not None else None
-        if found is not None:
-            mine.append((i, plan, found))
-    if not mine:
-        raise UsageError(f"{args.job}: not in the last {len(plans)} plan(s) of {args.state}")
-    latest_id, latest, a = mine[0]
-    p = a.predictions
-    out = [f"{args.job}, as of plan {latest_id}:", f"  {a.explanation}"]
-    out.append(f"  predictions: {p.basis}")
-    facts = [f"epoch {p.epoch:.4g}"]
-    if p.seconds_per_epoch is not None:
-        facts.append(f"{p.seconds_per_epoch:.3g} s/epoch at {a.cpu_millis / 1000:g} CPU" + (f" + {a.gpus} GPU" if a.gpus else ""))
-    for name, eta in (("tier 1", p.eta_tier1), ("tier 2", p.eta_tier2), ("finish", p.eta_finish)):
-        if eta is not None:
-            facts.append(f"{name} in {_dur(eta - latest.time)}")
-    out.append("  " + ", ".join(facts))
-    if p.tier1_deadline is not None:
-        left = p.tier1_deadline - latest.time
-        verdict = {True: "will be met", False: "will be MISSED", None: "-"}[p.tier1_satisfied]
-        out.append(f"  tier-1 deadline {'in ' + _dur(left) if left >= 0 else 'passed'}: {verdict}")
-        if p.tier1_satisfied is False and p.epochs_to_tier1 and left > 0:
-            need = left / p.epochs_to_tier1
-            out.append(f"  to meet it: {p.epochs_to_tier1:.3g} more epochs in {_dur(left)}, i.e. {need:.3g} s/epoch or faster")
-    out.append("")
-    out.append(f"  last {len(mine)} plan(s), newest first:")
-    for i, _, x in mine:
-        where = x.node or "no node"
-        out.append(f"    plan {i}: {x.action} on {where}, {x.cpu_millis / 1000:g} CPU" + (f" + {x.gpus} GPU" if x.gpus else ""))
-    if actions:
-        out.append("")
-        out.append("  actions:")
-        for r in actions[-10:]:
-            stamp = _clock(r.plan_time)
-            out.append(f"    {stamp} {r.kind} -> {r.status}" + (f": {r.message}" if r.message else ""))
-    sys.stdout.write("\n".join(out) + "\n")
     return 0
