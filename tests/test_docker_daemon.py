@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -177,6 +178,7 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
 
     main = docker_engines.engines[0]
     cid = create_job(main.url, "fp-dry", "dry", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
+    create_job(main.url, "fp-dry2", "dry2", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
     res = flowplan(
         "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
         "--time-limit", "0.3", "--state", str(tmp_path / "s.db"),
@@ -185,7 +187,9 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
     banner, *rest = res.stdout.splitlines()
     assert banner.startswith("flowplan daemon ") and "DRY RUN" in banner, banner
     assert "hosts main=unix:" in banner and "extra0=" in banner, banner
-    assert len(rest) == 1 and "would start dry" in rest[0], rest  # one line for the one change, no plan table
+    # One line per change, stamped with the interval's time; no plan table.
+    assert sorted(line.split(" ", 1)[1].split(" on ")[0] for line in rest) == ["would start dry", "would start dry2"], rest
+    assert all(re.match(r"\d\d:\d\d:\d\d would start dry2? on \w+ \d+m$", line) for line in rest), rest
     assert api(main.url).inspect_container(cid)["State"]["Status"] == "created"
     verbose = flowplan(
         "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
