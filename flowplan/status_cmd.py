@@ -2,7 +2,8 @@
 store that a daemon (or ``flowplan simulate --state``) writes.
 
 - ``status``: one line per job of the latest plan, like ``kubectl get``: state, node, CPU/GPU
-  guaranteed, progress, ETA to tier 1, deadline met or not, and the one-line reason. ``-o wide``
+  guaranteed, progress, ETA to tier 1 with its 80% band, deadline met or not, and the one-line
+  reason. ``-o wide``
   adds tier 2, the finish and where the numbers come from; ``-o json`` prints the rows;
   ``--watch S`` reprints every S seconds; ``--live`` observes the cluster (Docker hosts or
   Kubernetes) and plans it once instead of reading the store, applying nothing.
@@ -100,8 +101,40 @@ def _state(job: Any, action: str) -> str:
     return "Running"
 
 
-def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
-    """One dict per job of ``plan`` (the JSON output's rows)."""
+def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]) -> dict[str, list[float | None]]:
+    """80% bands of the seconds to each open tier: ``tiers`` are (name, seconds the plan predicts to
+    it, its epochs left). The job's curve, fitted again from the snapshot, gives the band's epochs
+    (:meth:`models.curves.CurveFit.epoch_interval`) relative to its median; the plan's seconds are
+    scaled by them (so the band brackets the plan's own time, which comes from the share rollout).
+    An upper end of ``None``: the pessimistic curve never gets there."""
+    from planner import PlannerConfig
+    from planner.outlook import build_outlook
+
+    out: dict[str, list[float | None]] = {}
+    if job is None or job.target is None or not tiers:
+        return out
+    curve = build_outlook(job, settings, PlannerConfig()).curve
+    if curve is None:
+        return out
+    values = {"tier1": job.target.tier1.value, "tier2": job.target.tier2.value if job.target.tier2 else None}
+    epoch = curve.last_epoch
+    for name, seconds, left in tiers:
+        value = values.get(name)
+        mid = curve.epoch_reaching(value) if value is not None else None
+        if value is None or mid is None or mid <= epoch or not left:
+            continue
+        lo, hi = curve.epoch_interval(value)
+        per = seconds / (mid - epoch)  # the plan's seconds per epoch of this curve, on the way there
+        out[name] = [
+            max(lo - epoch, 0.0) * per if lo is not None else None,
+            max(hi - epoch, 0.0) * per if hi is not None else None,
+        ]
+    return out
+
+
+def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[str, Any]]:
+    """One dict per job of ``plan`` (the JSON output's rows); ``bands``: with the 80% band of the
+    time to each open tier (curves fitted again from the snapshot)."""
     jobs = {j.id: j for j in snapshot.jobs} if snapshot is not None else {}
     unserved = {u.job: u.reason for u in plan.unserved}
     rows = []
@@ -130,7 +163,26 @@ def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
                 "basis": p.basis,
             }
         )
+        row = rows[-1]
+        open_tiers = [
+            (name, row[f"eta_{name}_s"], left)
+            for name, left in (("tier1", p.epochs_to_tier1), ("tier2", p.epochs_to_tier2))
+            if row[f"eta_{name}_s"] is not None and not (name == "tier1" and p.tier1_reached)
+        ]
+        found = _bands(job, snapshot.settings, open_tiers) if bands and snapshot is not None else {}
+        row["eta_tier1_band_s"] = found.get("tier1")
+        row["eta_tier2_band_s"] = found.get("tier2")
     return rows
+
+
+def _eta(seconds: float | None, band: list[float | None] | None) -> str:
+    if seconds is None:
+        return "-"
+    text = f"in {_dur(seconds)}"
+    if band is not None and band[0] is not None:
+        lo = "now" if band[0] < 1.0 else _dur(band[0])
+        text += f" ({lo}-{'never' if band[1] is None else _dur(band[1])})"
+    return text
 
 
 def _reason(explanation: str) -> str:
@@ -145,13 +197,13 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     if r["tier1_reached"]:
         t1 = "reached"
     else:
-        t1 = "-" if r["eta_tier1_s"] is None else f"in {_dur(r['eta_tier1_s'])}"
+        t1 = _eta(r["eta_tier1_s"], r.get("eta_tier1_band_s"))
     met = {True: "met", False: "MISS", None: "-"}[r["tier1_met"]]
     if r["tier1_deadline_s"] is not None:
         met += f" ({_dur(r['tier1_deadline_s'])} left)" if r["tier1_deadline_s"] >= 0 else " (passed)"
     row = [r["job"], r["state"], r["node"] or "-", cpu, progress, t1, met]
     if wide:
-        t2 = "-" if r["eta_tier2_s"] is None else f"in {_dur(r['eta_tier2_s'])}"
+        t2 = _eta(r["eta_tier2_s"], r.get("eta_tier2_band_s"))
         fin = "-" if r["eta_finish_s"] is None else f"in {_dur(r['eta_finish_s'])}"
         row += [t2, fin, r["reason"], r["basis"]]
     else:
