@@ -191,6 +191,14 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
     assert sorted(line.split(" ", 1)[1].split(" on ")[0] for line in rest) == ["would start dry", "would start dry2"], rest
     assert all(re.match(r"\d\d:\d\d:\d\d would start dry2? on \w+ \d+m$", line) for line in rest), rest
     assert api(main.url).inspect_container(cid)["State"]["Status"] == "created"
+    # Issue 16: status on the Docker daemon's store shows every job with a reason; explain tells
+    # what one was offered (worked out from the stored snapshot).
+    status = flowplan("status", "--state", str(tmp_path / "s.db"), "-o", "json")
+    assert status.returncode == 0, status.stderr
+    rows = {r["job"]: r for r in json.loads(status.stdout)["jobs"]}
+    assert set(rows) == {"dry", "dry2"} and all(r["reason"] and r["state"] == "Starting" for r in rows.values()), rows
+    story = flowplan("explain", "dry", "--state", str(tmp_path / "s.db"))
+    assert story.returncode == 0 and "option(s) weighed" in story.stdout and "main" in story.stdout, story.stdout
     verbose = flowplan(
         "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
         "--time-limit", "0.3", "--state", str(tmp_path / "s.db"), "--verbose",
