@@ -112,9 +112,12 @@ def why_not(found: Any) -> str:
     return text
 
 
-def options_lines(found: Any, limit: int) -> list[str]:
-    """The offered options and what the deadline would take, as text lines (indented two spaces)."""
-    from flowplan.tables import plain
+def options_lines(found: Any, limit: int, *, terminal: bool = False) -> list[str]:
+    """The offered options and what the deadline would take, as text lines (indented two spaces);
+    ``terminal``: the table drawn by rich (flowplan.tables), else plain columns."""
+    import shutil
+
+    from flowplan.tables import plain, rich_lines
     from planner.alternatives import pareto
 
     out: list[str] = []
@@ -133,7 +136,10 @@ def options_lines(found: Any, limit: int) -> list[str]:
             f"  offered: {len(found.options)} option(s) weighed; the {len(picked)} finishing soonest that nothing else on "
             f"their node beats{f' ({more} more)' if more > 0 else ''}, with the allocation held until done:"
         )
-        out += ["    " + line for line in plain(rows, header)]
+        drawn = (
+            rich_lines(rows, header, width=max(shutil.get_terminal_size().columns - 4, 40)) if terminal else plain(rows, header)
+        )
+        out += ["    " + line for line in drawn]
         out.append("  " + why_not(found))
     deadline = found.tier1_deadline_s
     if deadline is None:
@@ -258,7 +264,7 @@ def run_explain(args: argparse.Namespace) -> int:
             out.append(f"  that needs {p.epochs_to_tier1:.3g} more epochs in {_dur(left)}: {need:.3g} s/epoch or faster")
     if offered is not None and args.options:
         out.append("")
-        out += options_lines(offered, args.options)
+        out += options_lines(offered, args.options, terminal=sys.stdout.isatty())
     elif why_none:
         out.append(f"  ({why_none})")
     out.append("")
