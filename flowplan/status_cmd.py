@@ -2,11 +2,11 @@
 store that a daemon (or ``flowplan simulate --state``) writes.
 
 - ``status``: one line per job of the latest plan, like ``kubectl get``: state, node, CPU/GPU
-  guaranteed, progress, ETA to tier 1 with its 80% band, deadline met or not, and the one-line
-  reason. ``-o wide``
-  adds tier 2, the finish and where the numbers come from; ``-o json`` prints the rows;
-  ``--watch S`` reprints every S seconds; ``--live`` observes the cluster (Docker hosts or
-  Kubernetes) and plans it once instead of reading the store, applying nothing.
+  guaranteed, CPU in use (as the adapter measured it over the interval before the plan), progress,
+  ETA to tier 1 with its 80% band, deadline met or not, and the one-line reason. ``-o wide`` adds
+  tier 2, the finish and where the numbers come from; ``-o json`` prints the rows; ``--watch S``
+  reprints every S seconds; ``--live`` observes the cluster (Docker hosts or Kubernetes) and plans
+  it once instead of reading the store, applying nothing.
 - ``events``: what the daemon set out to do, when, and how it ended (the actions table).
 - ``explain JOB`` (:mod:`flowplan.explain_cmd`): one job's story over the last plans, what it was
   offered and what its deadline would take.
@@ -150,6 +150,7 @@ def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[st
                 "node": a.node,
                 "cpu_millis": a.cpu_millis if a.node else None,
                 "cpu_limit_millis": a.cpu_limit_millis,
+                "cpu_used_millis": job.cpu_used_millis if job is not None else None,
                 "gpus": a.gpus if a.node else None,
                 "epoch": p.epoch,
                 "epochs_total": total,
@@ -201,7 +202,8 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     met = {True: "met", False: "MISS", None: "-"}[r["tier1_met"]]
     if r["tier1_deadline_s"] is not None:
         met += f" ({_dur(r['tier1_deadline_s'])} left)" if r["tier1_deadline_s"] >= 0 else " (passed)"
-    row = [r["job"], r["state"], r["node"] or "-", cpu, progress, t1, met]
+    used = "-" if r.get("cpu_used_millis") is None else f"{r['cpu_used_millis'] / 1000:.3g}"
+    row = [r["job"], r["state"], r["node"] or "-", cpu, used, progress, t1, met]
     if wide:
         t2 = _eta(r["eta_tier2_s"], r.get("eta_tier2_band_s"))
         fin = "-" if r["eta_finish_s"] is None else f"in {_dur(r['eta_finish_s'])}"
@@ -221,7 +223,7 @@ def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: A
         out.write(json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n")
         return
     wide = output == "wide"
-    header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "EPOCH", "TIER 1", "DEADLINE"]
+    header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "USED", "EPOCH", "TIER 1", "DEADLINE"]
     header += ["TIER 2", "FINISH", "WHY", "BASIS"] if wide else ["WHY"]
     s = plan.summary
     head = "live plan (nothing applied)" if live else f"plan {plan_id}"

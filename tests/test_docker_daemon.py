@@ -220,6 +220,10 @@ def test_quiet_intervals_print_nothing_but_the_banner(docker_engines: Any, tmp_p
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("flowplan daemon "), lines
+    # Issue 16: status shows the CPU the running job used, as the engine's stats measured it.
+    status = flowplan("status", "--state", str(tmp_path / "q.db"), "-o", "json")
+    row = next(r for r in json.loads(status.stdout)["jobs"] if r["job"] == "calm")
+    assert row["cpu_used_millis"] is not None and 0 < row["cpu_used_millis"] <= 1100, row  # it may use at most 1 CPU
 
 
 def _pending(db: Path) -> int:
