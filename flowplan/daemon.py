@@ -209,7 +209,13 @@ def register(sub: Any) -> None:
         metavar="ID",
         help="this daemon's holder identity in the Lease and on the pods it binds (default: HOSTNAME:PID)",
     )
-    p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also a line per interval (jobs, planning time, what woke it), every engine call's outcome, and in a dry "
+        "run the full plan (default: the banner, then one line per change and per new warning)",
+    )
     p.set_defaults(func=run_daemon)
 
 
@@ -364,26 +370,32 @@ def _banner(args: argparse.Namespace, guard: Any = None) -> str:
     )
 
 
-def _describe(tick: Any, dry_run: bool) -> str:
+def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]]:
+    """The interval in words: a head line (jobs, planning time, nodes down, what woke it; printed
+    with --verbose) and one line per change (``would ...`` in a dry run, else how it ended), or the
+    checker's refusal."""
+    stamp = datetime.fromtimestamp(tick.time).strftime("%H:%M:%S")
     s = tick.snapshot
     running = sum(1 for j in s.jobs if j.status == "running")
     pending = sum(1 for j in s.jobs if j.status == "pending")
     down = [n.name for n in s.nodes if not n.schedulable]
     head = (
-        f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} jobs {len(s.jobs)} "
-        f"(running {running}, pending {pending}) plan {tick.plan_seconds:.2f} s" + (f" down: {','.join(down)}" if down else "")
+        f"{stamp} jobs {len(s.jobs)} (running {running}, pending {pending}) plan {tick.plan_seconds:.2f} s"
+        + (f" down: {','.join(down)}" if down else "")
+        + ("; no change" if not tick.changes and not tick.violations else "")
+        + (f" [woken: {woken}]" if woken else "")
     )
     if tick.violations:
-        return head + f"; plan REJECTED by the checker: {tick.violations[0]}"
-    parts = []
+        return head, [f"{stamp} plan REJECTED by the checker, nothing applied: {tick.violations[0]}"]
+    lines = []
     for i, c in enumerate(tick.changes):
         what = f"{c.kind} {c.job}" + (f" on {c.node} {c.cpu_millis}m" if c.node else "") + (f" {c.gpus}g" if c.gpus else "")
         if dry_run:
-            parts.append("would " + what)
+            lines.append(f"{stamp} would {what}")
         elif i < len(tick.outcomes):
             o = tick.outcomes[i]
-            parts.append(what + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
-    return head + ("; " + "; ".join(parts) if parts else "; no change")
+            lines.append(f"{stamp} {what}" + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
+    return head, lines
 
 
 def _keep_failed_snapshots(policy: Any, state: str) -> Any:
@@ -438,17 +450,18 @@ def run_daemon(args: argparse.Namespace) -> int:
     def on_tick(tick: Any) -> None:
         if metrics is not None:
             metrics.tick(tick, args.dry_run)
-        # One line per interval that changes something (or fails, or is refused by the checker), each
-        # warning the first time it appears; every interval and the full plan with --verbose.
+        # One line per change (or the checker's refusal), each warning the first time it appears;
+        # with --verbose also a line per interval and, in a dry run, the full plan.
         for w in tick.plan.warnings:
             if w not in warned:
                 warned.add(w)
                 print(f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} warning: {w}", flush=True)
         if args.verbose and args.dry_run:
             sys.stdout.write(render_table(tick.plan, f"{args.adapter} (dry run)", rich=sys.stdout.isatty()))
-        if args.verbose or tick.changes or tick.violations:
-            more = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}"
-            print(_describe(tick, args.dry_run) + (f" [woken: {more}]" if clock.reasons else ""), flush=True)
+        woken = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}" if clock.reasons else ""
+        head, lines = _describe(tick, args.dry_run, woken)
+        for line in ([head] if args.verbose else []) + lines:
+            print(line, flush=True)
         clock.reasons = []
 
     # A dry run changes nothing, so it needs no lease. The lease outlives an interval and its slowest

@@ -162,6 +162,7 @@ class DockerAdapter(Adapter):
         #: What the containers' logs said (points, declarations, deliveries), under ``docker.*`` keys.
         self.progress = LogProgress(self.store, "docker", log)
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
+        self._last_used: dict[str, float] = {}  # container id -> cores used over its latest measured window (status)
         self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
         self._speeds_recorded: dict[str, tuple[Any, ...]] = {}  # job -> what record_speeds last got (unchanged: not written)
@@ -282,12 +283,15 @@ class DockerAdapter(Adapter):
         fields["target"] = self._with_declared(job_id, fields.get("target"))
         fields["schedule"] = self._declared_schedule(job_id, fields["target"])
         allocation = self._allocation(host, c, fields) if status == "running" else None
+        # The latest measured window (a sample comes at the engine's 1 s tick, not at every observe).
+        used = obs.cpu_usage.get(job_id, self._last_used.get(c.id)) if status == "running" else None
         return Job(
             id=job_id,
             status=status,
             image=image,
             node=host if status == "running" else None,
             allocation=allocation,
+            cpu_used_millis=None if used is None else round(used * 1000.0, 1),
             history=list(history),
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
@@ -435,6 +439,7 @@ class DockerAdapter(Adapter):
         for cid in [cid for cid in self._usage if cid not in running]:  # forget containers that stopped or went
             self._usage.pop(cid, None)
             self._speed_done.pop(cid, None)
+            self._last_used.pop(cid, None)
         for cid in [cid for cid in self._rates if cid not in running]:
             self._rates.pop(cid, None)
         for cid in [cid for cid in self._stats_pending if cid not in running]:
@@ -453,6 +458,7 @@ class DockerAdapter(Adapter):
                 usage = self._add_sample(cid, pending.result())
                 if usage is not None:
                     obs.cpu_usage[job] = usage
+                    self._last_used[cid] = usage
             self._stats_pending[cid] = self._stats_pool.submit(self._sample, host, cid)
 
     def _sample(self, host: str, cid: str) -> tuple[float, float] | None:
