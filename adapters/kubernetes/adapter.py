@@ -2,7 +2,9 @@
 
 What it assumes (read before relying on it):
 
-- **A job is one pod** (gangs are a later slice). FlowPlan's pods are those with
+- **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
+  label: one job with a replica per pod, placed on one node all or nothing; :mod:`adapters.kubernetes.gangs`
+  says how each change treats them). FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
@@ -78,6 +80,7 @@ from adapters.kubernetes.annotations import (
     BOUND_BY,
     CHECKPOINT_REQUESTED,
     DELIVER_REQUESTED,
+    GANG_LABEL,
     JOB_LABEL,
     REPLACES,
     SCHEDULER_NAME,
@@ -85,6 +88,7 @@ from adapters.kubernetes.annotations import (
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
+from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.pods import GPU, NodeView, PodView, is_flowplan_pod, job_id_of, mib, node_view, pod_view, requested
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
@@ -118,6 +122,8 @@ class Observation:
     """Everything :meth:`KubernetesAdapter.observe` learned besides the snapshot itself."""
 
     placed: dict[str, Placed] = field(default_factory=dict)
+    gangs: dict[str, Gang] = field(default_factory=dict)  # the gangs that are jobs (adapters/kubernetes/gangs.py)
+    waiting: dict[str, str] = field(default_factory=dict)  # gang -> why it is no job (waiting for pods) or pending (split)
     nodes: dict[str, NodeView] = field(default_factory=dict)
     unmanaged: dict[str, str] = field(default_factory=dict)  # "namespace/pod" -> reason
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
@@ -125,7 +131,7 @@ class Observation:
     terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
 
 
-class KubernetesAdapter(Adapter):
+class KubernetesAdapter(GangOps, Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(
@@ -227,6 +233,7 @@ class KubernetesAdapter(Adapter):
         obs.nodes = views
         held: dict[str, list[int]] = {name: [0, 0, 0] for name in views}
         found: dict[str, list[PodView]] = {}
+        gang_pods: dict[str, list[PodView]] = {}  # gang job id -> its pods
         namespace_of: dict[str, str] = {}
         node_notes: dict[str, dict[str, str]] = {name: {} for name in views}
         for raw in pods:
@@ -243,6 +250,9 @@ class KubernetesAdapter(Adapter):
                 continue
             if pod.deleting:
                 obs.terminating.setdefault(job_id, []).append(pod)
+                continue
+            if GANG_LABEL in pod.labels:
+                gang_pods.setdefault(job_id, []).append(pod)
                 continue
             found.setdefault(job_id, []).append(pod)
 
@@ -262,6 +272,7 @@ class KubernetesAdapter(Adapter):
                 if job_id in self.logs.failed:
                     obs.log_failed[job_id] = self.logs.failed[job_id]
             jobs.append(self._job(job_id, primary, parsed, obs))
+        jobs.extend(self._observe_gangs(gang_pods, obs, node_notes, held))
 
         nodes = []
         for name in sorted(views):
@@ -339,8 +350,12 @@ class KubernetesAdapter(Adapter):
     def _apply_one(self, ch: Change) -> str:
         if self.fence is not None:
             self.fence()
-        if ch.replicas != 1:
-            raise KubernetesAdapterError("invalid", f"job {ch.job}: gangs (replicas={ch.replicas}) are not supported yet")
+        gang = self.last.gangs.get(ch.job)
+        if gang is not None:
+            return self._apply_gang(ch, gang)
+        if ch.replicas != 1 and ch.job in self.last.placed:
+            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); a gang is pods sharing the label {GANG_LABEL}"
+            raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
             raise KubernetesAdapterError("not_found", f"job {ch.job}: no pod seen for it")
@@ -601,6 +616,7 @@ class KubernetesAdapter(Adapter):
                 except KubernetesAdapterError as exc:
                     if exc.kind != "not_found":
                         done.append(f"{job_id}: could not delete duplicate pod {other.name}: {exc.kind}: {exc.message}")
+        done += self.reconcile_gangs(self.fence)
         for line in done:
             log.info("reconcile: %s", line)
         return done
