@@ -47,9 +47,14 @@ def register(sub: Any) -> None:
     ml = p.add_argument_group("MLflow (instead of FILE): the runs tagged flowplan.job=ID on a tracking server")
     ml.add_argument("--mlflow", metavar="URI", help="tracking server, http(s)://host:port")
     ml.add_argument("--job", metavar="ID", help="the FlowPlan job id the runs are tagged with")
-    ml.add_argument("--loss-key", action="append", metavar="KEY", help="MLflow metric holding the loss (default: loss, train_loss)")
     ml.add_argument(
-        "--metric-key", action="append", metavar="KEY", help="MLflow metric holding the quality metric (default: val_accuracy, accuracy)"
+        "--loss-key", action="append", metavar="KEY", help="MLflow metric of the loss, repeatable (default: loss, train_loss)"
+    )
+    ml.add_argument(
+        "--metric-key",
+        action="append",
+        metavar="KEY",
+        help="metric of the quality, repeatable (default: val_accuracy, accuracy)",
     )
     ml.add_argument("--epoch-key", default="epoch", metavar="KEY", help="MLflow metric holding the epoch (default: epoch)")
     p.set_defaults(func=run_logs)

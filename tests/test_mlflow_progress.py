@@ -11,7 +11,11 @@ Cases:
 - a run without the tag, or with another job's tag, is ignored;
 - steps without an ``epoch`` metric are placed with a declared steps-per-epoch, else counted unplaced;
 - an unreachable server: one line naming it, no traceback;
-- ``flowplan logs --mlflow URI --job ID`` prints the points (JSON) and exits 2 with one line when unreachable.
+- ``flowplan logs --mlflow URI --job ID`` prints the points (JSON) and exits 2 with one line when unreachable;
+- the Docker adapter's progress store (``LogProgress.read_mlflow``, what ``--mlflow`` on the daemon and
+  ``flowplan snapshot`` runs per job each interval) keeps the points in a real SQLite state store, the
+  cursor in its key-value table, and a server that went down is one warning, not a crash;
+- ``--mlflow`` that is not an http(s) address, or with ``--adapter kubernetes``: one line, exit 2.
 
 Without ``mlflow`` installed the tests skip, except in CI (``CI`` set), where they fail.
 """
@@ -19,6 +23,7 @@ Without ``mlflow`` installed the tests skip, except in CI (``CI`` set), where th
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -30,10 +35,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from adapters.logs.mlflow import MetricKeys, MlflowClient, MlflowCursor, MlflowError, read_job
 from conftest import REPO, real_curve
 
+from adapters.docker.progress import LogProgress
+from adapters.logs.mlflow import MetricKeys, MlflowClient, MlflowCursor, MlflowError, read_job
 
 
 def mlflow_missing(reason: str) -> None:
@@ -171,3 +176,46 @@ def test_logs_command(server: str, client) -> None:  # type: ignore[no-untyped-d
     assert down.returncode == 2
     assert len(down.stderr.strip().splitlines()) == 1 and "unreachable" in down.stderr
     assert "Traceback" not in down.stderr
+
+
+def test_progress_store_reads_mlflow(server: str, client, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    from store import StateStore
+
+    exp = client.create_experiment("flowplan-store")
+    run = client.create_run(exp, tags={"flowplan.job": "stored"}).info.run_id
+    t0 = 1_700_000_000_000
+    log_epochs(client, run, 0, 4, t0)
+    store = StateStore(tmp_path / "state.db")
+    progress = LogProgress(store, "docker", logging.getLogger("test.mlflow"))
+    reader = MlflowClient(server)
+    assert progress.read_mlflow("stored", reader)
+    log_epochs(client, run, 4, 6, t0)
+    assert progress.read_mlflow("stored", reader)
+    # a fresh LogProgress on the same store (a restarted daemon) goes on from the stored cursor
+    again = LogProgress(store, "docker", logging.getLogger("test.mlflow"))
+    assert again.read_mlflow("stored", reader)
+    history = store.history("stored")
+    assert [p.epoch for p in history] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert [p.metric for p in history] == CURVE[:6]
+    assert json.loads(store.get_kv("docker.mlflow.stored"))["seen"][run]["val_accuracy"][0] == 5
+
+    down = MlflowClient(f"http://127.0.0.1:{free_port()}", timeout=2)
+    with caplog.at_level(logging.WARNING, logger="test.mlflow"):
+        assert not again.read_mlflow("stored", down)
+        assert not again.read_mlflow("stored", down)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "test.mlflow"]
+    assert len(warnings) == 1 and "unreachable" in warnings[0]
+    assert len(store.history("stored")) == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(["--mlflow", "mlflow:5000"], "--mlflow 'mlflow:5000'", id="not-http"),
+        pytest.param(["--adapter", "kubernetes", "--mlflow", "http://127.0.0.1:5000"], "Docker only", id="kubernetes"),
+    ],
+)
+def test_snapshot_mlflow_usage(args: list[str], says: str) -> None:
+    out = run_cli("snapshot", *args)
+    assert out.returncode == 2
+    assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
