@@ -1,7 +1,7 @@
 """Training progress from an MLflow tracking server, read incrementally over its REST API.
 
 Teams that already log to MLflow tag each run with the FlowPlan job id (``flowplan.job=<job id>``;
-``mlflow.set_tag("flowplan.job", os.environ["FLOWPLAN_JOB"])``) and FlowPlan reads the metrics from
+``mlflow.set_tag("flowplan.job", "<the container's flowplan.job label>")``) and FlowPlan reads the metrics from
 there; nothing in the training image changes otherwise. Calls, all on the 2.0 REST API:
 
 - ``POST /api/2.0/mlflow/experiments/search``: every experiment (runs are searched per experiment);
