@@ -40,6 +40,10 @@ from conftest import REPO, real_curve
 from adapters.docker.progress import LogProgress
 from adapters.logs.mlflow import MetricKeys, MlflowClient, MlflowCursor, MlflowError, read_job
 
+#: Starting ``mlflow server`` (its SQLite schema migrations, a gunicorn/uvicorn worker and job
+#: consumers) took 25-76 s here on a shared 2-core machine.
+pytestmark = pytest.mark.slow
+
 
 def mlflow_missing(reason: str) -> None:
     """Fail in CI, skip elsewhere."""
