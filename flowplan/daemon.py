@@ -132,6 +132,11 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="kubernetes: only these namespaces' pods (default: every namespace)",
     )
+    p.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="docker: also read jobs' progress from this MLflow tracking server (runs tagged flowplan.job=<job id>)",
+    )
     p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
     p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
 
@@ -233,14 +238,24 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     if args.adapter == "kubernetes":
         if getattr(args, "scope", None):
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
+        if getattr(args, "mlflow", None):
+            raise UsageError("--mlflow: Docker only for now; with --adapter kubernetes, report progress in the pods' logs")
         extra = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
         return build_kubernetes_adapter(args, store, settings, **extra)
     try:
         specs = [HostSpec.parse(h) for h in args.hosts]
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
+    mlflow = getattr(args, "mlflow", None)
+    if mlflow:
+        from adapters.logs.mlflow import MlflowClient
+
+        try:
+            MlflowClient(mlflow)
+        except ValueError as exc:
+            raise UsageError(f"--mlflow {mlflow!r}: {str(exc).removeprefix('mlflow: ')}") from None
     try:
-        return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), **options)
+        return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), mlflow=mlflow, **options)
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
 

@@ -71,6 +71,7 @@ from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress, parse_timestamp
 from adapters.logs import Declaration
+from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (
     Allocation,
     Job,
@@ -141,6 +142,7 @@ class DockerAdapter(Adapter):
         read_stats: bool = True,
         timeout: float = 10.0,
         scope: Mapping[str, str] | None = None,
+        mlflow: str | None = None,
     ) -> None:
         names = [h.name for h in hosts]
         if len(set(names)) != len(names):
@@ -161,6 +163,9 @@ class DockerAdapter(Adapter):
         self._down_since: dict[str, float] = {}
         #: What the containers' logs said (points, declarations, deliveries), under ``docker.*`` keys.
         self.progress = LogProgress(self.store, "docker", log)
+        #: An MLflow tracking server whose runs tagged ``flowplan.job=<id>`` also give jobs' progress.
+        self.mlflow = MlflowClient(mlflow, timeout=5.0) if mlflow else None
+        self._mlflow_ok = True  # False once the server failed this observe: the other jobs skip it
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
         self._last_used: dict[str, float] = {}  # container id -> cores used over its latest measured window (status)
         self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
@@ -191,6 +196,7 @@ class DockerAdapter(Adapter):
         """The hosts now: one node per host, one job per labelled container (see the module docstring)."""
         now = self.clock.now()
         obs = Observation()
+        self._mlflow_ok = True
         nodes: list[Node] = []
         found: dict[str, list[tuple[str, ContainerView, JobLabels]]] = {}
         for name, host in self.hosts.items():
@@ -274,6 +280,8 @@ class DockerAdapter(Adapter):
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
         self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
+        if self.mlflow is not None and self._mlflow_ok and c.state != "created":
+            self._mlflow_ok = self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)

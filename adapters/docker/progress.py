@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
+from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
 from planner.snapshot import MetricPoint, QoETarget, ScheduleOnly, schedule_problem
 
 #: A partial message's timestamp inside an engine line (Docker's RFC 3339 with 9 fractional digits).
@@ -197,6 +198,7 @@ class LogProgress:
         self.prefix = prefix
         self.log = log
         self._warned_schedule: dict[str, str] = {}  # job -> the reason its declared schedule was left out, logged once
+        self._mlflow_said = ""  # the last MLflow failure logged (a server down for an hour is one warning, not one a job a tick)
 
     def _kv_json(self, key: str) -> Any:
         text = self.store.get_kv(key)
@@ -234,6 +236,31 @@ class LogProgress:
         self.keep_declared(job_id, progress.events)
         self._set_kv_json(f"{self.prefix}.log.{source}", cursor.as_dict())
         return progress
+
+    def read_mlflow(self, job_id: str, client: MlflowClient, *, steps_per_epoch: float | None = None) -> bool:
+        """Keep the points the job's MLflow runs logged since the last read (cursor ``<prefix>.mlflow.<job>``).
+
+        Returns False when the server could not be read (logged once per distinct failure; the caller
+        skips the other jobs this interval rather than wait out a timeout for each)."""
+        key = f"{self.prefix}.mlflow.{job_id}"
+        try:
+            read, cursor = read_job(client, job_id, MlflowCursor.from_dict(self._kv_json(key)), steps_per_epoch=steps_per_epoch)
+        except (MlflowError, ValueError) as exc:
+            if str(exc) != self._mlflow_said:
+                self._mlflow_said = str(exc)
+                self.log.warning("job %s: progress from MLflow not read: %s", job_id, exc)
+            return not isinstance(exc, MlflowError)
+        self._mlflow_said = ""
+        points = []
+        for p in read.points:
+            try:
+                points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
+            except ValueError:
+                continue
+        if points:
+            self.store.add_points(job_id, points)
+        self._set_kv_json(key, cursor.as_dict())
+        return True
 
     def delivered(self, job_id: str) -> bool:
         return bool(self._kv_json(f"{self.prefix}.delivered.{job_id}"))
