@@ -226,9 +226,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError(f"--schedule: {exc}") from None
     try:
         history = pred.read_history(args.history)
-        result = pred.predict(
-            history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs
-        )
+        result = pred.predict(history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs)
         if args.plot:
             pred.plot(result, history, args.plot)
     except pred.HistoryError as exc:

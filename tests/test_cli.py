@@ -346,8 +346,8 @@ def _summary_table(runs: list[Any], metric: str = "mean_jct") -> str:
 
     sc = parse_scenario(
         {"name": "t", "metric": metric, "nodes": [{"name": "h", "cpu_millis": 8000}],
-         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}  # fmt: skip
-    )
+         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}
+    )  # fmt: skip
     return render_summary(sc, _summary(sc, runs))
 
 
@@ -429,8 +429,8 @@ def _scenario(metric: str, n_nodes: int = 1, name: str = "t", policies: tuple[st
     return parse_scenario(
         {"name": name, "metric": metric, "baseline": "docker", "policies": list(policies),
          "nodes": [{"name": "h", "cpu_millis": 8000, "count": n_nodes}],
-         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}  # fmt: skip
-    )
+         "jobs": [{"id": "j", "model": "cifar10", "batch_size": 128, "kind": "cpu"}]}
+    )  # fmt: skip
 
 
 def _runs(finishes: dict[str, list[float]], **per_policy: dict[str, Any]) -> list[Any]:
