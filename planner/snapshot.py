@@ -177,9 +177,7 @@ class StepSchedule(Input):
     milestones: list[EpochCount] = Field(
         min_length=1, max_length=1000, description="Epochs after which the rate drops, increasing."
     )
-    gamma: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(
-        0.1, description="Factor applied at each milestone."
-    )
+    gamma: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(0.1, description="Factor applied at each milestone.")
 
     @model_validator(mode="after")
     def _increasing(self) -> StepSchedule:

@@ -659,8 +659,8 @@ class SimCluster(Adapter):
 
 def _in_effect(j: SimJob, c: Change) -> bool:
     """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
-    return j.status == "running" and j.node == c.node and (j.cpu_millis, j.gpus, j.cpu_limit) == (
-        c.cpu_millis,
-        c.gpus,
-        c.cpu_limit_millis,
+    return (
+        j.status == "running"
+        and j.node == c.node
+        and (j.cpu_millis, j.gpus, j.cpu_limit) == (c.cpu_millis, c.gpus, c.cpu_limit_millis)
     )
