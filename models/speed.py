@@ -241,8 +241,11 @@ def fit_speed_model(
 
     # Scale the prior so that it passes through the geometric mean of the observations.
     unit = _model(_prior(uses_gpu, 1.0, sync_on), 0, "prior")
-    ratios = [o.seconds_per_epoch / unit.seconds_per_epoch(o.cpu_millis, o.gpus) for o in obs]
-    scale = float(np.exp(np.mean(np.log(ratios))))
+    ratios = np.array([o.seconds_per_epoch / unit.seconds_per_epoch(o.cpu_millis, o.gpus) for o in obs])
+    # A ratio of 0 or inf (an observation far outside what the unit prior can express) says nothing
+    # about the scale; without any finite one, the unit prior's own scale.
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    scale = float(np.exp(np.mean(np.log(ratios)))) if ratios.size else 1.0
     prior_theta = _prior(uses_gpu, scale, sync_on)
     prior = _model(prior_theta, 0, "prior")
     times = [o.seconds_per_epoch for o in obs]

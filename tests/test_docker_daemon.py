@@ -292,8 +292,9 @@ def _engine_time(text: str) -> float:
     return sec + nano / 1e9
 
 
-def _start_latency(engines: Any, tmp_path: Path, name: str, *extra: str) -> tuple[float, list[str]]:
-    """Run the daemon (60 s interval, one host), create a pending job after its first interval, time created -> started."""
+def _start_latency(engines: Any, tmp_path: Path, name: str, *extra: str) -> tuple[float, list[str], list[str]]:
+    """Run the daemon (60 s interval, one host), create a pending job after its first interval, time
+    created -> started; also the interval lines (``--verbose``) and every line it printed."""
     from docker_env import api, create_job
 
     main = engines.engines[0]
@@ -319,24 +320,27 @@ def _start_latency(engines: Any, tmp_path: Path, name: str, *extra: str) -> tupl
         latency = _engine_time(info["State"]["StartedAt"]) - _engine_time(info["Created"]) if started else float("inf")
         if started:
             time.sleep(3.0)  # time for a spurious re-plan on the daemon's own start event to show
-        return latency, out.ticks()
+        return latency, out.ticks(), [line for _, line in out.lines]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
 
 
 def test_daemon_starts_a_created_job_at_once_on_its_event(docker_engines: Any, tmp_path: Path) -> None:
-    latency, ticks = _start_latency(docker_engines, tmp_path, "evt")
+    latency, ticks, lines = _start_latency(docker_engines, tmp_path, "evt")
     print(f"created -> started under the daemon (interval 60 s): {latency:.2f} s; ticks: {ticks}")
     assert 0 < latency < 5.0, (latency, ticks)  # the interval is 60 s: only the create event explains it
     assert len(ticks) == 2, ticks  # the first interval, then the one the create woke; not its own start
-    assert "woken: main: create fp-evt (job evt)" in ticks[1] and "start evt" in ticks[1], ticks
+    assert "woken: main: create fp-evt (job evt)" in ticks[1], ticks
+    # The interval's own line, then one line per change: the start is said in the lines after it.
+    after = lines[lines.index(ticks[1]) + 1 :]
+    assert any("start evt" in line or "started evt" in line for line in after), lines
 
 
 def test_daemon_without_events_waits_for_the_interval(docker_engines: Any, tmp_path: Path) -> None:
     from docker_env import api
 
-    latency, ticks = _start_latency(docker_engines, tmp_path, "noevt", "--no-events")
+    latency, ticks, _ = _start_latency(docker_engines, tmp_path, "noevt", "--no-events")
     assert latency > 10.0 and len(ticks) == 1, (latency, ticks)
     # SIGTERM cut the sleep short and stopped the daemon without another interval: still pending.
     (c,) = api(docker_engines.engines[0].url).containers(all=True, filters={"label": "flowplan.job=noevt"})
