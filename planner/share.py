@@ -131,11 +131,11 @@ def _rule(
     # up to a longer makespan than the default's.
     for j in idx.tolist():
         g = jobs[j].grid
-        k = int(level[j])
-        if g[k] < floor[j] - 1e-6 and k + 1 < len(g):
-            extra = float(g[k + 1] - g[k]) * jobs[j].replicas
+        at = int(level[j])
+        if g[at] < floor[j] - 1e-6 and at + 1 < len(g):
+            extra = float(g[at + 1] - g[at]) * jobs[j].replicas
             if extra <= room + 1e-9:
-                level[j] = k + 1
+                level[j] = at + 1
                 room -= extra
 
     # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the guard.
