@@ -18,15 +18,18 @@ For each run of ``K`` epochs and each observed fraction ``f`` (0.10, 0.25, 0.50)
 
 Coverage: the share of the *future* measured points inside the method's 80 % band
 (``CurveFit.interval_at``), and the share of (b)'s targets whose true epoch lies inside the 80 %
-epochs-to-target interval (``CurveFit.epoch_interval``).
+epochs-to-target interval (``CurveFit.epoch_interval``); "open-ended": the share of those intervals
+whose pessimistic end never gets to the target (``[optimistic, inf)``, which holds any true epoch
+after its start).
 
 Methods:
 
 ``schedule``   ``fit_learning_curve(..., schedule=LRSchedule(declared, max_epochs=K))``;
-``flowplan``   ``fit_learning_curve`` with no hint (no schedule, no prior);
+``flowplan``   ``fit_learning_curve`` with no hint (no schedule, no prior): the model-averaged curve;
 ``optimus``    the Optimus hyperbola (``bench_curves.fit_optimus``);
 ``line3``      a straight line through the last 3 observed points, extended (never reaches a target
                it is not heading towards);
+``logline3``   the same in log-epochs (``v = a + b*ln(epoch)``): slowing down like ``1/epoch``;
 ``last``       the last observed value, for ever (every unreached target is "unreachable").
 
 Splits: ``tune`` (task ``digits_mlp``: the only runs the model's constants were chosen on) and
@@ -34,6 +37,7 @@ Splits: ``tune`` (task ``digits_mlp``: the only runs the model's constants were 
 
     python benchmarks/schedule_curves.py                 # tables, both splits
     python benchmarks/schedule_curves.py --learn-prior   # the annealing-gain prior from the tuning runs
+    python benchmarks/schedule_curves.py --why           # why the schedule-free fit misses
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from models.schedule import LRSchedule
 DATA = Path(__file__).resolve().parent / "data" / "schedules"
 FRACTIONS = (0.10, 0.25, 0.50)
 TARGET_PS = (0.8, 0.9, 0.95)
-METHODS = ("schedule", "flowplan", "optimus", "line3", "last")
+METHODS = ("schedule", "flowplan", "optimus", "line3", "logline3", "last")
 DIRECTION = {"train_loss": "lower", "val_loss": "lower", "val_metric": "higher"}
 
 
@@ -90,19 +94,25 @@ def load(data: Path, metric: str) -> list[dict[str, Any]]:
 
 
 class Line3:
-    """A straight line through the last 3 points."""
+    """A straight line through the last 3 points, in epochs or (``log=True``) in log-epochs."""
 
-    def __init__(self, k: np.ndarray, v: np.ndarray) -> None:
-        self.slope, self.icept = np.polyfit(k[-3:], v[-3:], 1)
+    def __init__(self, k: np.ndarray, v: np.ndarray, *, log: bool = False) -> None:
+        self.log = log
+        self.slope, self.icept = np.polyfit(self._x(k[-3:]), v[-3:], 1)
         self.last = float(k[-1])
 
+    def _x(self, k: Any) -> np.ndarray:
+        k = np.asarray(k, dtype=float)
+        return np.log(k) if self.log else k
+
     def predict(self, epochs: Any) -> np.ndarray:
-        return self.icept + self.slope * np.asarray(epochs, dtype=float)
+        return self.icept + self.slope * self._x(epochs)
 
     def epoch_reaching(self, target: float, direction: str) -> float | None:
         if (direction == "lower" and self.slope >= 0) or (direction == "higher" and self.slope <= 0):
             return None
-        k = (target - self.icept) / self.slope
+        x = (target - self.icept) / self.slope
+        k = math.exp(min(x, 700.0)) if self.log else x
         return max(float(k), self.last)
 
 
@@ -114,9 +124,11 @@ def fit(method: str, run: dict[str, Any], n: int, direction: str) -> Any:
         return fit_learning_curve(k, v, direction)  # type: ignore[arg-type]
     if method == "optimus":
         return fit_optimus(k, v, direction)
-    if n < 3 and method == "line3":
+    if n < 3 and method in ("line3", "logline3"):
         return CannotPredict("fewer than 3 points", n)
-    return Line3(k, v) if method == "line3" else ("last", float(v[-1]))
+    if method in ("line3", "logline3"):
+        return Line3(k, v, log=method == "logline3")
+    return ("last", float(v[-1]))
 
 
 def reach(model: Any, target: float, direction: str) -> float | None:
@@ -167,13 +179,15 @@ def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
                     at = reach(model, tv, direction)
                     err = 1.0 if at is None or at > K else capped(abs(at - true) / true)
                     inside = None
+                    open_end = None
                     if isinstance(model, CurveFit):
                         lo, hi = model.epoch_interval(tv)
                         inside = lo is not None and lo <= true and (hi is None or true <= hi)
-                    row["targets"].append({"p": p, "err": err, "inside": inside})
+                        open_end = hi is None
+                    row["targets"].append({"p": p, "err": err, "inside": inside, "open": open_end})
                 if isinstance(model, CurveFit) and n < K:
-                    lo, hi = model.interval_at(k_all[n:])
-                    row["band"] = float(np.mean((v_all[n:] >= lo) & (v_all[n:] <= hi)))
+                    band_lo, band_hi = model.interval_at(k_all[n:])
+                    row["band"] = float(np.mean((v_all[n:] >= band_lo) & (v_all[n:] <= band_hi)))
                 rows.append(row)
     return rows
 
@@ -194,6 +208,7 @@ def table(rows: list[dict[str, Any]], title: str) -> None:
         "median (a)",
         "band cov.",
         "target-interval cov.",
+        "open-ended",
     ]
     out = [head]
     for f in FRACTIONS:
@@ -203,6 +218,7 @@ def table(rows: list[dict[str, Any]], title: str) -> None:
             unr = [t["err"] >= 1.0 for r in sel for t in r["targets"]]
             bands = [r["band"] for r in sel if r["band"] is not None]
             ins = [t["inside"] for r in sel for t in r["targets"] if t["inside"] is not None]
+            opens = [t["open"] for r in sel for t in r["targets"] if t["open"] is not None]
             out.append(
                 [
                     f"{int(f * 100)}%",
@@ -214,6 +230,7 @@ def table(rows: list[dict[str, Any]], title: str) -> None:
                     pct(float(np.median([r["final_err"] for r in sel]))) if sel else "-",
                     pct(float(np.mean(bands))) if bands else "-",
                     pct(float(np.mean(ins))) if ins else "-",
+                    pct(float(np.mean(opens))) if opens else "-",
                 ]
             )
     widths = [max(len(r[i]) for r in out) for i in range(len(head))]
@@ -257,17 +274,58 @@ def learn_prior(runs: list[dict[str, Any]], direction: str) -> None:
     print(f"median over {len(shares)} tuning runs: {float(np.median(shares)):.3f}")
 
 
+def why(runs: list[dict[str, Any]], direction: str, split: str) -> None:
+    """Why the schedule-free fit misses: each unreached target of the split, by what the fit said."""
+    print(f"{split}: what the schedule-free fit (no hint, no prior) says about each unreached target")
+    print(
+        "| observed | targets | no fit | plateau short of target | past the run's last epoch"
+        " | error >= 100% | error < 100% | families chosen |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for f in FRACTIONS:
+        counts: dict[str, int] = defaultdict(int)
+        families: dict[str, int] = defaultdict(int)
+        for run in (r for r in runs if r["split"] == split):
+            k_all, v_all = run["epochs_arr"], run["values"]
+            n = max(1, round(f * k_all.size))
+            model = fit("flowplan", run, n, direction)
+            families[model.family if isinstance(model, CurveFit) else "none"] += 1
+            for p in TARGET_PS:
+                tv = v_all[0] + p * (v_all[-1] - v_all[0])
+                true = first_epoch_reaching(v_all, tv, direction)
+                if true is None or true <= n:
+                    continue
+                counts["targets"] += 1
+                at = reach(model, tv, direction)
+                if isinstance(model, CannotPredict):
+                    counts["none"] += 1
+                elif at is None:
+                    counts["plateau"] += 1
+                elif at > k_all.size:
+                    counts["past"] += 1
+                else:
+                    counts["bad" if abs(at - true) / true >= 1.0 else "ok"] += 1
+        fams = ", ".join(f"{name} {c}" for name, c in sorted(families.items(), key=lambda x: -x[1]))
+        cells = [str(counts[c]) for c in ("targets", "none", "plateau", "past", "bad", "ok")]
+        print(f"| {int(f * 100)}% | " + " | ".join(cells) + f" | {fams} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--metric", choices=sorted(DIRECTION), default="train_loss")
     ap.add_argument("--learn-prior", action="store_true")
+    ap.add_argument("--why", action="store_true", help="why the schedule-free fit misses (per split)")
     ap.add_argument("--split", choices=["tune", "holdout", "all"], default=None, help="only this split (default: each)")
     args = ap.parse_args(argv)
     direction = DIRECTION[args.metric]
     runs = load(args.data, args.metric)
     if args.learn_prior:
         learn_prior(runs, direction)
+        return 0
+    if args.why:
+        for split in [args.split] if args.split and args.split != "all" else ["holdout", "tune"]:
+            why(runs, direction, split)
         return 0
     rows = bench(runs, direction)
     splits = [args.split] if args.split else ["holdout", "tune", "all"]

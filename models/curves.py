@@ -55,6 +55,12 @@ early (``benchmarks/bench_curves.py``, ``docs/models.md``). With fewer than
 :data:`MIN_POINTS_FOR_HOLDOUT` points the prior is used if there is one, else the power law. The
 prediction band widens with the horizon at the rate measured by the cross-validation; the
 convergence epoch gets an interval from the refits at the cross-validation origins.
+
+With no prior, no schedule and no ``families`` restriction, and enough points to cross-validate, the
+result is the *model-averaged* curve of :mod:`models.curve_ensemble` (family ``"ensemble"``): the
+family chosen above averaged with two naive extrapolations (a line in epochs and in log-epochs),
+weighted by their cross-validated errors, so that a job whose curve no family describes is not
+declared to have levelled off (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -123,7 +129,7 @@ class CurveFit:
     spread gives :meth:`convergence_interval`.
     """
 
-    family: Literal["hyperbola", "exponential", "power", "log_power", "prior", "schedule"]
+    family: Literal["hyperbola", "exponential", "power", "log_power", "prior", "schedule", "ensemble"]
     direction: Direction
     params: dict[str, float]
     residual_std: float
@@ -147,6 +153,12 @@ class CurveFit:
     table: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     #: The chosen family refitted at the cross-validation origins (empty when not cross-validated).
     variants: tuple[CurveFit, ...] = ()
+    #: For the ``ensemble`` family: the members' weighted disagreement (value units, one per
+    #: ``table`` epoch), added to the band; ``None`` otherwise.
+    spread: tuple[float, ...] | None = None
+    #: Normal quantile of the band that :meth:`epoch_interval` reads by default (two-sided ~80 % at
+    #: :data:`INTERVAL_Z`; the ensemble carries its own, calibrated on the tuning runs).
+    interval_z: float = INTERVAL_Z
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -176,8 +188,12 @@ class CurveFit:
     def band(self, epochs: ArrayLike) -> NDArray[np.float64]:
         """Standard deviation of the prediction at each epoch: the residual spread, growing with the
         distance beyond the last observed epoch."""
-        h = np.maximum(np.asarray(epochs, dtype=float) - self.last_epoch, 0.0)
-        return np.sqrt(self.residual_std**2 + (self.drift_std * h) ** 2)
+        k = np.asarray(epochs, dtype=float)
+        h = np.maximum(k - self.last_epoch, 0.0)
+        var = self.residual_std**2 + (self.drift_std * h) ** 2
+        if self.spread is not None and self.table is not None:
+            var = var + np.interp(k, self.table[0], self.spread) ** 2
+        return np.sqrt(var)
 
     def interval_at(self, epochs: ArrayLike, z: float = INTERVAL_Z) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(low, high) of the ``±z`` band at each epoch, clipped to the metric's natural range."""
@@ -195,7 +211,7 @@ class CurveFit:
         zt = self._sign() * target
         span = max(self.last_epoch - self.first_epoch, 1.0)
         horizon = self.last_epoch + SEARCH_HORIZON_FACTOR * span
-        exact = quantile_z == 0.0 or (self.drift_std == 0.0 and self.residual_std == 0.0)
+        exact = quantile_z == 0.0 or (self.drift_std == 0.0 and self.residual_std == 0.0 and self.spread is None)
         if exact and self.table is None:
             if zt <= self.params["c"]:
                 return None
@@ -228,8 +244,10 @@ class CurveFit:
                 lo = mid
         return hi
 
-    def epoch_interval(self, target: float, z: float = INTERVAL_Z) -> tuple[float | None, float | None]:
-        """(optimistic, pessimistic) epochs to ``target`` at ``±z`` standard deviations of the band."""
+    def epoch_interval(self, target: float, z: float | None = None) -> tuple[float | None, float | None]:
+        """(optimistic, pessimistic) epochs to ``target`` at ``±z`` standard deviations of the band
+        (default :attr:`interval_z`); the pessimistic end is ``None`` when that side never gets there."""
+        z = self.interval_z if z is None else z
         return self.epoch_reaching(target, quantile_z=-z), self.epoch_reaching(target, quantile_z=z)
 
     def convergence_epoch(self, tolerance: float) -> float:
@@ -378,9 +396,17 @@ def fit_learning_curve(
             seen = (idx >= start) & (idx < start + np.array(counts)[:, None])
             return fit_prior(k, sign * v, np.where(seen, w_all, 0.0), prior, sign)
 
-    chosen = {name: FAMILIES[name].fit for name in (families or tuple(FAMILIES))}
-    with np.errstate(all="ignore"):
-        got = _fit(kp, z, w, direction, v, shift, scale, c_floor, chosen, prior_rows, origin)
+    got: CurveFit | CannotPredict | None = None
+    if families is None and prior is None:
+        # Imported here: models.curve_ensemble builds on this module's CurveFit.
+        from models.curve_ensemble import fit_ensemble
+
+        with np.errstate(all="ignore"):
+            got = fit_ensemble(kp, z, w, direction, v, shift, scale, c_floor, origin)
+    if got is None:
+        chosen = {name: FAMILIES[name].fit for name in (families or tuple(FAMILIES))}
+        with np.errstate(all="ignore"):
+            got = _fit(kp, z, w, direction, v, shift, scale, c_floor, chosen, prior_rows, origin)
     if isinstance(got, CurveFit):
         drop_epochs = tuple(float(k[i]) for i in found)
         got = replace(
@@ -392,9 +418,7 @@ def fit_learning_curve(
     return got
 
 
-def _prior_only(
-    k: Arr, v: Arr, direction: Direction, prior: CurvePrior, value_range: tuple[float, float]
-) -> CurveFit | None:
+def _prior_only(k: Arr, v: Arr, direction: Direction, prior: CurvePrior, value_range: tuple[float, float]) -> CurveFit | None:
     """The prior alone, for histories too short (or too flat) for any family; ``None`` if it cannot help."""
     sign = 1.0 if direction == "lower" else -1.0
     with np.errstate(all="ignore"):

@@ -164,8 +164,12 @@ def test_prior_foresees_the_imagenet_drop() -> None:
             # The final accuracy too (within 5 %).
             assert fit.predict([90.0])[0] == pytest.approx(acc[-1], rel=0.05), bsz
             good.append(bsz)
+        # Without the prior nothing in the prefix shows the drop: the model-averaged curve reaches
+        # 0.65 only by extrapolating the slow pre-drop trend, far later than the drop brings it.
         without = fit_learning_curve(k, acc[:22], "higher")
-        assert isinstance(without, CurveFit) and without.epoch_reaching(0.65) is None  # cannot know
+        assert isinstance(without, CurveFit)
+        late = without.epoch_reaching(0.65)
+        assert late is None or late > 1.5 * true_epoch, (bsz, late, true_epoch)
     assert len(good) >= 6, good
 
 

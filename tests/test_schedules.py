@@ -11,7 +11,8 @@ Cases:
   closed-form cumulative rate equals a fine numerical integral;
 - the curve: fitted before a declared step milestone, it predicts the drop there (the schedule-free
   fit does not); fitted on a quarter of a cosine run it flattens at the last planned epoch and not
-  before; the plateau kind simulates drops ahead;
+  before; the plateau kind simulates drops ahead; without any hint, the model-averaged curve reaches
+  the tuning runs' targets where its single family levels off short of them;
 - the planner: a job at its pre-drop plateau with a declared step schedule is not "converged, nothing
   left": its tier-1 target is predicted after the milestone, and without the schedule it is not.
 """
@@ -28,7 +29,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from models import CurveFit, LRSchedule, fit_learning_curve
+from models import FAMILIES, CurveFit, LRSchedule, fit_learning_curve
 from models.schedule import plateau_drops
 from planner import PlannerConfig, SnapshotError, check_plan, load_snapshot, parse_snapshot, plan
 from planner.io import parse_schedule
@@ -244,6 +245,37 @@ def test_constant_schedule_is_the_schedule_free_fit() -> None:
     b = fit_learning_curve(k[:20], y[:20], "lower")
     assert isinstance(a, CurveFit) and isinstance(b, CurveFit)
     assert a.family == b.family and a.params == b.params
+
+
+def _epochs_to_target_errors(fitter: Any, share: float) -> list[float]:
+    """Errors of ``fitter(k, v)`` on the tuning runs, measured as ``benchmarks/schedule_curves.py``
+    does (targets 80/90/95 % of the way to the final value, not reached yet; none = 100 %)."""
+    errs = []
+    for run in recorded().values():
+        if run["split"] != "tune":
+            continue
+        v = run["train_loss"]
+        n = max(1, round(share * v.size))
+        fit = fitter(run["epoch"][:n], v[:n])
+        for p in (0.8, 0.9, 0.95):
+            tv = v[0] + p * (v[-1] - v[0])
+            true = int(np.flatnonzero(v <= tv)[0]) + 1
+            if true <= n:
+                continue
+            at = fit.epoch_reaching(tv) if isinstance(fit, CurveFit) else None
+            errs.append(1.0 if at is None or at > v.size else min(abs(at - true) / true, 1.0))
+    return errs
+
+
+def test_without_a_hint_the_averaged_curve_beats_its_single_family_on_the_tuning_runs() -> None:
+    """No schedule, no prior, a quarter of each ``digits_mlp`` run (the runs its constants were
+    chosen on, so this guards the mechanism, not a held-out claim): the single family levels off
+    above most targets; the model-averaged curve reaches them (median error under a quarter, the
+    single family's 100 %)."""
+    single = _epochs_to_target_errors(lambda k, v: fit_learning_curve(k, v, "lower", families=tuple(FAMILIES)), 0.25)
+    averaged = _epochs_to_target_errors(lambda k, v: fit_learning_curve(k, v, "lower"), 0.25)
+    assert len(single) == len(averaged) > 30
+    assert float(np.median(averaged)) < 0.25 < float(np.median(single))
 
 
 # -- the planner -------------------------------------------------------------------------------------

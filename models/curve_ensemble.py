@@ -1,0 +1,252 @@
+"""A model-averaged learning curve: the cross-validated family and two naive extrapolations, each
+weighted by how well it forecast the job's own later points (used by
+:func:`models.curves.fit_learning_curve` when no prior, schedule or family restriction is given and
+there are enough points to cross-validate).
+
+Why: one family chosen by cross-validation is confidently wrong when every family is wrong. On
+training losses that keep falling nearly linearly for long stretches (the recorded runs of
+``benchmarks/data/schedules/``) every saturating family levels off above the targets the run
+reaches, and the chosen one says "unreachable" (``python benchmarks/schedule_curves.py --why``),
+while a straight line through the last points is close. Averaging the members, with weights from the
+time-series cross-validation that used to pick one, moves the weight to whichever member forecast
+the job's own held-out points best and keeps some on the others (forecast combination, Bates &
+Granger 1969: weights inversely proportional to each forecaster's mean squared error).
+
+Members, all in the standardised badness coordinate ``u`` of :mod:`models.curves`:
+
+- the family the single-family fit would choose (among the four of :mod:`models.curve_families`,
+  those within ``LATE_TOLERANCE`` of the best cross-validated error, the one with the most
+  improvement left): it stands for the saturating shapes;
+- ``line``: the least-squares line through the newest :data:`LINE_SHARE` of the points (at least
+  :data:`MIN_LINE_POINTS`), ``u(k) = a + b*k`` with ``b <= 0`` [u-units per epoch];
+- ``log_line``: the same in log-epochs, ``u(k) = a + b*ln(k + 1)`` with ``b <= 0`` [u-units per
+  e-folding of ``k + 1``]: it slows down like ``1/k`` and never levels off.
+
+Both lines stop at the metric's floor (a loss at 0, an accuracy at 1): their parameter ``c`` is that
+floor (``-inf`` when there is none). A line that rises (the points got worse) is flat at their mean.
+
+A member's weight is proportional to the inverse of its squared cross-validated error (the mean
+over the forecast origins of its RMS error on the points after each). A horizon-dependent weight
+(each member's error growing as ``a + b*h^2``) was measured and rejected: weight moving to the
+saturating member far ahead flattened the average above the targets again (``docs/models.md``).
+The averaged curve is tabulated out to the search horizon of :class:`models.curves.CurveFit`
+(``table``). Its band adds the members' weighted disagreement (``spread``) to the residual and drift
+terms of every curve; its epochs-to-target interval reads the band at :data:`INTERVAL_Z`, calibrated
+on the tuning runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models.curve_families import FAMILIES, Fitted
+from models.curves import (
+    CV_ORIGINS,
+    LATE_TOLERANCE,
+    MIN_POINTS,
+    MIN_POINTS_FOR_HOLDOUT,
+    SEARCH_HORIZON_FACTOR,
+    CurveFit,
+    Direction,
+)
+
+Arr = NDArray[np.float64]
+
+#: Share of the observed points (the newest) that the naive lines are fitted on.
+LINE_SHARE = 1.0 / 3.0
+#: The lines use at least this many points.
+MIN_LINE_POINTS = 3
+#: Member weight ``∝ cv_rmse ** -WEIGHT_POWER``: 2 is inverse mean squared error (Bates & Granger).
+WEIGHT_POWER = 2.0
+#: A member's cross-validated error is floored at this share of the observed range (standardised
+#: units): a member that forecast the held-out points perfectly by luck must not take all the weight.
+CV_FLOOR = 1e-3
+#: Normal quantile of the band read for the epochs-to-target interval (``CurveFit.epoch_interval``):
+#: chosen on the tuning runs so that it holds the true epoch about 80 % of the time (split conformal
+#: calibration, ``docs/models.md``); the band itself stays at the usual quantile for values.
+INTERVAL_Z = 1.0
+#: Points of the tabulated curve beyond the last observation (geometric out to the search horizon).
+TABLE_POINTS = 240
+
+
+def _naive_line(basis: Callable[[Arr], Arr]) -> Callable[[Arr, Arr, Arr, float], list[Fitted]]:
+    """A fitter (same signature as the families') of ``u = a + b*basis(k)`` on the newest points of
+    each weight row."""
+
+    def fit(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
+        out: list[Fitted] = []
+        x_all = basis(k)
+        for row in W:
+            seen = np.flatnonzero(row > 0)
+            if seen.size < 2:
+                out.append(None)
+                continue
+            use = seen[-max(MIN_LINE_POINTS, math.ceil(LINE_SHARE * seen.size)) :]
+            x, y = x_all[use], z[use]
+            xm, ym = float(x.mean()), float(y.mean())
+            var = float(((x - xm) ** 2).sum())
+            b = float(((x - xm) * (y - ym)).sum()) / var if var > 0 else 0.0
+            b = min(b, 0.0)  # a member extrapolates improvement or nothing, never a worsening
+            a = ym - b * xm
+            c = c_floor if math.isfinite(c_floor) else -math.inf
+            zhat = np.maximum(a + b * x_all[seen], c)
+            out.append(({"a": a, "b": b, "c": c}, float((row[seen] * (z[seen] - zhat) ** 2).sum())))
+        return out
+
+    return fit
+
+
+def _epochs(k: Arr) -> Arr:
+    return k
+
+
+def _log_epochs(k: Arr) -> Arr:
+    return np.log(np.maximum(k, 0.0) + 1.0)
+
+
+#: The naive members: name -> (fitter, basis).
+NAIVE: dict[str, tuple[Callable[[Arr, Arr, Arr, float], list[Fitted]], Callable[[Arr], Arr]]] = {
+    "line": (_naive_line(_epochs), _epochs),
+    "log_line": (_naive_line(_log_epochs), _log_epochs),
+}
+
+
+#: The naive members that take part.
+NAIVE_MEMBERS: tuple[str, ...] = ("line", "log_line")
+
+
+def member_z(name: str, params: dict[str, float], k: Arr) -> Arr:
+    """Member ``name``'s curve (standardised units) at epochs ``k`` (counted from the phase origin)."""
+    if name in NAIVE:
+        return np.maximum(params["a"] + params["b"] * NAIVE[name][1](np.asarray(k, dtype=float)), params["c"])
+    return FAMILIES[name].z(params, np.asarray(k, dtype=float))
+
+
+def member_fitters() -> dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]]:
+    """Every member's fitter: the families, then the naive lines."""
+    return {**{name: fam.fit for name, fam in FAMILIES.items()}, **{name: NAIVE[name][0] for name in NAIVE_MEMBERS}}
+
+
+def weights(cv: dict[str, float]) -> dict[str, float]:
+    """Normalised member weights ``∝ cv ** -WEIGHT_POWER`` from cross-validated RMS errors
+    (standardised units)."""
+    raw = {name: max(err, CV_FLOOR) ** -WEIGHT_POWER for name, err in cv.items() if math.isfinite(err)}
+    total = sum(raw.values())
+    return {name: r / total for name, r in raw.items()}
+
+
+def table_epochs(first: float, last: float, horizon: float, observed: Arr) -> Arr:
+    """Epochs of the tabulated curve: the observed ones, then geometric steps out to ``horizon``."""
+    ahead = last + (horizon - last + 1.0) ** np.linspace(0.0, 1.0, TABLE_POINTS) - 1.0
+    return np.union1d(observed[observed >= first], ahead)
+
+
+def mixture(members: dict[str, dict[str, float]], w: dict[str, float], k: Arr) -> tuple[Arr, Arr]:
+    """(weighted mean, weighted standard deviation across members) of the members' curves at ``k``
+    (counted from the phase origin). Every member is monotone and the weights are fixed, so the
+    mean is monotone too."""
+    names = [nm for nm in w if nm in members]
+    total = sum(w[nm] for nm in names)
+    curves = np.array([member_z(nm, members[nm], k) for nm in names])
+    ww = np.array([w[nm] / total for nm in names])[:, None]
+    mean = (ww * curves).sum(0)
+    spread = np.sqrt((ww * (curves - mean) ** 2).sum(0))
+    return mean, spread
+
+
+def fit_ensemble(
+    k: Arr,
+    z: Arr,
+    w: Arr,
+    direction: Direction,
+    v: Arr,
+    shift: float,
+    scale: float,
+    c_floor: float,
+    origin: float,
+) -> CurveFit | None:
+    """The model-averaged curve of one phase (``k`` counted from ``origin``, ``z`` standardised);
+    ``None`` when the points are too few to cross-validate (the caller then picks one family)."""
+    n = int(k.size)
+    origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
+    if n < MIN_POINTS_FOR_HOLDOUT or not origins:
+        return None
+    seen = np.arange(n)[None, :] < np.array([*origins, n])[:, None]
+    rows = np.where(seen, w, 0.0)
+    fits: dict[str, list[Fitted]] = {name: fitter(k, z, rows, c_floor) for name, fitter in member_fitters().items()}
+    # Each member's forecast error from every origin on the points after it: the mean over origins
+    # of the RMS error (standardised units).
+    cv: dict[str, float] = {}
+    for name, got in fits.items():
+        if any(g is None for g in got):
+            continue
+        rms = []
+        for o, g in zip(origins, got[:-1], strict=True):
+            assert g is not None
+            rms.append(float(np.sqrt(np.mean((z[o:] - member_z(name, g[0], k[o:])) ** 2))))
+        cv[name] = float(np.mean(rms))
+    # The families compete as in the single-family fit (models.curves): among those that forecast
+    # about as well as the best, the one with the most improvement left; it stands for them all.
+    fam_cv = {name: e for name, e in cv.items() if name in FAMILIES}
+    if not fam_cv:
+        return None
+    best = min(fam_cv.values())
+    plateau = {name: full[0]["c"] for name in fam_cv if (full := fits[name][-1]) is not None}
+    close = [name for name in sorted(plateau) if fam_cv[name] <= LATE_TOLERANCE * best]
+    family = min(close, key=lambda name: (plateau[name], name))
+    wt = weights({name: e for name, e in cv.items() if name == family or name in NAIVE})
+    # The members' parameters at each cross-validation origin, then on every point.
+    at: list[dict[str, dict[str, float]]] = [{} for _ in range(len(origins) + 1)]
+    for name in wt:
+        for j, one in enumerate(fits[name]):
+            if one is not None:
+                at[j][name] = one[0]
+    # The averaged curve's own forecast errors and their horizons: how fast the band widens.
+    errs_h: list[tuple[Arr, Arr]] = []
+    own: list[float] = []
+    for j, o in enumerate(origins):
+        err = z[o:] - mixture(at[j], wt, k[o:])[0]
+        errs_h.append((err, k[o:] - k[o - 1]))
+        own.append(float(np.sqrt(np.mean(err**2))))
+    err_all = np.concatenate([e for e, _ in errs_h])
+    h_all = np.concatenate([h for _, h in errs_h])
+    dof = max(n - 3, 1)
+    resid = z - mixture(at[-1], wt, k)[0]
+    sd_u = math.sqrt(float((w * resid**2).sum()) / float(w.sum()) * n / dof)
+    drift = scale * math.sqrt(float(np.mean(np.maximum(err_all**2 - sd_u**2, 0.0) / np.maximum(h_all, 1.0) ** 2)))
+    first = float(k[0] + origin)
+    span = max(float(k[-1] - k[0]), 1.0)
+    horizon = float(k[-1] + origin) + SEARCH_HORIZON_FACTOR * span
+
+    def build(members: dict[str, dict[str, float]], upto: int) -> CurveFit:
+        last = float(k[upto - 1] + origin)
+        grid = table_epochs(first, last, horizon, k[:upto] + origin)
+        mean_u, spread_u = mixture(members, wt, grid - origin)
+        zz = shift + scale * mean_u
+        params = {"c": float(zz[-1]), **{f"w_{name}": float(x) for name, x in wt.items()}}
+        return CurveFit(
+            family="ensemble",
+            direction=direction,
+            params=params,
+            residual_std=scale * sd_u,
+            drift_std=drift,
+            holdout_error=scale * float(np.mean(own)),
+            n_points=upto,
+            first_epoch=first,
+            last_epoch=last,
+            last_value=float(v[v.size - n + upto - 1]),
+            candidates={name: scale * e for name, e in cv.items()},
+            # The table is in absolute epochs; origin only says where the fitted phase starts.
+            origin=origin,
+            table=(tuple(grid.tolist()), tuple(zz.tolist())),
+            spread=tuple((scale * spread_u).tolist()),
+            interval_z=INTERVAL_Z,
+        )
+
+    main = build(at[-1], n)
+    return replace(main, variants=tuple(build(at[j], o) for j, o in enumerate(origins)))
