@@ -18,8 +18,6 @@ finish and hand their share on:
   - ``deadlines>mean-jct>makespan``: the job that would finish last under the equal split (what
     the kernel gives Docker's default) keeps at least its share *along that split's own
     trajectory*, so the batch's critical path is never slower than the default's;
-    a job whose speed is not measured yet keeps at least the equal share it would get now (it
-    may be the one that ends last, whatever its guessed speed says);
   - ``deadlines>makespan>mean-jct``, lexicographically: a first rollout reserves every job what
     finishes it by the node's makespan lower bound (the slowest job alone at its max, or the total
     work at each job's most efficient share over the node; longest first when that does not fit),
@@ -76,9 +74,6 @@ class ShareJob:
     #: Tier 1 only assumed (no curve yet): a deadline it seems unable to meet still gets its max,
     #: since nothing is known yet to say it cannot.
     tier1_assumed: bool = False
-    #: Its speed is not measured yet (assumed or borrowed from similar jobs): what it needs, and so
-    #: whether it ends last, is not known, so it keeps at least the equal share the default gives.
-    unmeasured: bool = False
 
 
 @dataclass(frozen=True)
@@ -307,8 +302,6 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
     guard = np.full(J, math.inf)
-    unmeasured = np.array([j.unmeasured for j in jobs], dtype=bool)
-    replicas = np.array([j.replicas for j in jobs], dtype=float)
 
     def allocate(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
         # Mean completion first: the critical job's share along the equal split's own trajectory
@@ -318,13 +311,6 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
         if profile != MAKESPAN_FIRST:
             at = fair_shares[max(int(np.searchsorted(times, now + 1e-9, side="right")) - 1, 0)]
             floor = np.where(critical & active, np.where(at > 0, at, [j.hi for j in jobs]), 0.0)
-            if (unmeasured & active).any():
-                # A job whose speed is not measured yet may be the one that ends last: until it is
-                # known, it gets at least what the equal split gives it now.
-                floor = np.maximum(floor, np.where(unmeasured & active, _equal_levels(jobs, active, capacity), 0.0))
-                total = float(np.sum(floor * replicas))
-                if total > capacity:
-                    floor = floor * (capacity / total)
         level = _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
         return np.array([float(jobs[j].grid[max(int(level[j]), 0)]) for j in range(J)])
 

@@ -46,7 +46,6 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         blocked=float(m.lost[way]),
         current=job.allocation.cpu_millis if (way == STAY and job.allocation is not None) else None,
         tier1_assumed=bool(open1 and o.tiers_assumed),
-        unmeasured=o.speed_basis in ("assumed", "borrowed"),
     )
 
 

@@ -89,20 +89,6 @@ def test_the_critical_job_keeps_its_equal_share_when_it_falls_between_grid_steps
     assert split.finish[0] < split.fair_finish[0]  # and the short job still goes first
 
 
-def test_a_job_whose_speed_is_not_measured_keeps_the_equal_share() -> None:
-    """A job whose speed is only assumed may be the one that ends last, whatever its assumed speed
-    says: until it is measured it gets at least the equal split's share (what Docker's default gives
-    it), where shortest-first alone would leave it at its minimum behind a shorter job."""
-    from dataclasses import replace
-
-    short, mid, long_ = _linear(500, 4000, 5, 60.0), _linear(500, 4000, 40, 60.0), _linear(500, 4000, 90, 60.0)
-    known = split_node([short, mid, long_], 6000, MEAN)
-    assert known.shares[1] < 2000  # measured: shortest-first gives the middle job less than 2 cores
-    new = split_node([short, replace(mid, unmeasured=True), long_], 6000, MEAN)
-    assert new.shares[1] >= 2000
-    assert int(new.shares.sum()) == 6000
-
-
 def test_rollout_sees_completions() -> None:
     """When the short job ends, the long one gets its share: its predicted finish is earlier than at
     its first share held to the end."""
