@@ -256,4 +256,3 @@ class Daemon:
                 break
             self.loop.clock.sleep(self.loop.sleep_seconds(last))
         return count, last
-

@@ -73,8 +73,6 @@ def error_response(status: int, message: str, field: str = "", headers: dict[str
     return JSONResponse({"error": {"field": field, "message": message}}, status_code=status, headers=headers)
 
 
-
-
 def _short(value: Any) -> str:
     text = repr(value) if isinstance(value, str) else json.dumps(value, default=str, allow_nan=True)
     return text if len(text) <= 60 else text[:57] + "..."

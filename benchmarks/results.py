@@ -466,7 +466,7 @@ def goals_section(results: dict[str, list[Goal]]) -> list[str]:
     lines = [
         "## Goals, checked per scenario",
         "",
-        f"FlowPlan (default profile) meets **{met} of {checked}** checked goals. Means over the seeds; \"the best\" is the "
+        f'FlowPlan (default profile) meets **{met} of {checked}** checked goals. Means over the seeds; "the best" is the '
         "best of FlowPlan and the baselines (the oracle and `flowplan[makespan]` are not counted); the last column "
         "checks the same goal for `flowplan[makespan]`.",
         "",
@@ -593,9 +593,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "Made by `flowplan simulate examples/scenarios/specon-4nodes.toml --policy flowplan --policy kubernetes "
         "--policy specon --policy docker --out out/specon` (copied to `docs/sim-specon-*.png`).",
         "",
-        "![Cores held by each job over time under each policy](sim-specon-allocation.png)",
+        "![Cores each job uses over time under each policy (one band per job, coloured by model, named inside the "
+        "band where it is wide enough; dashed: capacity)](sim-specon-allocation.png)",
         "",
-        "![FlowPlan's predicted minus actual finish time, per job, as the run goes](sim-specon-eta.png)",
+        "![FlowPlan's predicted minus actual finish, as a share of each job's time in the system, against how far "
+        "the job had got (band: the 10th to 90th percentile of the jobs' errors; bold: their median; thin: the three "
+        "jobs longest in the system, named)](sim-specon-eta.png)",
         "",
         "![Job completion time CDF per policy](sim-specon-jct-cdf.png)",
         "",

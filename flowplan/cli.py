@@ -1,7 +1,8 @@
 """The ``flowplan`` command line.
 
 Exit codes: 0 success; 2 bad input (a bad snapshot, file or option — one line on stderr naming the
-file, field and value); 1 an internal failure (a plan that failed the checker, which is a bug).
+file, field and value); 1 an internal failure (a plan that failed the checker, which is a bug); 130
+interrupted by Ctrl-C (one line, no traceback; ``flowplan/__main__.py`` covers the imports before ``main``).
 Set ``FLOWPLAN_DEBUG=1`` to see tracebacks of internal failures.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -26,7 +28,7 @@ from planner.errors import field_path, first_error
 from planner.plan import Plan
 from planner.snapshot import ObjectiveProfile, Snapshot
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -224,9 +226,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError(f"--schedule: {exc}") from None
     try:
         history = pred.read_history(args.history)
-        result = pred.predict(
-            history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs
-        )
+        result = pred.predict(history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs)
         if args.plot:
             pred.plot(result, history, args.plot)
     except pred.HistoryError as exc:
@@ -276,8 +276,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
     try:
+        # Inside the try: building the parser imports each subcommand's module, which takes a while.
+        args = _parser().parse_args(argv)
         # Subcommands in their own modules (flowplan/<name>.py, wired with register(sub)) set ``func``.
         if getattr(args, "func", None) is not None:
             return int(args.func(args))
@@ -297,9 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flowplan: internal error: the plan failed the checker: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C while we exit: end at once, quietly
         print("flowplan: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return EXIT_INTERRUPTED

@@ -11,9 +11,10 @@ planning again).
 
 The interval is a heartbeat: the daemon also re-plans at once (after ``--debounce`` seconds) when a
 job container is created, started, dies or is removed, from the engines' event streams
-(:mod:`adapters.docker.events`); ``--no-events`` turns that off. If a stream fails, the log says so
-once and the interval alone drives the daemon until the stream is back. On Kubernetes the interval
-alone drives it for now (watches: a later slice of issue 12).
+(:mod:`adapters.docker.events`), or, on Kubernetes, when a FlowPlan pod arrives pending, ends or is
+deleted, from watches of its pods (:mod:`adapters.kubernetes.watch`); ``--no-events`` turns that
+off. If a stream or watch fails, the log says so once and the interval alone drives the daemon
+until it is back.
 
 Only one daemon acts on the same jobs at once. On Docker, daemons sharing a ``--state`` take a lease
 in the store per ``--scope`` (:class:`LeaseGuard`); the second one stops. On Kubernetes every daemon
@@ -131,6 +132,11 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="kubernetes: only these namespaces' pods (default: every namespace)",
     )
+    p.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="docker: also read jobs' progress from this MLflow tracking server (runs tagged flowplan.job=<job id>)",
+    )
     p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
     p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
 
@@ -165,14 +171,15 @@ def register(sub: Any) -> None:
         "--no-events",
         dest="events",
         action="store_false",
-        help="re-plan only every --interval (default: also at once when a job container is created, starts, dies or is removed)",
+        help="re-plan only every --interval (default: also at once when a job container is created, starts, dies or is "
+        "removed; on Kubernetes, when a FlowPlan pod arrives pending, ends or is deleted)",
     )
     p.add_argument(
         "--debounce",
         type=seconds(0, 60),
         default=0.4,
         metavar="S",
-        help="after an engine event, wait this long for more before re-planning (default 0.4 s)",
+        help="after an engine event or pod watch event, wait this long for more before re-planning (default 0.4 s)",
     )
     p.add_argument(
         "--scope",
@@ -207,7 +214,13 @@ def register(sub: Any) -> None:
         metavar="ID",
         help="this daemon's holder identity in the Lease and on the pods it binds (default: HOSTNAME:PID)",
     )
-    p.add_argument("--verbose", "-v", action="store_true", help="log every engine call outcome")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also a line per interval (jobs, planning time, what woke it), every engine call's outcome, and in a dry "
+        "run the full plan (default: the banner, then one line per change and per new warning)",
+    )
     p.set_defaults(func=run_daemon)
 
 
@@ -225,18 +238,29 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     if args.adapter == "kubernetes":
         if getattr(args, "scope", None):
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
-        return build_kubernetes_adapter(args, store, settings, clock=options.get("clock"))
+        if getattr(args, "mlflow", None):
+            raise UsageError("--mlflow: Docker only for now; with --adapter kubernetes, report progress in the pods' logs")
+        extra = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        return build_kubernetes_adapter(args, store, settings, **extra)
     try:
         specs = [HostSpec.parse(h) for h in args.hosts]
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
+    mlflow = getattr(args, "mlflow", None)
+    if mlflow:
+        from adapters.logs.mlflow import MlflowClient
+
+        try:
+            MlflowClient(mlflow)
+        except ValueError as exc:
+            raise UsageError(f"--mlflow {mlflow!r}: {str(exc).removeprefix('mlflow: ')}") from None
     try:
-        return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), **options)
+        return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), mlflow=mlflow, **options)
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
 
 
-def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None) -> Any:
+def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None, **options: Any) -> Any:
     """The Kubernetes adapter from ``--kubeconfig`` / ``$KUBECONFIG``; a missing or bad kubeconfig is a usage error."""
     import os
 
@@ -255,7 +279,9 @@ def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any
     if path is None and env and not all(Path(p).is_file() for p in env.split(os.pathsep) if p):
         raise UsageError(f"KUBECONFIG={env}: no such file ('flowplan sandbox up' prints a working one)")
     try:
-        return KubernetesAdapter.from_kubeconfig(path, namespaces=args.namespaces, store=store, settings=settings, clock=clock)
+        return KubernetesAdapter.from_kubeconfig(
+            path, namespaces=args.namespaces, store=store, settings=settings, clock=clock, **options
+        )
     except (ConfigException, ValueError, OSError) as exc:
         where = f"--kubeconfig {path}" if path else "kubeconfig"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -350,7 +376,7 @@ def _banner(args: argparse.Namespace, guard: Any = None) -> str:
     else:
         where = "namespaces " + (", ".join(args.namespaces) if getattr(args, "namespaces", None) else "all")
     scope = ",".join(f"{k}={v}" for k, v in sorted(args.scope.items())) if getattr(args, "scope", None) else "every job"
-    wake = "engine events" if args.events and args.adapter == "docker" else "the interval only"
+    wake = ("engine events" if args.adapter == "docker" else "pod watches") if args.events else "the interval only"
     policy = args.policy + (f" ({args.solver}, {args.time_limit:g} s)" if args.policy == "flowplan" else "")
     lease = f"; lease {guard.elector.where} as {guard.elector.identity}" if hasattr(guard, "elector") else ""
     return (
@@ -359,26 +385,32 @@ def _banner(args: argparse.Namespace, guard: Any = None) -> str:
     )
 
 
-def _describe(tick: Any, dry_run: bool) -> str:
+def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]]:
+    """The interval in words: a head line (jobs, planning time, nodes down, what woke it; printed
+    with --verbose) and one line per change (``would ...`` in a dry run, else how it ended), or the
+    checker's refusal."""
+    stamp = datetime.fromtimestamp(tick.time).strftime("%H:%M:%S")
     s = tick.snapshot
     running = sum(1 for j in s.jobs if j.status == "running")
     pending = sum(1 for j in s.jobs if j.status == "pending")
     down = [n.name for n in s.nodes if not n.schedulable]
     head = (
-        f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} jobs {len(s.jobs)} "
-        f"(running {running}, pending {pending}) plan {tick.plan_seconds:.2f} s" + (f" down: {','.join(down)}" if down else "")
+        f"{stamp} jobs {len(s.jobs)} (running {running}, pending {pending}) plan {tick.plan_seconds:.2f} s"
+        + (f" down: {','.join(down)}" if down else "")
+        + ("; no change" if not tick.changes and not tick.violations else "")
+        + (f" [woken: {woken}]" if woken else "")
     )
     if tick.violations:
-        return head + f"; plan REJECTED by the checker: {tick.violations[0]}"
-    parts = []
+        return head, [f"{stamp} plan REJECTED by the checker, nothing applied: {tick.violations[0]}"]
+    lines = []
     for i, c in enumerate(tick.changes):
         what = f"{c.kind} {c.job}" + (f" on {c.node} {c.cpu_millis}m" if c.node else "") + (f" {c.gpus}g" if c.gpus else "")
         if dry_run:
-            parts.append("would " + what)
+            lines.append(f"{stamp} would {what}")
         elif i < len(tick.outcomes):
             o = tick.outcomes[i]
-            parts.append(what + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
-    return head + ("; " + "; ".join(parts) if parts else "; no change")
+            lines.append(f"{stamp} {what}" + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
+    return head, lines
 
 
 def _keep_failed_snapshots(policy: Any, state: str) -> Any:
@@ -422,9 +454,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     store = open_store(args.state)
     clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
-    if args.adapter == "docker":
-        # An event about a container the adapter itself just started, stopped or removed is no news.
-        clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
+    # An event about a container (a pod) the adapter itself just started, stopped, created or removed is no news.
+    clock.ignore = lambda w: w.container is not None and adapter.own_event(w.container, w.at)
 
     warned: set[str] = set()
     metrics = None
@@ -434,17 +465,18 @@ def run_daemon(args: argparse.Namespace) -> int:
     def on_tick(tick: Any) -> None:
         if metrics is not None:
             metrics.tick(tick, args.dry_run)
-        # One line per interval that changes something (or fails, or is refused by the checker), each
-        # warning the first time it appears; every interval and the full plan with --verbose.
+        # One line per change (or the checker's refusal), each warning the first time it appears;
+        # with --verbose also a line per interval and, in a dry run, the full plan.
         for w in tick.plan.warnings:
             if w not in warned:
                 warned.add(w)
                 print(f"{datetime.fromtimestamp(tick.time).strftime('%H:%M:%S')} warning: {w}", flush=True)
         if args.verbose and args.dry_run:
             sys.stdout.write(render_table(tick.plan, f"{args.adapter} (dry run)", rich=sys.stdout.isatty()))
-        if args.verbose or tick.changes or tick.violations:
-            more = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}"
-            print(_describe(tick, args.dry_run) + (f" [woken: {more}]" if clock.reasons else ""), flush=True)
+        woken = f"{'; '.join(clock.reasons[:3])}{' ...' if len(clock.reasons) > 3 else ''}" if clock.reasons else ""
+        head, lines = _describe(tick, args.dry_run, woken)
+        for line in ([head] if args.verbose else []) + lines:
+            print(line, flush=True)
         clock.reasons = []
 
     # A dry run changes nothing, so it needs no lease. The lease outlives an interval and its slowest
@@ -474,10 +506,10 @@ def run_daemon(args: argparse.Namespace) -> int:
         _banner(args, guard) + (f"; metrics on http://127.0.0.1:{args.metrics_port}/metrics" if metrics is not None else ""),
         flush=True,
     )
-    events = None
+    events: Any = None  # EngineEvents or PodWatch
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if args.events and args.adapter == "docker":  # kubernetes: the interval alone (watches are a later slice)
+        if args.events and args.adapter == "docker":
             from adapters.docker.events import EngineEvents
 
             events = EngineEvents(
@@ -486,6 +518,16 @@ def run_daemon(args: argparse.Namespace) -> int:
                 heartbeat=args.interval,
             ).start()
             events.wait_connected(2.0)  # open before the first observe, so no arrival falls in between
+        elif args.events and args.adapter == "kubernetes":
+            from adapters.kubernetes.watch import PodWatch
+
+            events = PodWatch(
+                adapter.api.api_client,
+                adapter.namespaces,
+                lambda ev: clock.wake(ev.describe(), ev.pod if ev.name else None),
+                heartbeat=args.interval,
+            ).start()
+            events.wait_connected(2.0)
         if isinstance(guard, LeaderGuard):
             guard.elector.start()  # the first round now: leader or standby is known before the first interval
         try:

@@ -2,11 +2,16 @@
 
     flowplan logs train.log
     docker logs my-job 2>&1 | flowplan logs - --format json
+    flowplan logs --mlflow http://mlflow:5000 --job my-job
+
 
 The log is read in pieces as it comes (a pipe may be endless: stop it with Ctrl-C, or give a file),
 by the same parsers the Docker adapter uses (:mod:`adapters.logs`). Exit codes: 0 points found;
 2 a missing file, an unreadable one, or a log with no progress FlowPlan understands (one line on
-stderr naming the formats it knows).
+stderr naming the formats it knows), or an MLflow server that cannot be read.
+
+With ``--mlflow URI --job ID`` the points come from the runs tagged ``flowplan.job=ID`` on an MLflow
+tracking server instead (:mod:`adapters.logs.mlflow`), read as the service would read them.
 """
 
 from __future__ import annotations
@@ -33,12 +38,25 @@ def register(sub: Any) -> None:
         epilog="Formats understood (auto-detected, line by line):\n" + describe_formats(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("log", metavar="FILE", help="the log ('-' for standard input)")
+    p.add_argument("log", metavar="FILE", nargs="?", help="the log ('-' for standard input)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     p.add_argument(
         "--steps-per-epoch", type=positive, metavar="N", help="steps in one epoch, for logs that count steps and not epochs"
     )
     p.add_argument("--log-format", choices=FORMAT_NAMES, metavar="NAME", help="read only this format: " + ", ".join(FORMAT_NAMES))
+    ml = p.add_argument_group("MLflow (instead of FILE): the runs tagged flowplan.job=ID on a tracking server")
+    ml.add_argument("--mlflow", metavar="URI", help="tracking server, http(s)://host:port")
+    ml.add_argument("--job", metavar="ID", help="the FlowPlan job id the runs are tagged with")
+    ml.add_argument(
+        "--loss-key", action="append", metavar="KEY", help="MLflow metric of the loss, repeatable (default: loss, train_loss)"
+    )
+    ml.add_argument(
+        "--metric-key",
+        action="append",
+        metavar="KEY",
+        help="metric of the quality, repeatable (default: val_accuracy, accuracy)",
+    )
+    ml.add_argument("--epoch-key", default="epoch", metavar="KEY", help="MLflow metric holding the epoch (default: epoch)")
     p.set_defaults(func=run_logs)
 
 
@@ -46,6 +64,10 @@ def run_logs(args: argparse.Namespace) -> int:
     from adapters.logs import FORMAT_NAMES, LogEvent, LogPoint, LogReader, merge_points
     from flowplan.cli import UsageError
 
+    if args.mlflow is not None or args.job is not None:
+        return run_mlflow(args)
+    if args.log is None:
+        raise UsageError("logs: give a log FILE ('-' for standard input), or --mlflow URI --job ID")
     name = "<stdin>" if args.log == "-" else args.log
     reader = LogReader(steps_per_epoch=args.steps_per_epoch, only=args.log_format)
     items = []
@@ -84,6 +106,39 @@ def run_logs(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(render(name, points, events, dict(reader.recognised)))
+    return 0
+
+
+def run_mlflow(args: argparse.Namespace) -> int:
+    from adapters.logs.mlflow import MetricKeys, MlflowClient, MlflowCursor, MlflowError, read_job
+    from flowplan.cli import UsageError
+
+    if args.log is not None or args.mlflow is None or args.job is None:
+        raise UsageError("logs: --mlflow URI and --job ID go together, without a log FILE")
+    default = MetricKeys()
+    keys = MetricKeys(
+        epoch=args.epoch_key, loss=tuple(args.loss_key or default.loss), metric=tuple(args.metric_key or default.metric)
+    )
+    try:
+        read, _ = read_job(MlflowClient(args.mlflow), args.job, MlflowCursor(), keys=keys, steps_per_epoch=args.steps_per_epoch)
+    except (MlflowError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    name = f"{args.mlflow} job {args.job}"
+    if not read.runs:
+        raise UsageError(f"{name}: no run tagged flowplan.job={args.job}")
+    if read.unplaced:
+        print(
+            f"flowplan: warning: {name}: {read.unplaced} step(s) have no {keys.epoch!r} metric: "
+            "give --steps-per-epoch N to place them",
+            file=sys.stderr,
+        )
+    if not read.points:
+        raise UsageError(f"{name}: {len(read.runs)} run(s) but no {', '.join(keys.loss + keys.metric)} values")
+    if args.format == "json":
+        doc = {"points": [p.as_dict() for p in read.points], "events": [], "runs": read.runs}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(name, read.points, [], {"mlflow": len(read.points)}).replace(" lines)", " values)"))
     return 0
 
 

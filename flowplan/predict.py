@@ -223,14 +223,16 @@ def render(result: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any], history: History, out: str) -> None:
+def plot(result: dict[str, Any], history: History, out: str) -> list[str]:
+    """Draw the points, the fit and its band, the target, the plateau and the predicted epoch with
+    its band to ``out``; returns the legend's labels (what the plot marks)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise HistoryError("--plot needs matplotlib: pip install 'flowplan[plot]'") from None
+        raise HistoryError('--plot needs matplotlib: pip install -e ".[plot]"') from None
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(history.epochs, history.values, "o", ms=3, label="observed")
     pred = result["predicted"]
@@ -245,14 +247,21 @@ def plot(result: dict[str, Any], history: History, out: str) -> None:
     if at is not None and not result.get("reached"):
         lo, hi = result["interval"]
         ax.axvline(at, color="C3", lw=1, label=f"reaches target at epoch {at:.1f}")
-        if lo is not None and hi is not None:
-            ax.axvspan(lo, hi, color="C3", alpha=0.12, label=f"80% band of that epoch: {lo:.1f} – {hi:.1f}")
+        if lo is not None:
+            # An open band (the pessimistic refit never reaches the target) runs off the right edge.
+            right = hi if hi is not None else max([at, lo, *(r["epoch"] for r in pred)]) * 1.05
+            span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
+            ax.axvspan(lo, right, color="C3", alpha=0.12, label=f"80% band of that epoch: {span}")
+            if hi is None:
+                ax.set_xlim(right=right)
     goal = f"{'>=' if result['direction'] == 'higher' else '<='} {result['target']:g}"
     verdict = "already reached" if result.get("reached") else ("not reachable" if at is None else f"epoch {at:.1f}")
     ax.set_title(f"{result.get('family') or 'no'} fit of {result['points']} points; target {goal}: {verdict}", fontsize=9)
     ax.set_xlabel("epoch")
     ax.set_ylabel("metric")
-    ax.legend(fontsize=8)
+    legend = ax.legend(fontsize=8)
+    labels = [t.get_text() for t in legend.get_texts()]
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
+    return labels

@@ -1,6 +1,6 @@
 """``flowplan sandbox up|down``: a local Kubernetes control plane to try FlowPlan on, and to test against.
 
-    flowplan sandbox up [--nodes N] [--gpus-per-node G] [--dir DIR] [--port P]
+    flowplan sandbox up [--nodes N] [--gpus-per-node G] [--dir DIR] [--port P] [--kubelet-port P]
     export KUBECONFIG=...          # the line 'up' prints
     flowplan sandbox train --state PATH [--speedup X] [--for S]   # the pods' progress, made up
     flowplan sandbox down [--dir DIR]
@@ -40,6 +40,13 @@ def register(sub: Any) -> None:
     up.add_argument(
         "--etcd-port", type=whole(1024, 65534), default=12379, metavar="P", help="etcd client port; P+1 is its peer port"
     )
+    up.add_argument(
+        "--kubelet-port",
+        type=whole(1024, 65535),
+        default=16250,
+        metavar="P",
+        help="port of kwok's kubelet API (pods/log), on 127.0.0.1 (default 16250)",
+    )
     up.add_argument("--dir", metavar="DIR", help="where its files live (default ~/.cache/flowplan/sandbox)")
     up.set_defaults(func=run_up)
     train = ss.add_parser(
@@ -66,7 +73,7 @@ def run_up(args: argparse.Namespace) -> int:
     from adapters.kubernetes.sandbox import Sandbox, SandboxError
     from flowplan.cli import UsageError
 
-    ports = {"apiserver": args.port, "etcd": args.etcd_port, "etcd_peer": args.etcd_port + 1}
+    ports = {"apiserver": args.port, "etcd": args.etcd_port, "etcd_peer": args.etcd_port + 1, "kubelet": args.kubelet_port}
     sandbox = Sandbox(Path(args.dir) if args.dir else None, ports=ports)
     print(f"starting etcd, kube-apiserver and kwok in {sandbox.directory} ...", file=sys.stderr)
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -17,13 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters.loop import Tick
-from adapters.sim.cluster import SimCluster
 from adapters.sim.compare import improvements, stat, summarise
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
 from adapters.sim.truth import TraceError, TraceLibrary, history_priors
 from flowplan.argtypes import positive_seconds, whole
+from flowplan.simprogress import SimProgress, fmt_t
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -69,70 +67,24 @@ def register(sub: Any) -> None:
         default=True,
         help="give FlowPlan the curves of earlier runs of each job's model at other batch sizes (default: on)",
     )
-    p.add_argument("--live", action=argparse.BooleanOptionalAction, default=None, help="show allocations and ETAs as it runs")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show who holds what and each job's predicted finish as each policy's first seed runs: on a terminal "
+        "every interval, redrawn in place; piped, every 10 simulated minutes and at the run's end (default: on for "
+        "the embedded demo with one seed)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress output (default: a bar per policy and seed on a terminal, one line per run when piped)",
+    )
     p.set_defaults(func=run_command)
 
 
 def _fmt_t(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-class Progress:
-    """Progress for one run: a bar (jobs finished), or with ``live`` a table of who holds what and ETAs."""
-
-    def __init__(self, label: str, live: bool, quiet: bool, every: float) -> None:
-        self.label, self.live, self.quiet, self.every = label, live, quiet, every
-        self.tty = sys.stderr.isatty()
-        self.last_shown = -math.inf
-        self.lines = 0
-
-    def __call__(self, cluster: SimCluster, tick: Tick) -> None:
-        if self.quiet:
-            return
-        done = sum(1 for j in cluster.jobs.values() if j.status == "finished")
-        total = len(cluster.jobs)
-        if self.live:
-            if self.tty or tick.time - self.last_shown >= self.every or done == total:
-                self.last_shown = tick.time
-                self._table(cluster, tick, done, total)
-            return
-        width = 30
-        fill = int(width * done / max(total, 1))
-        line = f"\r{self.label:<28} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} jobs  t={_fmt_t(tick.time - cluster.t0)}"
-        if self.tty:  # redrawn in place; not a terminal (a log): only the run's summary line, after it
-            sys.stderr.write(line)
-            sys.stderr.flush()
-
-    def _table(self, cluster: SimCluster, tick: Tick, done: int, total: int) -> None:
-        eta = {a.job: a.predictions.eta_finish for a in tick.plan.assignments}
-        rows = [
-            f"{self.label}  t={_fmt_t(tick.time - cluster.t0)}  finished {done}/{total}  plan {tick.plan_seconds * 1000:.0f} ms"
-        ]
-        rows.append(f"  {'JOB':<18} {'STATE':<9} {'NODE':<8} {'CPU':>6} {'GPU':>3} {'EPOCH':>9} {'ETA':>8}  {'DEADLINE':>8}")
-        for j in cluster.jobs.values():
-            if j.status == "future":
-                continue
-            e = eta.get(j.spec.id)
-            state = j.status if j.blocked_until <= cluster.t or j.status != "running" else "starting"
-            dl = j.spec.tier1_deadline
-            rows.append(
-                f"  {j.spec.id:<18} {state:<9} {(j.node or '-'):<8} {j.cpu_millis / 1000:>6.2f} {j.gpus:>3} "
-                f"{j.progress:>5.1f}/{j.spec.epochs:<3} {_fmt_t(None if e is None else e - cluster.t0):>8}  "
-                f"{_fmt_t(None if dl is None else dl - cluster.t0):>8}"
-            )
-        if self.tty and self.lines:
-            sys.stderr.write(f"\x1b[{self.lines}F\x1b[J")
-        sys.stderr.write("\n".join(rows) + "\n")
-        sys.stderr.flush()
-        self.lines = len(rows) if self.tty else 0
-
-    def end(self) -> None:
-        if not self.quiet and self.tty and not self.live:
-            sys.stderr.write("\n")
+    return fmt_t(seconds)
 
 
 def make_sim_policy(name: str, time_limit: float, priors: dict[str, Any] | None, objective: str | None = None) -> Any:
@@ -206,29 +158,32 @@ def run_command(args: argparse.Namespace) -> int:
         from flowplan.daemon import open_store
 
         recorder = open_store(args.state)
-    for policy_name in policies:
-        for seed in seeds:
-            label = f"{policy_name} seed {seed}"
-            progress = Progress(
-                label, live and policy_name == policies[0], args.quiet, every=max(600.0, scenario.interval_seconds)
-            )
-            t0 = time.perf_counter()
-            try:
-                policy = make_sim_policy(policy_name, args.time_limit, priors, objective)
-                record = recorder if (policy_name, seed) == (policies[0], seeds[0]) else None
-                result = simulate(scenario, policy, policy_name, seed, library, data=data, on_tick=progress, recorder=record)
-            except ScenarioError as e:
-                raise UsageError(str(e)) from None
-            progress.end()
-            runs.append(result)
-            if not args.quiet:
-                print(
+    labels = [f"{p} seed {s}" for p in policies for s in seeds]
+    shown = {f"{p} seed {seeds[0]}" for p in policies} if live else set()
+    progress = SimProgress(labels, shown, quiet=args.quiet, every=max(600.0, scenario.interval_seconds))
+    try:
+        for policy_name in policies:
+            for seed in seeds:
+                label = f"{policy_name} seed {seed}"
+                t0 = time.perf_counter()
+                try:
+                    policy = make_sim_policy(policy_name, args.time_limit, priors, objective)
+                    record = recorder if (policy_name, seed) == (policies[0], seeds[0]) else None
+                    result = simulate(
+                        scenario, policy, policy_name, seed, library, data=data, on_tick=progress.run(label), recorder=record
+                    )
+                except ScenarioError as e:
+                    raise UsageError(str(e)) from None
+                runs.append(result)
+                progress.ended(
+                    label,
                     f"{label}: makespan {_fmt_t(result.makespan)}, mean JCT {_fmt_t(result.mean_jct)}, "
                     f"{result.intervals} intervals, {time.perf_counter() - t0:.1f} s wall",
-                    file=sys.stderr,
                 )
-            if out_dir is not None:
-                _write_json(out_dir / f"{policy_name}-seed{seed}.json", result.to_dict())
+                if out_dir is not None:
+                    _write_json(out_dir / f"{policy_name}-seed{seed}.json", result.to_dict())
+    finally:
+        progress.close()
     if recorder is not None:
         recorder.close()
     summary = _summary(scenario, runs)

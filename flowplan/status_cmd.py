@@ -2,13 +2,14 @@
 store that a daemon (or ``flowplan simulate --state``) writes.
 
 - ``status``: one line per job of the latest plan, like ``kubectl get``: state, node, CPU/GPU
-  guaranteed, progress, ETA to tier 1, deadline met or not, and the one-line reason. ``-o wide``
-  adds tier 2, the finish and where the numbers come from; ``-o json`` prints the rows;
-  ``--watch S`` reprints every S seconds; ``--live`` observes the cluster (Docker hosts or
-  Kubernetes) and plans it once instead of reading the store, applying nothing.
+  guaranteed, CPU in use (as the adapter measured it over the interval before the plan), progress,
+  ETA to tier 1 with its 80% band, deadline met or not, and the one-line reason. ``-o wide`` adds
+  tier 2, the finish and where the numbers come from; ``-o json`` prints the rows; ``--watch S``
+  reprints every S seconds; ``--live`` observes the cluster (Docker hosts or Kubernetes) and plans
+  it once instead of reading the store, applying nothing.
 - ``events``: what the daemon set out to do, when, and how it ended (the actions table).
-- ``explain JOB``: one job's story over the last plans: what each gave it and why, its predictions
-  and their basis, and its actions.
+- ``explain JOB`` (:mod:`flowplan.explain_cmd`): one job's story over the last plans, what it was
+  offered and what its deadline would take.
 
 Times are shown relative to the plan's own clock (the snapshot's ``time``), so a simulated run
 reads the same as a live one.
@@ -59,15 +60,9 @@ def register(sub: Any) -> None:
     ev.add_argument("-o", "--output", choices=["table", "json"], default="table")
     ev.set_defaults(func=run_events)
 
-    ex = sub.add_parser(
-        "explain",
-        help="one job's story over the last plans: what it got, why, and what it would take",
-        description="What the last plans gave one job and why, with its predictions and their basis, and its actions.",
-    )
-    ex.add_argument("job", help="job id")
-    ex.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
-    ex.add_argument("--plans", type=whole(1, 1000), default=5, metavar="N", help="how many recent plans (default 5)")
-    ex.set_defaults(func=run_explain)
+    from flowplan import explain_cmd
+
+    explain_cmd.register(sub)  # its own module: it works out what the job was offered
 
 
 def _open(path: str) -> Any:
@@ -106,8 +101,40 @@ def _state(job: Any, action: str) -> str:
     return "Running"
 
 
-def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
-    """One dict per job of ``plan`` (the JSON output's rows)."""
+def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]) -> dict[str, list[float | None]]:
+    """80% bands of the seconds to each open tier: ``tiers`` are (name, seconds the plan predicts to
+    it, its epochs left). The job's curve, fitted again from the snapshot, gives the band's epochs
+    (:meth:`models.curves.CurveFit.epoch_interval`) relative to its median; the plan's seconds are
+    scaled by them (so the band brackets the plan's own time, which comes from the share rollout).
+    An upper end of ``None``: the pessimistic curve never gets there."""
+    from planner import PlannerConfig
+    from planner.outlook import build_outlook
+
+    out: dict[str, list[float | None]] = {}
+    if job is None or job.target is None or not tiers:
+        return out
+    curve = build_outlook(job, settings, PlannerConfig()).curve
+    if curve is None:
+        return out
+    values = {"tier1": job.target.tier1.value, "tier2": job.target.tier2.value if job.target.tier2 else None}
+    epoch = curve.last_epoch
+    for name, seconds, left in tiers:
+        value = values.get(name)
+        mid = curve.epoch_reaching(value) if value is not None else None
+        if value is None or mid is None or mid <= epoch or not left:
+            continue
+        lo, hi = curve.epoch_interval(value)
+        per = seconds / (mid - epoch)  # the plan's seconds per epoch of this curve, on the way there
+        out[name] = [
+            max(lo - epoch, 0.0) * per if lo is not None else None,
+            max(hi - epoch, 0.0) * per if hi is not None else None,
+        ]
+    return out
+
+
+def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[str, Any]]:
+    """One dict per job of ``plan`` (the JSON output's rows); ``bands``: with the 80% band of the
+    time to each open tier (curves fitted again from the snapshot)."""
     jobs = {j.id: j for j in snapshot.jobs} if snapshot is not None else {}
     unserved = {u.job: u.reason for u in plan.unserved}
     rows = []
@@ -123,6 +150,7 @@ def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
                 "node": a.node,
                 "cpu_millis": a.cpu_millis if a.node else None,
                 "cpu_limit_millis": a.cpu_limit_millis,
+                "cpu_used_millis": job.cpu_used_millis if job is not None else None,
                 "gpus": a.gpus if a.node else None,
                 "epoch": p.epoch,
                 "epochs_total": total,
@@ -136,7 +164,26 @@ def status_rows(plan: Any, snapshot: Any) -> list[dict[str, Any]]:
                 "basis": p.basis,
             }
         )
+        row = rows[-1]
+        open_tiers = [
+            (name, row[f"eta_{name}_s"], left)
+            for name, left in (("tier1", p.epochs_to_tier1), ("tier2", p.epochs_to_tier2))
+            if row[f"eta_{name}_s"] is not None and not (name == "tier1" and p.tier1_reached)
+        ]
+        found = _bands(job, snapshot.settings, open_tiers) if bands and snapshot is not None else {}
+        row["eta_tier1_band_s"] = found.get("tier1")
+        row["eta_tier2_band_s"] = found.get("tier2")
     return rows
+
+
+def _eta(seconds: float | None, band: list[float | None] | None) -> str:
+    if seconds is None:
+        return "-"
+    text = f"in {_dur(seconds)}"
+    if band is not None and band[0] is not None:
+        lo = "now" if band[0] < 1.0 else _dur(band[0])
+        text += f" ({lo}-{'never' if band[1] is None else _dur(band[1])})"
+    return text
 
 
 def _reason(explanation: str) -> str:
@@ -151,13 +198,14 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     if r["tier1_reached"]:
         t1 = "reached"
     else:
-        t1 = "-" if r["eta_tier1_s"] is None else f"in {_dur(r['eta_tier1_s'])}"
+        t1 = _eta(r["eta_tier1_s"], r.get("eta_tier1_band_s"))
     met = {True: "met", False: "MISS", None: "-"}[r["tier1_met"]]
     if r["tier1_deadline_s"] is not None:
         met += f" ({_dur(r['tier1_deadline_s'])} left)" if r["tier1_deadline_s"] >= 0 else " (passed)"
-    row = [r["job"], r["state"], r["node"] or "-", cpu, progress, t1, met]
+    used = "-" if r.get("cpu_used_millis") is None else f"{r['cpu_used_millis'] / 1000:.3g}"
+    row = [r["job"], r["state"], r["node"] or "-", cpu, used, progress, t1, met]
     if wide:
-        t2 = "-" if r["eta_tier2_s"] is None else f"in {_dur(r['eta_tier2_s'])}"
+        t2 = _eta(r["eta_tier2_s"], r.get("eta_tier2_band_s"))
         fin = "-" if r["eta_finish_s"] is None else f"in {_dur(r['eta_finish_s'])}"
         row += [t2, fin, r["reason"], r["basis"]]
     else:
@@ -175,7 +223,7 @@ def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: A
         out.write(json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n")
         return
     wide = output == "wide"
-    header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "EPOCH", "TIER 1", "DEADLINE"]
+    header = ["JOB", "STATE", "NODE", "CPU(+GPU)", "USED", "EPOCH", "TIER 1", "DEADLINE"]
     header += ["TIER 2", "FINISH", "WHY", "BASIS"] if wide else ["WHY"]
     s = plan.summary
     head = "live plan (nothing applied)" if live else f"plan {plan_id}"
@@ -273,54 +321,4 @@ def run_events(args: argparse.Namespace) -> int:
         stamp = _clock(r.plan_time)
         rows.append([stamp, r.job, r.kind, where, what, r.status, took, r.message[:80]])
     emit(rows, ["TIME", "JOB", "ACTION", "NODE", "GETS", "RESULT", "TOOK", "MESSAGE"])
-    return 0
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    from flowplan.cli import UsageError
-
-    store = _open(args.state)
-    try:
-        ids = store.plan_ids(args.plans)
-        plans = [(i, store.get_plan(i)) for i in ids]
-        actions = store.actions(job=args.job, limit=20)
-    finally:
-        store.close()
-    mine: list[tuple[int, Any, Any]] = []
-    for i, plan in plans:
-        found = next((a for a in plan.assignments if a.job == args.job), None) if plan is not None else None
-        if found is not None:
-            mine.append((i, plan, found))
-    if not mine:
-        raise UsageError(f"{args.job}: not in the last {len(plans)} plan(s) of {args.state}")
-    latest_id, latest, a = mine[0]
-    p = a.predictions
-    out = [f"{args.job}, as of plan {latest_id}:", f"  {a.explanation}"]
-    out.append(f"  predictions: {p.basis}")
-    facts = [f"epoch {p.epoch:.4g}"]
-    if p.seconds_per_epoch is not None:
-        facts.append(f"{p.seconds_per_epoch:.3g} s/epoch at {a.cpu_millis / 1000:g} CPU" + (f" + {a.gpus} GPU" if a.gpus else ""))
-    for name, eta in (("tier 1", p.eta_tier1), ("tier 2", p.eta_tier2), ("finish", p.eta_finish)):
-        if eta is not None:
-            facts.append(f"{name} in {_dur(eta - latest.time)}")
-    out.append("  " + ", ".join(facts))
-    if p.tier1_deadline is not None:
-        left = p.tier1_deadline - latest.time
-        verdict = {True: "will be met", False: "will be MISSED", None: "-"}[p.tier1_satisfied]
-        out.append(f"  tier-1 deadline {'in ' + _dur(left) if left >= 0 else 'passed'}: {verdict}")
-        if p.tier1_satisfied is False and p.epochs_to_tier1 and left > 0:
-            need = left / p.epochs_to_tier1
-            out.append(f"  to meet it: {p.epochs_to_tier1:.3g} more epochs in {_dur(left)}, i.e. {need:.3g} s/epoch or faster")
-    out.append("")
-    out.append(f"  last {len(mine)} plan(s), newest first:")
-    for i, _, x in mine:
-        where = x.node or "no node"
-        out.append(f"    plan {i}: {x.action} on {where}, {x.cpu_millis / 1000:g} CPU" + (f" + {x.gpus} GPU" if x.gpus else ""))
-    if actions:
-        out.append("")
-        out.append("  actions:")
-        for r in actions[-10:]:
-            stamp = _clock(r.plan_time)
-            out.append(f"    {stamp} {r.kind} -> {r.status}" + (f": {r.message}" if r.message else ""))
-    sys.stdout.write("\n".join(out) + "\n")
     return 0

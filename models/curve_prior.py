@@ -236,4 +236,3 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
             )
         )
     return out
-

@@ -7,10 +7,10 @@ import math
 import numpy as np
 
 from planner.menu import MOVE, STAY, JobMenu
-from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Predictions, Unserved
+from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
 from planner.snapshot import Job, Node
-from planner.transitions import action_for
+from planner.transitions import action_for, previous_placement
 
 
 def duration(seconds: float | None) -> str:
@@ -239,11 +239,7 @@ def decode(
             t2_met += 1
         elif pred.tier2_satisfied is False:
             t2_miss += 1
-        prev = (
-            Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
-            if job.status == "running" and job.allocation is not None
-            else None
-        )
+        prev = previous_placement(job)
         assignments.append(
             Assignment(
                 job=job.id,

@@ -122,9 +122,7 @@ def _tier1_open(m: JobMenu) -> bool:
     return o.job.target is not None and not o.tier1_reached
 
 
-def _completion_weights(
-    menus: Sequence[JobMenu], tilt: float, now: float | None = None, age_exponent: float = 0.0
-) -> list[int]:
+def _completion_weights(menus: Sequence[JobMenu], tilt: float, now: float | None = None, age_exponent: float = 0.0) -> list[int]:
     """Integer completion weights: the priority weight leaned towards jobs with less work left.
 
     A job's work left is its fastest predicted finish over its options; the lean is

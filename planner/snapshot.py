@@ -177,9 +177,7 @@ class StepSchedule(Input):
     milestones: list[EpochCount] = Field(
         min_length=1, max_length=1000, description="Epochs after which the rate drops, increasing."
     )
-    gamma: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(
-        0.1, description="Factor applied at each milestone."
-    )
+    gamma: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(0.1, description="Factor applied at each milestone.")
 
     @model_validator(mode="after")
     def _increasing(self) -> StepSchedule:
@@ -324,6 +322,11 @@ class Job(Input):
     )
     node: Name | None = Field(None, description="Where it runs now (running jobs).")
     allocation: Allocation | None = Field(None, description="What it holds now, per replica (running jobs).")
+    cpu_used_millis: Annotated[float, Field(ge=0, le=10**9, allow_inf_nan=False)] | None = Field(
+        None,
+        description="CPU it used per replica over the last interval, as the adapter measured it (running jobs; null: "
+        "not measured). Informational: shown by flowplan status; the planner plans from speeds, not from this.",
+    )
     replicas: Annotated[int, Field(ge=1, le=1024)] = 1
     min_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
     max_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.plan import Action
+from planner.plan import Action, Placement
 from planner.snapshot import Job
 
 ChangeKind = Literal["start", "resize", "migrate", "pause", "deliver"]
@@ -81,6 +81,13 @@ def allowed_actions(job: Job, node: str | None, same_allocation: bool) -> tuple[
     if first == "resize":
         return ("resize", "migrate")
     return (first,)
+
+
+def previous_placement(job: Job) -> Placement | None:
+    """Where a running job is and what it holds (an assignment's ``previous``); ``None`` for any other job."""
+    if job.status == "running" and job.allocation is not None:
+        return Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
+    return None
 
 
 def lost_seconds(job: Job, action: Action) -> float:

@@ -30,7 +30,7 @@ def start_sandbox(directory: Path, nodes: int = 3, gpus: int = 0) -> tuple[Any, 
         if os.environ.get("CI"):
             pytest.fail(f"Kubernetes sandbox binaries required in CI: {reason}")
         pytest.skip(f"no Kubernetes sandbox binaries: {reason}")
-    ports = {"apiserver": free_port(), "etcd": free_port(), "etcd_peer": free_port()}
+    ports = {"apiserver": free_port(), "etcd": free_port(), "etcd_peer": free_port(), "kubelet": free_port()}
     sandbox = Sandbox(directory / "sandbox", ports=ports)
     info = sandbox.up(nodes, gpus)
     return sandbox, info

@@ -22,7 +22,11 @@ scheduler; the simulator has none, so there a name it does not run stands in). C
 - restart safety: a fresh adapter observes the same nodes, jobs and allocations, and re-applying
   the changes through it changes nothing;
 - foreign workloads: never a job, a change naming one is ``not_found``, and after changes and a
-  control-loop interval with the real planner it is exactly as it was.
+  control-loop interval with the real planner it is exactly as it was;
+- gangs (where a backend's users can declare one: Kubernetes, ``flowplan.io/gang``; Docker labels and
+  the simulator's scenarios cannot): a gang of 3 is one job with 3 replicas; a start, a resize, a
+  migration and a pause each change every pod, show in the next observe, and applied again are
+  ``ok`` no-ops that leave every pod alone; a change naming another replica count is ``conflict``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class Backend:
     workload: Callable[[str], Any]
     foreign: Callable[[], Any]
     adapters: list[Adapter] = field(default_factory=list)
+    #: Makes a pending gang of that many workloads (``None``: the backend has no gangs).
+    gang: Callable[[str, int], None] | None = None
 
     def adapter(self) -> Adapter:
         ad = self.fresh()
@@ -180,7 +186,9 @@ def k8s_backend(info: Any) -> Iterator[Backend]:
         mine = []
         for p in pods(api):
             meta = p["metadata"]
-            if (meta.get("labels") or {}).get("flowplan.io/job", meta["name"]) == job and not meta.get("deletionTimestamp"):
+            labels = meta.get("labels") or {}
+            mine_id = labels.get("flowplan.io/gang", labels.get("flowplan.io/job", meta["name"]))
+            if mine_id == job and not meta.get("deletionTimestamp"):
                 mine.append((meta["name"], meta["uid"], p["spec"].get("nodeName")))
         return sorted(mine)
 
@@ -194,7 +202,13 @@ def k8s_backend(info: Any) -> Iterator[Backend]:
             p["metadata"].get("deletionTimestamp"),
         )
 
-    backend = Backend("kubernetes", (n0, n1), fresh, workload, foreign_state)
+    def gang(job: str, size: int) -> None:
+        for i in range(size):
+            body = pod_body(f"{job}-{i}", cpu="500m", limit="2", labels={"flowplan.io/gang": job})
+            body["metadata"]["annotations"]["flowplan.io/gang-size"] = str(size)
+            create_pod(api, body)
+
+    backend = Backend("kubernetes", (n0, n1), fresh, workload, foreign_state, gang=gang)
     try:
         yield backend
     finally:
@@ -350,3 +364,32 @@ class _NoSleep:
 
     def sleep(self, seconds: float) -> None:
         pass
+
+
+def test_a_gang_is_one_job_changed_whole(backend: Backend) -> None:
+    if backend.gang is None:
+        pytest.skip(f"{backend.name}: its users cannot declare a gang")
+    n0, n1 = backend.nodes
+    backend.gang("cg", 3)
+    ad = backend.adapter()
+    [job] = [j for j in ad.observe().jobs if j.id == "cg"]
+    assert (job.status, job.replicas) == ("pending", 3)
+    assert len(backend.workload("cg")) == 3
+    steps = [
+        Change("cg", "start", n0, 500, 0, replicas=3),
+        Change("cg", "resize", n0, 1000, 0, replicas=3, from_node=n0),
+        Change("cg", "migrate", n1, 700, 0, replicas=3, from_node=n0),
+        Change("cg", "pause", None, 0, 0, replicas=3, from_node=n1),
+    ]
+    for change in steps:
+        ok(ad.apply([change]))
+        snap = ad.observe()
+        assert in_effect(snap, change.as_dict()), (change.key(), state(snap, "cg"))
+        after, workload = state(snap, "cg"), backend.workload("cg")
+        assert len(workload) == 3 and len({w[-1] for w in workload}) == 1, workload  # every pod: one node, or none
+        again = ok(ad.apply([change]))
+        assert "already" in again[0].message, again
+        assert state(ad.observe(), "cg") == after and backend.workload("cg") == workload, change.kind
+    [wrong] = ad.apply([Change("cg", "start", n0, 500, 0, replicas=2)])
+    assert (wrong.ok, wrong.error) == (False, "conflict"), wrong
+    assert state(ad.observe(), "cg")[0] == "pending"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -177,6 +178,7 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
 
     main = docker_engines.engines[0]
     cid = create_job(main.url, "fp-dry", "dry", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
+    create_job(main.url, "fp-dry2", "dry2", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, start=False)
     res = flowplan(
         "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
         "--time-limit", "0.3", "--state", str(tmp_path / "s.db"),
@@ -185,8 +187,18 @@ def test_dry_run_changes_nothing(docker_engines: Any, tmp_path: Path) -> None:
     banner, *rest = res.stdout.splitlines()
     assert banner.startswith("flowplan daemon ") and "DRY RUN" in banner, banner
     assert "hosts main=unix:" in banner and "extra0=" in banner, banner
-    assert len(rest) == 1 and "would start dry" in rest[0], rest  # one line for the one change, no plan table
+    # One line per change, stamped with the interval's time; no plan table.
+    assert sorted(line.split(" ", 1)[1].split(" on ")[0] for line in rest) == ["would start dry", "would start dry2"], rest
+    assert all(re.match(r"\d\d:\d\d:\d\d would start dry2? on \w+ \d+m$", line) for line in rest), rest
     assert api(main.url).inspect_container(cid)["State"]["Status"] == "created"
+    # Issue 16: status on the Docker daemon's store shows every job with a reason; explain tells
+    # what one was offered (worked out from the stored snapshot).
+    status = flowplan("status", "--state", str(tmp_path / "s.db"), "-o", "json")
+    assert status.returncode == 0, status.stderr
+    rows = {r["job"]: r for r in json.loads(status.stdout)["jobs"]}
+    assert set(rows) == {"dry", "dry2"} and all(r["reason"] and r["state"] == "Starting" for r in rows.values()), rows
+    story = flowplan("explain", "dry", "--state", str(tmp_path / "s.db"))
+    assert story.returncode == 0 and "option(s) weighed" in story.stdout and "main" in story.stdout, story.stdout
     verbose = flowplan(
         "daemon", "--hosts", *hosts(docker_engines), "--dry-run", "--max-ticks", "1", "--interval", "1",
         "--time-limit", "0.3", "--state", str(tmp_path / "s.db"), "--verbose",
@@ -208,6 +220,10 @@ def test_quiet_intervals_print_nothing_but_the_banner(docker_engines: Any, tmp_p
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("flowplan daemon "), lines
+    # Issue 16: status shows the CPU the running job used, as the engine's stats measured it.
+    status = flowplan("status", "--state", str(tmp_path / "q.db"), "-o", "json")
+    row = next(r for r in json.loads(status.stdout)["jobs"] if r["job"] == "calm")
+    assert row["cpu_used_millis"] is not None and 0 < row["cpu_used_millis"] <= 1100, row  # it may use at most 1 CPU
 
 
 def _pending(db: Path) -> int:

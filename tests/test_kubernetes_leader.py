@@ -260,6 +260,13 @@ def test_the_service_account_needs_every_verb_and_no_other(
             ]
         )
         refused += [f"{o.change.kind}: {o.error}: {o.message}" for o in outcomes if not o.ok or "forbidden" in o.message]
+        refused += [f"log: {why}" for why in adapter.last.log_failed.values() if why.startswith("forbidden")]
+    from adapters.kubernetes.watch import PodWatch
+
+    watch = PodWatch(adapter.api.api_client, None, lambda ev: None, retry=0.5).start()
+    if not watch.wait_connected(10):
+        refused.append(f"watch: {watch.last_error}")
+    watch.close()
     lease = elector(k8s_sandbox, "sa", "flowplan-daemon", client=adapter.api.api_client)
     lease.namespace = namespace
     try:

@@ -13,8 +13,12 @@ Case matrix:
   its UID unchanged; applying the same change again is a no-op reported ``ok``; a Guaranteed pod
   stays Guaranteed (its limit moves with its request); after the kubelet
   reported a resize ``Infeasible`` (the ``PodResizePending`` condition), the pod is re-created;
-- migration: the job ends with one pod, on the target node, the old pod gone; a pause ends with one
-  unbound pod that waits for FlowPlan (``schedulerName: flowplan``) and a pending job;
+- migration: the job ends with one pod, on the target node, the old pod gone, and the server's own
+  watch shows the order: checkpoint requested, the replacement created unbound, the old pod
+  deleted, and only once it is gone the replacement bound; an old pod that outlives the wait
+  (a long grace period) leaves an error outcome and a pending replacement that a ``start`` binds
+  only once the old pod has ended; a pause ends with one unbound pod that waits for FlowPlan
+  (``schedulerName: flowplan``) and a pending job;
 - failures are outcomes, never exceptions, one per kind the server gives:
   ``not_found`` (pod deleted after observe), ``conflict`` (the replacement's name is taken; the old
   pod is left running), ``invalid`` (a replacement name over 253 characters), ``forbidden`` (a token
@@ -26,6 +30,7 @@ Case matrix:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -182,6 +187,42 @@ def test_resize_the_kubelet_found_infeasible_is_a_re_create(k8s_sandbox: Any) ->
     assert new["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1500m"
 
 
+class PodEvents:
+    """The server's own record of what happened to the pods of ``default``, in order (a watch in a thread)."""
+
+    def __init__(self, info: Any) -> None:
+        import threading
+
+        from kubernetes import watch
+
+        self.api = core(info)
+        self.events: list[tuple[str, str, str | None, bool]] = []  # (type, pod, node, being deleted)
+        version = json.loads(self.api.list_namespaced_pod("default", _preload_content=False).data)["metadata"]["resourceVersion"]
+        self.w = watch.Watch()
+        self.stream = self.w.stream(
+            self.api.list_namespaced_pod, "default", resource_version=version, timeout_seconds=120, deserialize=False
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for ev in self.stream:
+                o = ev["object"]
+                meta = o["metadata"]
+                self.events.append((ev["type"], meta["name"], o["spec"].get("nodeName"), bool(meta.get("deletionTimestamp"))))
+        except Exception:  # closed by stop()
+            pass
+
+    def stop(self) -> None:
+        self.w.stop()
+        if self.w._resp is not None:
+            self.w._resp.shutdown()
+
+    def first(self, cond: Any) -> int:
+        return next(i for i, e in enumerate(self.events) if cond(e))
+
+
 def test_migration_ends_with_one_pod_on_the_new_node(k8s_sandbox: Any) -> None:
     api = core(k8s_sandbox)
     src, dst = k8s_sandbox.nodes[0], k8s_sandbox.nodes[1]
@@ -190,9 +231,20 @@ def test_migration_ends_with_one_pod_on_the_new_node(k8s_sandbox: Any) -> None:
     adapter = adapter_for(k8s_sandbox)
     adapter.observe()
 
+    seen = PodEvents(k8s_sandbox)
     [outcome] = adapter.apply([Change(job="mover", kind="migrate", node=dst, cpu_millis=750, gpus=0, from_node=src)])
     assert outcome.ok, outcome
-    wait_for(lambda: get_pod(api, "mover") is None, 30, "old pod gone")
+    assert get_pod(api, "mover") is None  # gone before apply returned: the replacement was bound after
+    wait_for(lambda: any(e[1] == "mover-r1" and e[2] == dst for e in seen.events), 10, "the binding's event")
+    seen.stop()
+    asked = seen.first(lambda e: e[1] == "mover" and e[0] == "MODIFIED" and not e[3])  # the checkpoint request
+    created = seen.first(lambda e: e[1] == "mover-r1" and e[0] == "ADDED")
+    deleting = seen.first(lambda e: e[1] == "mover" and e[3])
+    gone = seen.first(lambda e: e[1] == "mover" and e[0] == "DELETED")
+    bound = seen.first(lambda e: e[1] == "mover-r1" and e[2] is not None)
+    assert asked < created < deleting < gone < bound, seen.events
+    assert seen.events[created][2] is None  # created unbound: it cannot start before the checkpoint
+    print(f"migration: {outcome.message}")
     [new] = [p for p in pods(api) if p["metadata"]["labels"].get("flowplan.io/job") == "mover"]
     assert new["spec"]["nodeName"] == dst and new["metadata"]["uid"] != old["metadata"]["uid"]
     assert new["metadata"]["annotations"]["flowplan.io/replaces"] == "mover"
@@ -200,6 +252,39 @@ def test_migration_ends_with_one_pod_on_the_new_node(k8s_sandbox: Any) -> None:
     running(api, new["metadata"]["name"])
     [job] = adapter.observe().jobs
     assert (job.id, job.node, job.status) == ("mover", dst, "running")
+
+
+def test_an_old_pod_that_outlives_the_wait_leaves_its_replacement_pending(k8s_sandbox: Any) -> None:
+    """kwok removes a deleted pod at its deletionTimestamp (the grace period), as a kubelet whose
+    container takes its whole grace period to checkpoint would: 30 s here, past the adapter's 1 s."""
+    api = core(k8s_sandbox)
+    src, dst = k8s_sandbox.nodes[0], k8s_sandbox.nodes[1]
+    body = pod_body("slow", node=src)
+    body["spec"]["terminationGracePeriodSeconds"] = 30
+    create_pod(api, body)
+    running(api, "slow")
+    adapter = adapter_for(k8s_sandbox)
+    adapter.checkpoint_timeout = 1.0
+    adapter.observe()
+    [outcome] = adapter.apply([Change(job="slow", kind="migrate", node=dst, cpu_millis=500, gpus=0, from_node=src)])
+    assert (outcome.ok, outcome.error) == (False, "transient"), outcome
+    assert "still terminating after 1 s" in outcome.message and "waits unbound" in outcome.message, outcome.message
+    old = get_pod(api, "slow")
+    assert old is not None and old["metadata"].get("deletionTimestamp") and old["spec"]["nodeName"] == src
+    assert get_pod(api, "slow-r1")["spec"].get("nodeName") is None
+
+    [job] = adapter.observe().jobs  # the job is its pending replacement
+    assert (job.id, job.status) == ("slow", "pending")
+    [early] = adapter.apply([Change(job="slow", kind="start", node=dst, cpu_millis=500, gpus=0)])
+    assert (early.ok, early.error) == (False, "transient") and "still terminating" in early.message, early
+    assert get_pod(api, "slow-r1")["spec"].get("nodeName") is None
+
+    api.delete_namespaced_pod("slow", "default", grace_period_seconds=0, _preload_content=False)  # its checkpoint is done
+    wait_for(lambda: get_pod(api, "slow") is None, 30, "old pod gone")
+    adapter.observe()
+    [started] = adapter.apply([Change(job="slow", kind="start", node=dst, cpu_millis=500, gpus=0)])
+    assert started.ok, started
+    assert running(api, "slow-r1")["spec"]["nodeName"] == dst
 
 
 def test_pause_leaves_one_pending_pod_for_flowplan(k8s_sandbox: Any) -> None:

@@ -117,20 +117,20 @@ def test_a_far_last_epoch_is_bounded_work(tmp_path: Path) -> None:
 
 # -- --schedule and --max-epochs ---------------------------------------------------------------------
 BAD_SCHEDULE = {
-    "not JSON": (['--schedule', '{"kind": "step", '], "--schedule: schedule: not valid JSON"),
-    "unknown kind": (['--schedule', '{"kind": "cosin"}', "--max-epochs", "60"], "unknown kind 'cosin'; did you mean 'cosine'?"),
+    "not JSON": (["--schedule", '{"kind": "step", '], "--schedule: schedule: not valid JSON"),
+    "unknown kind": (["--schedule", '{"kind": "cosin"}', "--max-epochs", "60"], "unknown kind 'cosin'; did you mean 'cosine'?"),
     "misspelt field": (
         ["--schedule", '{"kind": "step", "milestone": [30]}'],
         "schedule.milestone: unknown field 'milestone'; did you mean 'milestones'?",
     ),
-    "out of range": (['--schedule', '{"kind": "exp", "gamma": 2}'], "schedule.gamma: Input should be less than or equal to 1"),
-    "NaN": (['--schedule', '{"kind": "exp", "gamma": NaN}'], "schedule.gamma: Input should be a finite number"),
-    "cosine without --max-epochs": (['--schedule', '{"kind": "cosine"}'], "anneals over the planned epochs: it needs max_epochs"),
+    "out of range": (["--schedule", '{"kind": "exp", "gamma": 2}'], "schedule.gamma: Input should be less than or equal to 1"),
+    "NaN": (["--schedule", '{"kind": "exp", "gamma": NaN}'], "schedule.gamma: Input should be a finite number"),
+    "cosine without --max-epochs": (["--schedule", '{"kind": "cosine"}'], "anneals over the planned epochs: it needs max_epochs"),
     "warm-up longer than the run": (
         ["--schedule", '{"kind": "warmup_linear", "warmup": 80}', "--max-epochs", "60"],
         "must be shorter",
     ),
-    "bad --max-epochs": (['--schedule', '{"kind": "cosine"}', "--max-epochs", "-3"], "--max-epochs"),
+    "bad --max-epochs": (["--schedule", '{"kind": "cosine"}', "--max-epochs", "-3"], "--max-epochs"),
 }
 
 
@@ -166,3 +166,26 @@ def test_declared_step_schedule_predicts_the_drop(tmp_path: Path) -> None:
     assert plain["schedule"] is None and (plain["epochs_to_target"] is None or plain["epochs_to_target"] > 60)
     table = run(str(f), "--target", "0.38", "--direction", "lower", "--schedule", sched, "--max-epochs", "60")
     assert "step learning-rate schedule, drops at epoch 30, 45; 60 planned epochs" in table.stdout
+
+
+@pytest.mark.parametrize("points", [8, 12, 30])
+def test_plot_marks_target_predicted_epoch_with_its_band_and_plateau(points: int, tmp_path: Path) -> None:
+    """Issue 16: the plot marks the target, the predicted epoch and its 80% band (open-ended when
+    the pessimistic refit never gets there) and the plateau, with the same numbers as the text;
+    on real prefixes of a measured curve."""
+    from flowplan.predict import parse_history, plot, predict
+
+    curve = real_curve("cifar10", 128)[:points]
+    history = parse_history("epoch,metric\n" + "".join(f"{e},{v}\n" for e, v in enumerate(curve, start=1)))
+    result = predict(history, 0.9, "higher", None)
+    labels = plot(result, history, str(tmp_path / "fit.png"))
+    assert "observed" in labels and f"target {result['target']:g}" in labels
+    if result["plateau"] is not None:
+        assert f"plateau {result['plateau']:.4g}" in labels
+    at = result["epochs_to_target"]
+    if at is not None and not result["reached"]:
+        assert f"reaches target at epoch {at:.1f}" in labels
+        lo, hi = result["interval"]
+        if lo is not None:
+            span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
+            assert f"80% band of that epoch: {span}" in labels

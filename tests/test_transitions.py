@@ -46,9 +46,7 @@ def test_costs_and_order() -> None:
     job = _job("running")
     assert [lost_seconds(job, a) for a in ("start", "migrate", "pause", "resize", "keep", "wait")] == [11.0, 18.0, 7.0, 0, 0, 0]
     assert {a for a, t in TABLE.items() if t.restart} == {"migrate", "pause"}
-    order = sorted(
-        ["start", "resize+", "migrate", "pause", "resize-"], key=lambda k: diff_order(k.rstrip("+-"), k.endswith("-"))
-    )
+    order = sorted(["start", "resize+", "migrate", "pause", "resize-"], key=lambda k: diff_order(k.rstrip("+-"), k.endswith("-")))
     assert order == ["pause", "resize-", "migrate", "resize+", "start"]  # free resources before using them
 
 

@@ -69,8 +69,9 @@ from adapters.docker.errors import DockerAdapterError, LabelError
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
-from adapters.docker.progress import LogCursor, read_lines
-from adapters.logs import Declaration, declaration
+from adapters.docker.progress import LogProgress, parse_timestamp
+from adapters.logs import Declaration
+from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (
     Allocation,
     Job,
@@ -78,12 +79,10 @@ from planner.snapshot import (
     MetricPoint,
     Node,
     QoETarget,
-    ScheduleOnly,
     Settings,
     Snapshot,
     SpeedPoint,
     SpeedPrior,
-    schedule_problem,
 )
 from store import PRIOR_MIN_EPOCHS
 
@@ -143,6 +142,7 @@ class DockerAdapter(Adapter):
         read_stats: bool = True,
         timeout: float = 10.0,
         scope: Mapping[str, str] | None = None,
+        mlflow: str | None = None,
     ) -> None:
         names = [h.name for h in hosts]
         if len(set(names)) != len(names):
@@ -161,8 +161,13 @@ class DockerAdapter(Adapter):
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
-        self._warned_schedule: dict[str, str] = {}  # job -> the reason its declared schedule was left out, logged once
+        #: What the containers' logs said (points, declarations, deliveries), under ``docker.*`` keys.
+        self.progress = LogProgress(self.store, "docker", log)
+        #: An MLflow tracking server whose runs tagged ``flowplan.job=<id>`` also give jobs' progress.
+        self.mlflow = MlflowClient(mlflow, timeout=5.0) if mlflow else None
+        self._mlflow_ok = True  # False once the server failed this observe: the other jobs skip it
         self._usage: dict[str, list[tuple[float, float]]] = {}  # container id -> recent (time, cpu seconds) samples
+        self._last_used: dict[str, float] = {}  # container id -> cores used over its latest measured window (status)
         self._rates: dict[str, list[tuple[float, float]]] = {}  # container id -> (time, s/epoch) its bars showed, not yet used
         self._speed_done: dict[str, float] = {}  # container id -> end of the last epoch counted in a speed point
         self._speeds_recorded: dict[str, tuple[Any, ...]] = {}  # job -> what record_speeds last got (unchanged: not written)
@@ -191,6 +196,7 @@ class DockerAdapter(Adapter):
         """The hosts now: one node per host, one job per labelled container (see the module docstring)."""
         now = self.clock.now()
         obs = Observation()
+        self._mlflow_ok = True
         nodes: list[Node] = []
         found: dict[str, list[tuple[str, ContainerView, JobLabels]]] = {}
         for name, host in self.hosts.items():
@@ -274,21 +280,26 @@ class DockerAdapter(Adapter):
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
         self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
+        if self.mlflow is not None and self._mlflow_ok and c.state != "created":
+            self._mlflow_ok = self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
         speed = self._speeds(job_id, c, history, status)
         image = _image(c)
         self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished")
-        delivered = bool(self._kv_json(f"docker.delivered.{job_id}"))
+        delivered = self.progress.delivered(job_id)
         fields["target"] = self._with_declared(job_id, fields.get("target"))
         fields["schedule"] = self._declared_schedule(job_id, fields["target"])
         allocation = self._allocation(host, c, fields) if status == "running" else None
+        # The latest measured window (a sample comes at the engine's 1 s tick, not at every observe).
+        used = obs.cpu_usage.get(job_id, self._last_used.get(c.id)) if status == "running" else None
         return Job(
             id=job_id,
             status=status,
             image=image,
             node=host if status == "running" else None,
             allocation=allocation,
+            cpu_used_millis=None if used is None else round(used * 1000.0, 1),
             history=list(history),
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
@@ -330,44 +341,16 @@ class DockerAdapter(Adapter):
 
         The schedule becomes the snapshot job's ``schedule`` (validated: :meth:`_declared_schedule`).
         """
-        return Declaration.from_dict(self._kv_json(f"docker.declared.{job_id}"))
+        return self.progress.declared(job_id)
 
     def _keep_declared(self, job_id: str, events: list[dict[str, Any]]) -> None:
-        """Store the ``declare`` events among ``events``: each one's fields over the earlier ones'."""
-        for ev in events:
-            decl = declaration(ev)
-            if decl is not None:
-                self._set_kv_json(f"docker.declared.{job_id}", decl.over(self.declared(job_id)).as_dict())
+        self.progress.keep_declared(job_id, events)
 
     def _with_declared(self, job_id: str, target: QoETarget | None) -> QoETarget | None:
-        """The target with the ``max_epochs`` the job declared, where the labels set none (a label wins).
-
-        A job without a target has no field for it in the snapshot (``max_epochs`` is the target's).
-        """
-        decl = self.declared(job_id)
-        if target is None or target.max_epochs is not None or decl is None or decl.max_epochs is None:
-            return target
-        return target.model_copy(update={"max_epochs": decl.max_epochs})
+        return self.progress.with_declared(job_id, target)
 
     def _declared_schedule(self, job_id: str, target: QoETarget | None) -> Any:
-        """The learning-rate schedule the job declared, validated as the snapshot's (None when it
-        declared none, or one the contract refuses: logged once, and the job is planned without it)."""
-        decl = self.declared(job_id)
-        if decl is None or decl.schedule is None:
-            return None
-        schedule: Any = None
-        try:
-            schedule = ScheduleOnly.model_validate({"schedule": decl.schedule}).schedule
-        except ValueError as exc:
-            problem: str | None = str(exc).splitlines()[-1].strip()
-        else:
-            problem = schedule_problem(schedule, target.max_epochs if target is not None else None)
-        if problem is not None:
-            if self._warned_schedule.get(job_id) != problem:
-                self._warned_schedule[job_id] = problem
-                log.warning("job %s: declared schedule left out: %s", job_id, problem)
-            return None
-        return schedule
+        return self.progress.declared_schedule(job_id, target)
 
     def _engine_cpu(self, host: str) -> int | None:
         """The engine's cores in millicores (its ``NCPU``): a cap at or above it caps nothing."""
@@ -431,14 +414,9 @@ class DockerAdapter(Adapter):
                 self._set_kv_json("docker.jobs", [*known, job_id])
 
     def _read_progress(self, job_id: str, host: str, c: ContainerView, steps_per_epoch: float | None = None) -> None:
-        if c.id in self._drained:
+        if c.id in self._drained or c.state == "created":
             return
-        key = f"docker.log.{c.id}"
-        cursor = LogCursor.from_dict(self._kv_json(key))
-        if c.state == "created":
-            return
-        from adapters.docker.progress import parse_timestamp
-
+        cursor = self.progress.cursor(c.id)
         since = parse_timestamp(cursor.since)[0] if cursor.since else None
         try:
             raw = self.hosts[host].logs(c.id, since)
@@ -446,23 +424,9 @@ class DockerAdapter(Adapter):
             log.warning("job %s: cannot read logs of %s: %s", job_id, c.name, exc)
             return
         stopped = c.state not in ("running", "paused", "restarting")
-        last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
-        progress, cursor = read_lines(raw, cursor, last_epoch, final=stopped, steps_per_epoch=steps_per_epoch)
-        points = []
-        for p in progress.points:
-            try:
-                points.append(MetricPoint(**p))
-            except ValueError:
-                continue
-        if points:
-            self.store.add_points(job_id, points)
+        progress = self.progress.read(job_id, c.id, raw, final=stopped, steps_per_epoch=steps_per_epoch)
         if progress.rates:
             self._rates[c.id] = (self._rates.get(c.id, []) + progress.rates)[-MAX_RATES:]
-        for ev in progress.events:
-            if ev.get("event") == "delivered":
-                self._set_kv_json(f"docker.delivered.{job_id}", True)
-        self._keep_declared(job_id, progress.events)
-        self._set_kv_json(key, cursor.as_dict())
         if stopped:
             self._drained.add(c.id)
 
@@ -483,6 +447,7 @@ class DockerAdapter(Adapter):
         for cid in [cid for cid in self._usage if cid not in running]:  # forget containers that stopped or went
             self._usage.pop(cid, None)
             self._speed_done.pop(cid, None)
+            self._last_used.pop(cid, None)
         for cid in [cid for cid in self._rates if cid not in running]:
             self._rates.pop(cid, None)
         for cid in [cid for cid in self._stats_pending if cid not in running]:
@@ -501,6 +466,7 @@ class DockerAdapter(Adapter):
                 usage = self._add_sample(cid, pending.result())
                 if usage is not None:
                     obs.cpu_usage[job] = usage
+                    self._last_used[cid] = usage
             self._stats_pending[cid] = self._stats_pool.submit(self._sample, host, cid)
 
     def _sample(self, host: str, cid: str) -> tuple[float, float] | None:
@@ -614,7 +580,7 @@ class DockerAdapter(Adapter):
                     history=list(history),
                     speed=speed,
                     speed_prior=None if speed else self._speed_prior(job_id, fields.get("task"), _image(c)),
-                    delivered=bool(self._kv_json(f"docker.delivered.{job_id}")),
+                    delivered=self.progress.delivered(job_id),
                     **fields,
                 )
             )
@@ -743,13 +709,13 @@ class DockerAdapter(Adapter):
         return self._recreate(ch, placed, c, ch.node)
 
     def _deliver(self, ch: Change, placed: Placed) -> str:
-        if self._kv_json(f"docker.delivered.{ch.job}"):
+        if self.progress.delivered(ch.job):
             return "already delivered"
         c = self._fresh(placed)
         if c.state == "exited" and c.exit_code == 0:
             # Tier 1 was reached at the last epoch and the job ended before the signal: its final
             # model is the delivery. Recorded, so the next snapshot says delivered and no one asks again.
-            self._set_kv_json(f"docker.delivered.{ch.job}", True)
+            self.progress.mark_delivered(ch.job)
             return "finished before the deliver: its final model is the delivery"
         if c.state != "running":
             raise DockerAdapterError("conflict", f"job {ch.job}: cannot deliver, container is {c.state}")

@@ -8,7 +8,11 @@ Keys the adapter writes (values are JSON):
 - ``docker.spec.<job>``: host, container id, state and the parts of ``inspect`` a re-create needs;
 - ``docker.jobs``: every job id ever seen (to find the jobs of a host that is down);
 - ``docker.speed.<job>``: observed seconds per epoch per CPU actually used (millicores, 50m grid);
-- ``docker.delivered.<job>``: the job reported its tier-1 delivery.
+- ``docker.delivered.<job>``: the job reported its tier-1 delivery;
+- ``docker.declared.<job>``: what the job declared in its log (planned epochs, schedule).
+
+The Kubernetes adapter keeps the same per-pod and per-job log state under ``k8s.log.<pod UID>``,
+``k8s.delivered.<job>`` and ``k8s.declared.<job>`` (``adapters.docker.progress.LogProgress``).
 
 Besides, the adapter records each job's speed points with its task and image
 (:meth:`ProgressStore.record_speeds`, the store's ``speeds`` tables, not the key-value table), and

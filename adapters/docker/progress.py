@@ -12,16 +12,24 @@ nor forgets where the job was. Points whose line states no time get the line's e
 FlowCon's jobs print both ``Loss:`` and JSON: once a container has printed JSON progress, only JSON
 is read, and a bare ``Loss:`` line at the very end of what was read is held back until the next
 line arrives, because the JSON line of the same epoch may follow it.
+
+:class:`LogProgress` keeps what logs said per job (points, declarations, delivery) in the state
+store; the Docker and Kubernetes adapters both read through it (pod logs with ``timestamps=true``
+have the same line format as ``docker logs --timestamps``).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.logs import LogEvent, LogPoint, LogReader, is_json_progress, merge_points
+from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
+from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
+from planner.snapshot import MetricPoint, QoETarget, ScheduleOnly, schedule_problem
 
 #: A partial message's timestamp inside an engine line (Docker's RFC 3339 with 9 fractional digits).
 _INLINE_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) ")
@@ -171,3 +179,132 @@ def read_lines(
         elif isinstance(it, LogEvent):
             out.ignored += 1
     return out, LogCursor(new_since, json_seen, {**reader.state(), "waiting": waiting}, at_since)
+
+
+class LogProgress:
+    """What jobs' logs said, kept in the state store: points, ``declare`` and ``delivered`` events.
+
+    One of these serves each adapter that reads logs (Docker containers, Kubernetes pods), so both
+    turn log text into a job's history, planned epochs, schedule and delivery in the same way. Keys
+    (under ``prefix``, e.g. ``docker``): ``<prefix>.log.<source>`` the cursor of one log (a
+    container id, a pod UID), ``<prefix>.declared.<job>`` the job's declaration (each ``declare``
+    event's fields over the earlier ones'), ``<prefix>.delivered.<job>`` the job reported its tier-1
+    delivery. Points go to the store, which keeps one per (job, epoch): a point the HTTP ingest
+    already gave, or a log read again, is not duplicated.
+    """
+
+    def __init__(self, store: Any, prefix: str, log: logging.Logger) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.log = log
+        self._warned_schedule: dict[str, str] = {}  # job -> the reason its declared schedule was left out, logged once
+        self._mlflow_said = ""  # the last MLflow failure logged (a server down for an hour is one warning, not one a job a tick)
+
+    def _kv_json(self, key: str) -> Any:
+        text = self.store.get_kv(key)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def _set_kv_json(self, key: str, value: Any) -> None:
+        self.store.set_kv(key, json.dumps(value, allow_nan=False))
+
+    def cursor(self, source: str) -> LogCursor:
+        """Where reading the log of ``source`` (a container id, a pod UID) left off."""
+        return LogCursor.from_dict(self._kv_json(f"{self.prefix}.log.{source}"))
+
+    def read(self, job_id: str, source: str, raw: bytes, *, final: bool, steps_per_epoch: float | None = None) -> Progress:
+        """Parse ``raw`` (timestamped log lines of ``source``) past its cursor; keep the points, the
+        declarations and a delivery; advance the cursor. Returns what was read (rates included)."""
+        cursor = self.cursor(source)
+        last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
+        progress, cursor = read_lines(raw, cursor, last_epoch, final=final, steps_per_epoch=steps_per_epoch)
+        points = []
+        for p in progress.points:
+            try:
+                points.append(MetricPoint(**p))
+            except ValueError:
+                continue
+        if points:
+            self.store.add_points(job_id, points)
+        for ev in progress.events:
+            if ev.get("event") == "delivered":
+                self.mark_delivered(job_id)
+        self.keep_declared(job_id, progress.events)
+        self._set_kv_json(f"{self.prefix}.log.{source}", cursor.as_dict())
+        return progress
+
+    def read_mlflow(self, job_id: str, client: MlflowClient, *, steps_per_epoch: float | None = None) -> bool:
+        """Keep the points the job's MLflow runs logged since the last read (cursor ``<prefix>.mlflow.<job>``).
+
+        Returns False when the server could not be read (logged once per distinct failure; the caller
+        skips the other jobs this interval rather than wait out a timeout for each)."""
+        key = f"{self.prefix}.mlflow.{job_id}"
+        try:
+            read, cursor = read_job(client, job_id, MlflowCursor.from_dict(self._kv_json(key)), steps_per_epoch=steps_per_epoch)
+        except (MlflowError, ValueError) as exc:
+            if str(exc) != self._mlflow_said:
+                self._mlflow_said = str(exc)
+                self.log.warning("job %s: progress from MLflow not read: %s", job_id, exc)
+            return not isinstance(exc, MlflowError)
+        self._mlflow_said = ""
+        points = []
+        for p in read.points:
+            try:
+                points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
+            except ValueError:
+                continue
+        if points:
+            self.store.add_points(job_id, points)
+        self._set_kv_json(key, cursor.as_dict())
+        return True
+
+    def delivered(self, job_id: str) -> bool:
+        return bool(self._kv_json(f"{self.prefix}.delivered.{job_id}"))
+
+    def mark_delivered(self, job_id: str) -> None:
+        self._set_kv_json(f"{self.prefix}.delivered.{job_id}", True)
+
+    def declared(self, job_id: str) -> Declaration | None:
+        """What the job declared in its log (``{"event": "declare", ...}``: ``flowplan.sdk.init``)."""
+        return Declaration.from_dict(self._kv_json(f"{self.prefix}.declared.{job_id}"))
+
+    def keep_declared(self, job_id: str, events: list[dict[str, Any]]) -> None:
+        """Store the ``declare`` events among ``events``: each one's fields over the earlier ones'."""
+        for ev in events:
+            decl = declaration(ev)
+            if decl is not None:
+                self._set_kv_json(f"{self.prefix}.declared.{job_id}", decl.over(self.declared(job_id)).as_dict())
+
+    def with_declared(self, job_id: str, target: QoETarget | None) -> QoETarget | None:
+        """The target with the ``max_epochs`` the job declared, where its labels set none (a label wins).
+
+        A job without a target has no field for it in the snapshot (``max_epochs`` is the target's).
+        """
+        decl = self.declared(job_id)
+        if target is None or target.max_epochs is not None or decl is None or decl.max_epochs is None:
+            return target
+        return target.model_copy(update={"max_epochs": decl.max_epochs})
+
+    def declared_schedule(self, job_id: str, target: QoETarget | None) -> Any:
+        """The learning-rate schedule the job declared, validated as the snapshot's (None when it
+        declared none, or one the contract refuses: logged once, and the job is planned without it)."""
+        decl = self.declared(job_id)
+        if decl is None or decl.schedule is None:
+            return None
+        schedule: Any = None
+        try:
+            schedule = ScheduleOnly.model_validate({"schedule": decl.schedule}).schedule
+        except ValueError as exc:
+            problem: str | None = str(exc).splitlines()[-1].strip()
+        else:
+            problem = schedule_problem(schedule, target.max_epochs if target is not None else None)
+        if problem is not None:
+            if self._warned_schedule.get(job_id) != problem:
+                self._warned_schedule[job_id] = problem
+                self.log.warning("job %s: declared schedule left out: %s", job_id, problem)
+            return None
+        return schedule

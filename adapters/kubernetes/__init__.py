@@ -1,7 +1,8 @@
 """The Kubernetes adapter: nodes as nodes, FlowPlan's pods as jobs, FlowPlan as their scheduler.
 
 Start with :class:`KubernetesAdapter` (what it assumes is in its module docstring), the annotations
-in :mod:`adapters.kubernetes.annotations`, leader election on a Lease in
+in :mod:`adapters.kubernetes.annotations`, progress from pod logs in :mod:`adapters.kubernetes.logs`,
+the watches that wake the daemon in :mod:`adapters.kubernetes.watch`, leader election on a Lease in
 :mod:`adapters.kubernetes.leader`, the local control plane in :mod:`adapters.kubernetes.sandbox`, and
 ``docs/kubernetes.md``. Needs the ``kubernetes`` client.
 """
@@ -10,7 +11,9 @@ from adapters.kubernetes.adapter import NOT_SCHEDULABLE_LABEL, UNMANAGED_PREFIX,
 from adapters.kubernetes.annotations import JOB_LABEL, SCHEDULER_NAME, AnnotationError, parse_annotations
 from adapters.kubernetes.errors import KubernetesAdapterError, classify
 from adapters.kubernetes.leader import LeaderElectionError, LeaderGuard, LeaseElector, StoppedWhileStandby
+from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.sandbox import Sandbox, SandboxError, SandboxInfo
+from adapters.kubernetes.watch import PodEvent, PodWatch
 
 __all__ = [
     "JOB_LABEL",
@@ -24,6 +27,9 @@ __all__ = [
     "LeaderGuard",
     "LeaseElector",
     "Observation",
+    "PodEvent",
+    "PodLogs",
+    "PodWatch",
     "Sandbox",
     "SandboxError",
     "SandboxInfo",

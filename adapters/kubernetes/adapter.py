@@ -2,7 +2,9 @@
 
 What it assumes (read before relying on it):
 
-- **A job is one pod** (gangs are a later slice). FlowPlan's pods are those with
+- **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
+  label: one job with a replica per pod, placed on one node all or nothing; :mod:`adapters.kubernetes.gangs`
+  says how each change treats them). FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
@@ -19,14 +21,20 @@ What it assumes (read before relying on it):
   ``resourceVersion`` (a stale one is a ``conflict``): the pod, its UID and its containers stay. If
   the kubelet reported the previous resize ``Infeasible`` (the ``PodResizePending`` condition), or
   the job is not ``resizable``, or its GPU count changes, the pod is re-created instead.
-- **Re-create / migrate / pause**: the old pod gets the annotation ``flowplan.io/checkpoint-requested``
-  (the training SDK watches it; the SIGTERM of the deletion that follows is the fallback signal),
-  then a replacement pod is created (same spec, the job label, ``flowplan.io/replaces``, the new
-  resources) with ``spec.nodeName`` set to the target node (bound at creation; for a pause, unbound:
-  a pending job, with ``schedulerName: flowplan`` so that no other scheduler places it), and only
-  then is the old pod deleted, gracefully. If the replacement cannot be
-  created, nothing else happens (the old pod keeps running: an error outcome). If the old pod cannot
-  be deleted, the job has two pods: :meth:`KubernetesAdapter.reconcile` deletes the older one.
+- **Re-create / migrate / pause: the checkpoint comes first.** The old pod gets the annotation
+  ``flowplan.io/checkpoint-requested`` (the training SDK watches it); a replacement pod is created
+  *unbound* (same spec, the job label, ``flowplan.io/replaces``, the new resources,
+  ``schedulerName: flowplan`` so that no other scheduler places it: it cannot start); the old pod
+  is deleted, gracefully (its SIGTERM is the fallback checkpoint signal). For a migration the
+  adapter then waits, up to ``checkpoint_timeout`` seconds, for the old pod to be gone (the kubelet
+  removes it once its container has exited: the checkpoint is written) and only then binds the
+  replacement to the target node. If the old pod outlives the wait, the outcome is ``transient``
+  and the replacement stays pending: the job is pending, and a later ``start`` binds it, but only
+  once every old pod of the job has ended (until then the start is ``transient`` too). A pause
+  leaves the replacement unbound without waiting. If the replacement cannot be created, nothing
+  else happens (the checkpoint request is withdrawn; the old pod keeps running); if the old pod
+  cannot be deleted, the replacement is deleted again and the request withdrawn (what fails of
+  that is left to :meth:`KubernetesAdapter.reconcile`, which keeps the bound pod).
 - **One writer.** With ``fence`` set (the daemon's leader election,
   :mod:`adapters.kubernetes.leader`), every write (a change, a duplicate's deletion) first asks it,
   and a daemon that lost its Lease writes nothing more (a ``conflict`` outcome). With ``identity``
@@ -45,9 +53,12 @@ Node capacity is the node's allocatable less what other (non-FlowPlan) pods boun
 node is schedulable for FlowPlan when Ready, not cordoned and without a ``NoSchedule`` /
 ``NoExecute`` taint; otherwise the snapshot marks it ``schedulable: false`` with the reason in the
 label ``flowplan.io/not-schedulable``. Metric histories come from the progress store (the HTTP
-ingest writes there); reading pod logs is a later slice. A job is reported ``delivered`` once the
-adapter has asked it to deliver (the ``flowplan.io/deliver-requested`` annotation): until progress
-is read from the pod, the handover itself cannot be seen, and the request is made only once.
+ingest writes there) and from each pod's log, read incrementally with the Docker adapter's parsers
+(:mod:`adapters.kubernetes.logs`): a failed log read keeps the history and never fails
+``observe``. The SDK's ``declare`` events in a log fill the target's ``max_epochs`` and the job's
+``schedule``; a job is reported ``delivered`` once its log says so (the SDK's ``delivered``) or
+once the adapter has asked it to deliver (the ``flowplan.io/deliver-requested`` annotation, so the
+request is made only once).
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -63,10 +75,12 @@ from typing import Any, Literal
 from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
+from adapters.docker.progress import LogProgress
 from adapters.kubernetes.annotations import (
     BOUND_BY,
     CHECKPOINT_REQUESTED,
     DELIVER_REQUESTED,
+    GANG_LABEL,
     JOB_LABEL,
     REPLACES,
     SCHEDULER_NAME,
@@ -74,6 +88,8 @@ from adapters.kubernetes.annotations import (
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
+from adapters.kubernetes.gangs import Gang, GangOps
+from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.pods import GPU, NodeView, PodView, is_flowplan_pod, job_id_of, mib, node_view, pod_view, requested
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 
@@ -85,6 +101,11 @@ UNMANAGED_PREFIX = "flowplan.io/unmanaged."
 REQUEST_TIMEOUT = 15.0
 #: Attempts of a resize whose resourceVersion went stale meanwhile (each on a fresh read).
 CONFLICT_RETRIES = 4
+#: A watch event about a pod the adapter created or deleted this recently (seconds after the call
+#: returned) is the adapter's own doing (:meth:`KubernetesAdapter.own_event`).
+OWN_EVENT_GRACE = 2.0
+#: Seconds between reads while waiting for an old pod to end (a migration's checkpoint).
+POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -101,12 +122,16 @@ class Observation:
     """Everything :meth:`KubernetesAdapter.observe` learned besides the snapshot itself."""
 
     placed: dict[str, Placed] = field(default_factory=dict)
+    gangs: dict[str, Gang] = field(default_factory=dict)  # the gangs that are jobs (adapters/kubernetes/gangs.py)
+    waiting: dict[str, str] = field(default_factory=dict)  # gang -> why it is no job (waiting for pods) or pending (split)
     nodes: dict[str, NodeView] = field(default_factory=dict)
     unmanaged: dict[str, str] = field(default_factory=dict)  # "namespace/pod" -> reason
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
+    log_failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod's log was not read
+    terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
 
 
-class KubernetesAdapter(Adapter):
+class KubernetesAdapter(GangOps, Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(
@@ -119,6 +144,8 @@ class KubernetesAdapter(Adapter):
         settings: Settings | None = None,
         identity: str | None = None,
         fence: Callable[[], None] | None = None,
+        read_logs: bool = True,
+        checkpoint_timeout: float = 30.0,
     ) -> None:
         from kubernetes import client
 
@@ -134,6 +161,14 @@ class KubernetesAdapter(Adapter):
         #: :class:`KubernetesAdapterError` to refuse it, e.g. once this daemon lost its Lease
         #: (:meth:`adapters.kubernetes.leader.LeaderGuard.fence`).
         self.fence = fence
+        #: Seconds a migration waits, within ``apply``, for the old pod to end (checkpoint written)
+        #: before it binds the replacement; past it, the replacement waits unbound for a later ``start``.
+        self.checkpoint_timeout = checkpoint_timeout
+        #: What the pods' logs said (points, declarations, deliveries), under ``k8s.*`` keys.
+        self.progress = LogProgress(self.store, "k8s", log)
+        #: Reads each FlowPlan pod's log every observe (:mod:`adapters.kubernetes.logs`); None: not read.
+        self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT) if read_logs else None
+        self._touched: dict[str, float] = {}  # "namespace/pod" -> time.monotonic() when a create/delete of ours returned
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **options: Any) -> KubernetesAdapter:
@@ -153,6 +188,21 @@ class KubernetesAdapter(Adapter):
         return cls(api_client, **options)
 
     # -- calls -----------------------------------------------------------------------------------
+
+    def _touch(self, namespace: str, *names: str) -> None:
+        now = time.monotonic()
+        if len(self._touched) > 1000:  # a long-lived daemon: forget what no event can still be about
+            self._touched = {k: t for k, t in self._touched.items() if t > now - 10 * OWN_EVENT_GRACE}
+        for name in names:
+            self._touched[f"{namespace}/{name}"] = now
+
+    def own_event(self, pod: str, received: float) -> bool:
+        """Was a watch event about ``pod`` (``namespace/name``), received at ``received``
+        (``time.monotonic()``), our doing? True when the adapter created or deleted that pod and the
+        event came before the call returned or within :data:`OWN_EVENT_GRACE` seconds after it.
+        The daemon does not re-plan for its own actions (:mod:`adapters.kubernetes.watch`)."""
+        t = self._touched.get(pod)
+        return t is not None and received <= t + OWN_EVENT_GRACE
 
     def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the API with the response left as JSON; every error translated (errors.py)."""
@@ -183,6 +233,7 @@ class KubernetesAdapter(Adapter):
         obs.nodes = views
         held: dict[str, list[int]] = {name: [0, 0, 0] for name in views}
         found: dict[str, list[PodView]] = {}
+        gang_pods: dict[str, list[PodView]] = {}  # gang job id -> its pods
         namespace_of: dict[str, str] = {}
         node_notes: dict[str, dict[str, str]] = {name: {} for name in views}
         for raw in pods:
@@ -198,6 +249,10 @@ class KubernetesAdapter(Adapter):
                 self._unmanaged(obs, node_notes, pod, why)
                 continue
             if pod.deleting:
+                obs.terminating.setdefault(job_id, []).append(pod)
+                continue
+            if GANG_LABEL in pod.labels:
+                gang_pods.setdefault(job_id, []).append(pod)
                 continue
             found.setdefault(job_id, []).append(pod)
 
@@ -210,7 +265,14 @@ class KubernetesAdapter(Adapter):
                 self._unmanaged(obs, node_notes, primary, str(exc))
                 continue
             obs.placed[job_id] = Placed(primary, parsed, [p for p in others if p.live])
+            if self.logs is not None:
+                for going in obs.terminating.get(job_id, []):  # its last lines, e.g. up to its checkpoint
+                    self.logs.read(job_id, going, parsed.steps_per_epoch)
+                self.logs.read(job_id, primary, parsed.steps_per_epoch)
+                if job_id in self.logs.failed:
+                    obs.log_failed[job_id] = self.logs.failed[job_id]
             jobs.append(self._job(job_id, primary, parsed, obs))
+        jobs.extend(self._observe_gangs(gang_pods, obs, node_notes, held))
 
         nodes = []
         for name in sorted(views):
@@ -264,14 +326,18 @@ class KubernetesAdapter(Adapter):
             shown = None if cap is None or cap == fields["max_cpu_millis"] else cap
             cpu = pod.cpu_request if pod.cpu_request is not None else (cap or fields["min_cpu_millis"])
             allocation = Allocation(cpu_millis=cpu if cap is None else min(cpu, cap), gpus=pod.gpus, cpu_limit_millis=shown)
+        fields = dict(parsed.fields)
+        fields["target"] = self.progress.with_declared(job_id, fields.get("target"))
+        fields["schedule"] = self.progress.declared_schedule(job_id, fields["target"])
         return Job(
             id=job_id,
             status=status,
             node=pod.node if status == "running" else None,
             allocation=allocation,
             history=list(self.store.history(job_id)),
-            delivered=DELIVER_REQUESTED in pod.annotations,
-            **parsed.fields,
+            # asked to deliver (the annotation: asked once), or the job's log says it delivered
+            delivered=DELIVER_REQUESTED in pod.annotations or self.progress.delivered(job_id),
+            **fields,
         )
 
     # -- apply -----------------------------------------------------------------------------------
@@ -284,8 +350,12 @@ class KubernetesAdapter(Adapter):
     def _apply_one(self, ch: Change) -> str:
         if self.fence is not None:
             self.fence()
-        if ch.replicas != 1:
-            raise KubernetesAdapterError("invalid", f"job {ch.job}: gangs (replicas={ch.replicas}) are not supported yet")
+        gang = self.last.gangs.get(ch.job)
+        if gang is not None:
+            return self._apply_gang(ch, gang)
+        if ch.replicas != 1 and ch.job in self.last.placed:
+            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); a gang is pods sharing the label {GANG_LABEL}"
+            raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
             raise KubernetesAdapterError("not_found", f"job {ch.job}: no pod seen for it")
@@ -320,22 +390,15 @@ class KubernetesAdapter(Adapter):
             raise KubernetesAdapterError(
                 "conflict", f"job {ch.job}: {pod.name} is already bound to {pod.node}; a start is for a pending job"
             )
+        for old in self.last.terminating.get(ch.job, []):
+            if not self._gone(old):  # a migration's or pause's old pod: its checkpoint comes first
+                raise KubernetesAdapterError(
+                    "transient",
+                    f"job {ch.job}: {old.name} is still terminating (checkpointing); {pod.name} is bound once it has ended",
+                )
         if pod.gpus != ch.gpus:
             return self._recreate(ch, placed, ch.node)
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "annotations": self._bound_by()},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": ch.node},
-        }
-        try:
-            self._json(self.api.create_namespaced_pod_binding, pod.name, pod.namespace, body)
-        except KubernetesAdapterError as exc:
-            if exc.kind != "conflict":
-                raise
-            again = self._fresh(pod)  # bound meanwhile (by a previous attempt): fine if it is where asked
-            if again.node != ch.node:
-                raise
+        self._bind(pod, ch.node)
         bound = f"bound {pod.namespace}/{pod.name} to {ch.node}"
         pod = self._fresh(pod)
         if self._in_effect(ch, placed, pod):
@@ -344,6 +407,23 @@ class KubernetesAdapter(Adapter):
             return f"{bound}; {self._set_cpu(ch, placed, pod)}"
         except KubernetesAdapterError as exc:
             raise KubernetesAdapterError(exc.kind, f"{bound}, but its CPU was not set: {exc.message}") from exc
+
+    def _bind(self, pod: PodView, node: str) -> None:
+        """A Binding of ``pod`` to ``node`` (FlowPlan acting as its scheduler); a repeat is fine."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "annotations": self._bound_by()},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self._json(self.api.create_namespaced_pod_binding, pod.name, pod.namespace, body)
+        except KubernetesAdapterError as exc:
+            if exc.kind != "conflict":
+                raise
+            again = self._fresh(pod)  # bound meanwhile (by a previous attempt): fine if it is where asked
+            if again.node != node:
+                raise
 
     def _bound_by(self) -> dict[str, str]:
         return {BOUND_BY: self.identity} if self.identity else {}
@@ -419,7 +499,8 @@ class KubernetesAdapter(Adapter):
         self._json(self.api.patch_namespaced_pod, pod.name, pod.namespace, body, _content_type="application/merge-patch+json")
 
     def _recreate(self, ch: Change, placed: Placed, target: str | None) -> str:
-        """Checkpoint request → replacement (bound to ``target``, or pending) → old pod deleted."""
+        """Checkpoint request → replacement created unbound → old pod deleted → once the old pod is
+        gone (its checkpoint written), the replacement bound to ``target`` (none for a pause)."""
         old = self._fresh(placed.pod)
         if target is None and old.node is None:
             return "already pending"
@@ -429,34 +510,94 @@ class KubernetesAdapter(Adapter):
         if ch.kind == "migrate" and old.node == target and self._in_effect(ch, placed, old):
             return f"already on {target} at {ch.cpu_millis}m/{ch.gpus}g"  # migrated already (a repeated change)
         request, limit = self._wanted(ch, placed, old)
-        body = replacement(old, ch.job, target, request, limit, ch.gpus)
-        if target is not None:  # bound at creation: by this daemon
-            body["metadata"]["annotations"].update(self._bound_by())
+        # Unbound (and ``schedulerName: flowplan``): it cannot start before it is bound, and it is
+        # bound only once the old pod has ended, so it never starts before the checkpoint is written.
+        body = replacement(old, ch.job, None, request, limit, ch.gpus)
         self._annotate(old, {CHECKPOINT_REQUESTED: _now_text()})
         try:
             created = self._json(self.api.create_namespaced_pod, old.namespace, body)
         except KubernetesAdapterError as exc:
-            try:
-                self._annotate(old, {CHECKPOINT_REQUESTED: None})
-            except KubernetesAdapterError:
-                pass
+            self._withdraw(old)
             raise KubernetesAdapterError(
                 exc.kind, f"job {ch.job}: replacement pod not created ({exc.message}); {old.name} left as it was"
             ) from exc
-        new_name = created["metadata"]["name"]
+        finally:
+            self._touch(old.namespace, body["metadata"]["name"])
+        new = pod_view(created)
         # The job is the new pod now: a repeat of this change before the next observe sees it.
-        self.last.placed[ch.job] = Placed(pod_view(created), placed.labels, placed.duplicates)
+        self.last.placed[ch.job] = Placed(new, placed.labels, placed.duplicates)
+        self.last.terminating.setdefault(ch.job, []).append(old)
         try:
             self._json(self.api.delete_namespaced_pod, old.name, old.namespace)
-            gone = f"deleted {old.name}"
+        except KubernetesAdapterError as exc:
+            if exc.kind != "not_found":  # the old pod keeps running: take the replacement back
+                self._undo_replacement(ch, placed, old, new)
+                raise KubernetesAdapterError(
+                    exc.kind,
+                    f"job {ch.job}: {old.name} not deleted ({exc.message}); replacement withdrawn, {old.name} left running",
+                ) from exc
+        finally:
+            self._touch(old.namespace, old.name)
+        cap = f" cap {limit}m" if limit is not None else ""
+        made = f"re-created as {new.name} at {request}m{cap}/{ch.gpus}g"
+        if target is None:
+            return f"{made}, pending (paused); {old.name} deleted (asked to checkpoint)"
+        waited = self._wait_gone(old)
+        if waited is None:
+            raise KubernetesAdapterError(
+                "transient",
+                f"job {ch.job}: {old.name} asked to checkpoint and deleted, still terminating after "
+                f"{self.checkpoint_timeout:g} s; {made} waits unbound and is started once {old.name} has ended",
+            )
+        try:
+            if self.fence is not None:  # the wait may have outlasted this daemon's Lease
+                self.fence()
+            self._bind(new, target)
+        except KubernetesAdapterError as exc:
+            raise KubernetesAdapterError(
+                exc.kind, f"job {ch.job}: {made}, {old.name} gone, but not bound to {target} ({exc.message}); it is pending"
+            ) from exc
+        return f"{made} on {target}; {old.name} ended {waited:.1f} s after its deletion (checkpoint) before it was bound"
+
+    def _withdraw(self, old: PodView) -> None:
+        try:
+            self._annotate(old, {CHECKPOINT_REQUESTED: None})
+        except KubernetesAdapterError:
+            pass
+
+    def _undo_replacement(self, ch: Change, placed: Placed, old: PodView, new: PodView) -> None:
+        """The old pod could not be deleted: delete the (unbound, never started) replacement, withdraw
+        the checkpoint request. What fails here is left to reconcile (it keeps the bound pod)."""
+        self.last.placed[ch.job] = placed
+        self.last.terminating.get(ch.job, []).remove(old)
+        try:
+            self._json(self.api.delete_namespaced_pod, new.name, new.namespace, grace_period_seconds=0)
+        except KubernetesAdapterError:
+            pass
+        finally:
+            self._touch(new.namespace, new.name)
+        self._withdraw(old)
+
+    def _gone(self, pod: PodView) -> bool:
+        """Has ``pod`` (that very pod: its UID) ended and been removed?"""
+        try:
+            again = self._fresh(pod)
         except KubernetesAdapterError as exc:
             if exc.kind == "not_found":
-                gone = f"{old.name} already gone"
-            else:
-                gone = f"{old.name} not deleted ({exc.kind}: {exc.message}); reconcile deletes it"
-        where = f"on {target}" if target is not None else "pending (paused)"
-        cap = f" cap {limit}m" if limit is not None else ""
-        return f"re-created as {new_name} {where} at {request}m{cap}/{ch.gpus}g; {gone}"
+                return True
+            raise
+        return again.uid != pod.uid
+
+    def _wait_gone(self, pod: PodView) -> float | None:
+        """Wait up to ``checkpoint_timeout`` seconds for ``pod`` to be gone; the seconds it took, or None."""
+        began = time.monotonic()
+        while True:
+            if self._gone(pod):
+                self._touch(pod.namespace, pod.name)  # its DELETED event is our doing
+                return time.monotonic() - began
+            if time.monotonic() - began >= self.checkpoint_timeout:
+                return None
+            time.sleep(POLL_SECONDS)
 
     # -- reconcile -------------------------------------------------------------------------------
 
@@ -470,10 +611,12 @@ class KubernetesAdapter(Adapter):
                     if self.fence is not None:
                         self.fence()
                     self._json(self.api.delete_namespaced_pod, other.name, other.namespace)
+                    self._touch(other.namespace, other.name)
                     done.append(f"{job_id}: deleted duplicate pod {other.name} (kept {placed.pod.name})")
                 except KubernetesAdapterError as exc:
                     if exc.kind != "not_found":
                         done.append(f"{job_id}: could not delete duplicate pod {other.name}: {exc.kind}: {exc.message}")
+        done += self.reconcile_gangs(self.fence)
         for line in done:
             log.info("reconcile: %s", line)
         return done

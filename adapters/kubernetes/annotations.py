@@ -39,6 +39,11 @@ REPLACES = "flowplan.io/replaces"
 #: Who bound the pod (the daemon's lease identity): the API server copies a Binding's annotations to the pod.
 BOUND_BY = "flowplan.io/bound-by"
 WRITTEN = {CHECKPOINT_REQUESTED, DELIVER_REQUESTED, REPLACES, BOUND_BY}
+#: Gangs (:mod:`adapters.kubernetes.gangs`): the pods sharing this label's value in a namespace are one
+#: job of that id, with as many replicas as pods; the annotation, where given, is how many pods the
+#: gang has (it waits until all exist). Neither is a bound: the parser skips the annotation.
+GANG_LABEL = "flowplan.io/gang"
+GANG_SIZE = "flowplan.io/gang-size"
 
 
 class AnnotationError(ValueError):
@@ -58,7 +63,7 @@ def parse_annotations(
     for key, value in (spec_defaults or {}).items():
         renamed[DOCKER_PREFIX + key] = value
     for key, value in annotations.items():
-        if not key.startswith(PREFIX) or key in WRITTEN or key == JOB_LABEL:
+        if not key.startswith(PREFIX) or key in WRITTEN or key in (JOB_LABEL, GANG_SIZE):
             continue
         renamed[DOCKER_PREFIX + key[len(PREFIX) :]] = value
     try:

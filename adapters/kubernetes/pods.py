@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from adapters.kubernetes.annotations import JOB_LABEL, SCHEDULER_NAME
+from adapters.kubernetes.annotations import GANG_LABEL, JOB_LABEL, SCHEDULER_NAME
 
 GPU = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -139,12 +139,15 @@ class PodView:
 def is_flowplan_pod(raw: dict[str, Any]) -> bool:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
-    return spec.get("schedulerName") == SCHEDULER_NAME or JOB_LABEL in (meta.get("labels") or {})
+    labels = meta.get("labels") or {}
+    return spec.get("schedulerName") == SCHEDULER_NAME or JOB_LABEL in labels or GANG_LABEL in labels
 
 
 def job_id_of(raw: dict[str, Any]) -> str:
+    """The gang label (a gang's pods are one job, adapters/kubernetes/gangs.py), else the job label, else the name."""
     meta = raw.get("metadata") or {}
-    return str((meta.get("labels") or {}).get(JOB_LABEL) or meta.get("name", ""))
+    labels = meta.get("labels") or {}
+    return str(labels.get(GANG_LABEL) or labels.get(JOB_LABEL) or meta.get("name", ""))
 
 
 def pod_view(raw: dict[str, Any]) -> PodView:

@@ -11,7 +11,12 @@
   ``TaintNodesByCondition`` (nothing would lift the ``not-ready`` taint it puts on a new node);
 - ``kwok`` (fake kubelets) managing the nodes annotated ``kwok.x-k8s.io/node=fake``, with its
   "fast" stages: a bound pod becomes Running at once, a deleted pod goes away at once; the pod
-  stages are ``kwok-stages.yaml`` beside this module (its header says why and what changed);
+  stages are ``kwok-stages.yaml`` beside this module (its header says why and what changed). kwok
+  also serves the kubelet's API on loopback (TLS with a self-signed certificate the API server
+  checks), so ``pods/log`` works through the API server for a pod that has a kwok ``Logs`` object
+  (its CRD is created at start; :func:`serve_pod_log`): the log is a file in the CRI format a
+  container runtime writes (:func:`cri_log_line`), which kwok reads as the kubelet does
+  (``sinceSeconds``, ``timestamps``...);
 - N such nodes (``flowplan-node-0`` ...) with 32 CPUs, 256 GiB and G ``nvidia.com/gpu`` each.
 
 No scheduler and no controller-manager run: pods with ``schedulerName: flowplan`` wait for FlowPlan.
@@ -45,7 +50,9 @@ from typing import Any, cast
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_PREFIX = "flowplan-node-"
-DEFAULT_PORTS = {"apiserver": 16443, "etcd": 12379, "etcd_peer": 12380}
+DEFAULT_PORTS = {"apiserver": 16443, "etcd": 12379, "etcd_peer": 12380, "kubelet": 16250}
+#: The kwok custom resource that maps a pod's container logs to a file (``--enable-crds=Logs``).
+LOGS_GROUP, LOGS_VERSION, LOGS_PLURAL = "kwok.x-k8s.io", "v1alpha1", "logs"
 BUILD_HINT = (
     "bash deploy/sandbox/build.sh (from a FlowPlan checkout; about 25 minutes the first time on 2 cores, see docs/kubernetes.md)"
 )
@@ -185,8 +192,10 @@ class Sandbox:
         self.info = info
         try:
             self._start_etcd(info, timeout)
+            self._make_kubelet_cert()
             self._start_apiserver(info, timeout)
             self._write_kubeconfig(info)
+            self._create_logs_crd(info, timeout)
             self._start_kwok(info)
             info.nodes = self._create_nodes(info, nodes, gpus_per_node, timeout)
         except BaseException:
@@ -261,6 +270,9 @@ class Sandbox:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
+            # pods/log goes to kwok's kubelet API at the node's InternalIP (its Hostname does not resolve)
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={d / 'kubelet.crt'}",
             "--profiling=false",
             "--v=1",
         ]
@@ -287,6 +299,54 @@ class Sandbox:
         path.write_text(json.dumps(config, indent=2))  # JSON is YAML: no YAML writer needed
         path.chmod(0o600)
 
+    def _make_kubelet_cert(self) -> None:
+        """kwok's serving certificate (self-signed, for 127.0.0.1): the API server checks it as the kubelet's."""
+        d = self.directory
+        _run(
+            [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+                "-keyout", str(d / "kubelet.key"), "-out", str(d / "kubelet.crt"),
+                "-subj", "/CN=flowplan-sandbox-kubelet", "-addext", "subjectAltName=IP:127.0.0.1",
+            ]
+        )  # fmt: skip
+
+    def _create_logs_crd(self, info: SandboxInfo, timeout: float) -> None:
+        """The ``logs.kwok.x-k8s.io`` CRD, before kwok starts watching it (``--enable-crds=Logs``).
+
+        Written here, not copied from kwok: the schema keeps every field (kwok checks what it reads).
+        """
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(api_client(info))
+        name = f"{LOGS_PLURAL}.{LOGS_GROUP}"
+        body: dict[str, Any] = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "group": LOGS_GROUP,
+                "names": {"kind": "Logs", "listKind": "LogsList", "plural": LOGS_PLURAL, "singular": "logs"},
+                "scope": "Namespaced",
+                "versions": [
+                    {
+                        "name": LOGS_VERSION,
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
+        ext.create_custom_resource_definition(cast(Any, body), _preload_content=False)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            crd = json.loads(cast(Any, ext.read_custom_resource_definition(name, _preload_content=False)).data)
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                return
+            time.sleep(0.2)
+        raise SandboxError(f"the kwok Logs CRD was not established within {timeout:g} s")
+
     def _start_kwok(self, info: SandboxInfo) -> None:
         argv = [
             str(binaries()["kwok"]),
@@ -296,7 +356,12 @@ class Sandbox:
             "--manage-nodes-with-label-selector=",
             "--manage-single-node=",
             "--cidr=10.244.0.0/16",
-            "--node-ip=10.0.0.1",
+            "--node-ip=127.0.0.1",
+            f"--node-port={info.ports['kubelet']}",
+            f"--server-address=127.0.0.1:{info.ports['kubelet']}",
+            f"--tls-cert-file={self.directory / 'kubelet.crt'}",
+            f"--tls-private-key-file={self.directory / 'kubelet.key'}",
+            "--enable-crds=Logs",
             "--node-lease-duration-seconds=40",
             f"--config={Path(__file__).with_name('kwok-stages.yaml')}",
         ]
@@ -393,6 +458,34 @@ def api_client(info: SandboxInfo, token: str | None = None) -> Any:
     cfg.ssl_ca_cert = str(Path(info.directory) / "certs" / "apiserver.crt")
     cfg.api_key = {"authorization": f"Bearer {token or info.admin_token}"}
     return client.ApiClient(cfg)
+
+
+def serve_pod_log(info: SandboxInfo, namespace: str, pod: str, path: Path, container: str | None = None) -> None:
+    """Make kwok serve the file ``path`` (CRI format: :func:`cri_log_line`) as the log of ``pod``
+    (its container ``container``, else all), through ``pods/log`` on the API server: a kwok ``Logs``
+    object named as the pod. kwok picks it up from its watch within a moment."""
+    from kubernetes import client
+
+    entry: dict[str, Any] = {"logsFile": str(path), "follow": False}
+    if container is not None:
+        entry["containers"] = [container]
+    body = {
+        "apiVersion": f"{LOGS_GROUP}/{LOGS_VERSION}",
+        "kind": "Logs",
+        "metadata": {"name": pod, "namespace": namespace},
+        "spec": {"logs": [entry]},
+    }
+    api = client.CustomObjectsApi(api_client(info))
+    api.create_namespaced_custom_object(LOGS_GROUP, LOGS_VERSION, namespace, LOGS_PLURAL, body, _preload_content=False)
+
+
+def cri_log_line(t: float, text: str, stream: str = "stdout") -> str:
+    """One line of a container log file as a CRI runtime writes it (``<RFC 3339 nano> stdout F text``)."""
+    from datetime import UTC, datetime
+
+    whole = int(t)
+    stamp = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{round((t - whole) * 1e9):09d}Z {stream} F {text}\n"
 
 
 def _runs(pid: int, program: str) -> bool:

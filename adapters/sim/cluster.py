@@ -414,9 +414,11 @@ class SimCluster(Adapter):
             for n in sc.nodes
         ]
         jobs: list[Job] = []
+        used = self.cpu_used_by_job()  # what each placed job uses now under its node's water-fill
         for j in self.jobs.values():
             if j.status == "future":
                 continue
+            mine = round(used[j.spec.id] / j.replicas, 1) if j.status == "running" and j.spec.id in used else None
             # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
             # log with their progress (the JSON-lines format): time spent training / epochs gained there.
             speeds = tuple(
@@ -426,7 +428,10 @@ class SimCluster(Adapter):
             )
             key = (j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit, len(j.history), j.delivered_at is not None, speeds)
             if j.view is not None and j.view_key == key:
-                jobs.append(j.view)  # nothing it shows changed (validating it again is most of the cost)
+                # Nothing it shows changed (validating it again is most of the cost) but the CPU it uses.
+                if j.view.cpu_used_millis != mine:
+                    j.view = j.view.model_copy(update={"cpu_used_millis": mine})
+                jobs.append(j.view)
                 continue
             s = j.spec
             metric, direction, field_name = METRICS[s.model]
@@ -449,6 +454,7 @@ class SimCluster(Adapter):
                     allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit)
                     if running
                     else None,
+                    cpu_used_millis=mine,
                     min_cpu_millis=s.min_cpu_millis,
                     max_cpu_millis=s.max_cpu_millis,
                     min_gpus=s.min_gpus,
@@ -653,8 +659,8 @@ class SimCluster(Adapter):
 
 def _in_effect(j: SimJob, c: Change) -> bool:
     """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
-    return j.status == "running" and j.node == c.node and (j.cpu_millis, j.gpus, j.cpu_limit) == (
-        c.cpu_millis,
-        c.gpus,
-        c.cpu_limit_millis,
+    return (
+        j.status == "running"
+        and j.node == c.node
+        and (j.cpu_millis, j.gpus, j.cpu_limit) == (c.cpu_millis, c.gpus, c.cpu_limit_millis)
     )

@@ -1,6 +1,6 @@
 """Submit FlowPlan training pods to a Kubernetes cluster (the sandbox of ``flowplan sandbox up``).
 
-    python examples/kubernetes/submit_pods.py [--count 12] [--namespace default] [--kubeconfig PATH]
+    python examples/kubernetes/submit_pods.py [--count 12] [--gang N] [--namespace default] [--kubeconfig PATH]
 
 Each pod asks for FlowPlan as its scheduler (``schedulerName: flowplan``), declares its bounds and
 a tier-1 target in ``flowplan.io/*`` annotations (docs/kubernetes.md), and starts small (250m
@@ -12,6 +12,12 @@ Each pod also projects its own annotations into ``/etc/flowplan/annotations`` (a
 volume) and names that directory in ``FLOWPLAN_CONTROL_DIR``: that is how a job using
 ``flowplan.sdk`` hears the adapter's ``flowplan.io/checkpoint-requested`` and
 ``flowplan.io/deliver-requested`` without any exec (docs/sdk.md).
+
+With ``--gang N`` the pods come in gangs of N: each N pods share the label ``flowplan.io/gang:
+PREFIX-gK`` and declare ``flowplan.io/gang-size: N`` and the same bounds and target, so FlowPlan
+places each gang as one job with N replicas, on one node, all or nothing. ``flowplan sandbox train``
+plays single pods only (those with the ``flowplan.io/job`` label): a gang's pods are placed and
+resized but make no progress in the sandbox.
 """
 
 from __future__ import annotations
@@ -34,15 +40,20 @@ def _targets() -> list[tuple[str, dict[str, str]]]:
 TARGETS = _targets()
 
 
-def pod(name: str, namespace: str, index: int) -> dict[str, object]:
+def pod(name: str, namespace: str, index: int, gang: tuple[str, int] | None = None) -> dict[str, object]:
+    """Pod ``name``; ``index`` picks its model, target and priority; ``gang``: (gang name, size) it belongs to."""
+    labels = {"flowplan.io/job": name} if gang is None else {"flowplan.io/gang": gang[0]}
+    extra = {} if gang is None else {"flowplan.io/gang-size": str(gang[1])}
+    job = name if gang is None else gang[0]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"flowplan.io/job": name},
+            "labels": labels,
             "annotations": {
+                **extra,
                 "flowplan.io/min_cpu_millis": "250",
                 "flowplan.io/max_cpu_millis": "4000",
                 "flowplan.io/priority": "2" if index % 4 == 0 else "1",
@@ -61,7 +72,7 @@ def pod(name: str, namespace: str, index: int) -> dict[str, object]:
                     "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "2Gi"}},
                     "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
                     "env": [
-                        {"name": "FLOWPLAN_JOB", "value": name},
+                        {"name": "FLOWPLAN_JOB", "value": job},
                         {"name": "FLOWPLAN_CONTROL_DIR", "value": "/etc/flowplan"},
                     ],
                     "volumeMounts": [{"name": "flowplan", "mountPath": "/etc/flowplan", "readOnly": True}],
@@ -83,9 +94,18 @@ def main() -> int:
     p.add_argument("--namespace", default="default")
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     p.add_argument("--prefix", default="train", help="pod names: PREFIX-0, PREFIX-1, ... (default train)")
+    p.add_argument(
+        "--gang",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gangs of N pods (label flowplan.io/gang: PREFIX-gK), each one job placed whole on one node (default 1: none)",
+    )
     args = p.parse_args()
     if not 1 <= args.count <= 1000:
         p.error(f"--count: must be 1-1000, got {args.count}")
+    if not 1 <= args.gang <= 64 or args.count % args.gang:
+        p.error(f"--gang: must be 1-64 and divide --count ({args.count}), got {args.gang}")
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
@@ -97,14 +117,20 @@ def main() -> int:
     for i in range(args.count):
         name = f"{args.prefix}-{i}"
         try:
-            api.create_namespaced_pod(args.namespace, pod(name, args.namespace, i), _preload_content=False)  # type: ignore[arg-type]
+            if args.gang > 1:  # a gang's pods declare alike: the model, target, priority of gang k
+                k = i // args.gang
+                body = pod(name, args.namespace, k, (f"{args.prefix}-g{k}", args.gang))
+            else:
+                body = pod(name, args.namespace, i)
+            api.create_namespaced_pod(args.namespace, body, _preload_content=False)  # type: ignore[arg-type]
         except ApiException as exc:
             print(f"submit_pods: {name}: {exc.status} {exc.reason}", file=sys.stderr)
             return 1
         except Exception as exc:  # the server is not there
             print(f"submit_pods: {name}: cannot reach the API server ({type(exc).__name__})", file=sys.stderr)
             return 1
-    print(f"submitted {args.count} pod(s) to namespace {args.namespace}")
+    gangs = f" in {args.count // args.gang} gang(s) of {args.gang}" if args.gang > 1 else ""
+    print(f"submitted {args.count} pod(s){gangs} to namespace {args.namespace}")
     return 0
 
 

@@ -80,4 +80,3 @@ __all__ = [
     "make_policy",
     "reads_ground_truth",
 ]
-

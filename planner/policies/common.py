@@ -25,10 +25,10 @@ from models import Direction
 from planner.check import check_plan
 from planner.core import snapshot_digest
 from planner.errors import PlanCheckError
-from planner.plan import Action, Assignment, ObjectiveTerms, Placement, Plan, PlanSummary, Predictions, SolverReport, Unserved
+from planner.plan import Action, Assignment, ObjectiveTerms, Plan, PlanSummary, Predictions, SolverReport, Unserved
 from planner.progress import judged_series, reached
 from planner.snapshot import Job, Node, Snapshot
-from planner.transitions import action_for, lost_seconds
+from planner.transitions import action_for, lost_seconds, previous_placement
 
 
 class Policy(Protocol):
@@ -263,11 +263,7 @@ def build_plan(
         why = d.why or ("runs" if d.node is not None else "waits")
         if d.node is None:
             unserved.append(Unserved(job=job.id, reason=why))
-        prev = (
-            Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
-            if job.status == "running" and job.allocation is not None
-            else None
-        )
+        prev = previous_placement(job)
         assignments.append(
             Assignment(
                 job=job.id,

@@ -1,0 +1,482 @@
+"""Gangs on Kubernetes: the pods sharing a ``flowplan.io/gang`` label are one job, all or nothing.
+
+A *gang* is the snapshot's job with ``replicas`` > 1: identical containers placed together on one
+node (a gang spanning nodes is another issue). On Kubernetes it is every FlowPlan pod of a
+namespace whose label ``flowplan.io/gang`` has the same value:
+
+- **The job id is the label's value**; ``replicas`` is the number of the gang's pods. A
+  ``flowplan.io/job`` label on a gang pod does not change the id. A single pod (no gang label) that
+  claims the same id in the same namespace makes the gang unmanaged (the ids would collide).
+- **The size may be declared**: the annotation ``flowplan.io/gang-size: "4"`` on the pods (the same
+  on each) says how many pods the gang has. Until that many exist, the gang *waits*: it is not a job
+  in the snapshot, so nothing plans for half a gang (``Observation.waiting`` and the log say why).
+  Without the annotation the gang is the pods that exist: pods created one by one may be seen as a
+  smaller gang, which a later start then finds grown and refuses (``conflict``); declare the size.
+- **The pods must agree**: the same ``flowplan.io/*`` bounds and targets (the written annotations
+  such as ``flowplan.io/checkpoint-requested`` aside), the same GPUs and memory. Where two pods
+  differ, the gang is unmanaged, with a note naming both pods, the key and the two values (in
+  ``Observation.unmanaged``, the node labels and the log), never an exception. Bounds are parsed from
+  the first pod by name; ``target.tier1.within`` counts from the earliest pod's creation.
+- **State**: every pod unbound → ``pending``; every pod bound to one node → ``running`` there, with
+  the smallest CPU request of its pods (a resize half done shows, and is repeated for the rest); any
+  pod ``Failed``, or all ``Succeeded`` → ``finished``. Pods bound to different nodes, or some bound
+  and some not (a start or an undo interrupted by a crash): ``pending`` with a note, so the plan
+  starts it again and the start gathers it (below).
+- **Replacements**: a replacement pod keeps the old pod's labels (the gang label with them) and
+  names the pod it replaces (``flowplan.io/replaces``). A pod that a live pod of its gang replaces is
+  not a member but a *duplicate* (a migration interrupted after its replacements were created):
+  :meth:`GangOps.reconcile_gangs` deletes it.
+
+How each change is carried out (:class:`GangOps`; every change first lists the gang's pods afresh,
+one call with a label selector, and refuses as ``conflict`` when their number is not the plan's
+``replicas``):
+
+- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then the CPU of
+  each pod not at the planned figure, in place. **All or none**: if a Binding fails midway, the
+  gang's pods bound to that node (by this start, or by an earlier one cut short) are deleted and
+  re-created unbound (a bound pod cannot be unbound: Kubernetes has no call for it), so the gang is
+  pending again, and the outcome is the Binding's error and what was undone. Pods of
+  the gang found bound to another node (a split gang) are re-created unbound first, then bound with
+  the others. A gang already running there as planned: ok; running anywhere else: ``conflict``.
+- ``resize``: every pod's CPU in place, each as a single pod's; a pod already at the figure is left
+  alone, so a resize that failed halfway is finished by the next one. Re-created (as a migration to
+  the same node) when the GPUs change, the job is not resizable, or the kubelet found any pod's
+  last resize ``Infeasible``.
+- ``migrate`` / ``pause``: every (bound) pod gets ``flowplan.io/checkpoint-requested``; then all the
+  replacements are created (bound to the target at creation; for a pause, unbound); only when every
+  one exists are the old pods deleted. If a replacement cannot be created, those already created
+  are deleted, the requests withdrawn, and the gang keeps running where it was.
+- ``deliver``: ``flowplan.io/deliver-requested`` on every pod that lacks it; the job is reported
+  ``delivered`` once every pod carries it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from adapters.docker.labels import JobLabels
+from adapters.kubernetes.annotations import (
+    CHECKPOINT_REQUESTED,
+    DELIVER_REQUESTED,
+    GANG_LABEL,
+    GANG_SIZE,
+    PREFIX,
+    WRITTEN,
+)
+from adapters.kubernetes.errors import KubernetesAdapterError
+from adapters.kubernetes.pods import PodView, pod_view, requested
+
+if TYPE_CHECKING:
+    from adapters.base import Change
+    from adapters.kubernetes.adapter import Observation, Placed
+    from planner.snapshot import Job
+
+log = logging.getLogger("flowplan.kubernetes")
+
+#: The largest gang (the snapshot's bound on ``replicas``).
+MAX_GANG = 1024
+
+
+class GangError(ValueError):
+    """A gang's pods cannot be one job (they disagree, or the declared size is bad): the message says why."""
+
+
+@dataclass
+class Gang:
+    """A gang as last observed: its pods (by name), what they declare, and superseded pods to delete."""
+
+    job: str
+    namespace: str
+    members: list[PodView]
+    labels: JobLabels
+    duplicates: list[PodView] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+def split_superseded(pods: list[PodView]) -> tuple[list[PodView], list[PodView]]:
+    """``(members, superseded)`` of a gang's pods (none being deleted), each by name: a pod that a
+    live pod of the gang replaces (its ``flowplan.io/replaces``) is superseded."""
+    replaced = {p.annotations.get("flowplan.io/replaces") for p in pods if p.live}
+    members = sorted((p for p in pods if p.name not in replaced), key=lambda p: p.name)
+    superseded = sorted((p for p in pods if p.name in replaced), key=lambda p: p.name)
+    return members, superseded
+
+
+def declared_size(job: str, members: list[PodView]) -> int | None:
+    """The ``flowplan.io/gang-size`` the pods declare (the same on each), or ``None``. Raises :class:`GangError`."""
+    value = members[0].annotations.get(GANG_SIZE)
+    for p in members[1:]:
+        if p.annotations.get(GANG_SIZE) != value:
+            a, b = members[0], p
+            other = p.annotations.get(GANG_SIZE)
+            raise GangError(f"gang {job}: pods {a.name} and {b.name} disagree on annotation {GANG_SIZE} ({value!r} vs {other!r})")
+    if value is None:
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_GANG:
+        raise GangError(f"gang {job}: annotation {GANG_SIZE}: must be a whole number from 1 to {MAX_GANG} ({value!r})")
+    return size
+
+
+def _declared(pod: PodView) -> dict[str, Any]:
+    """What a gang pod declares that its gang's pods must share: bounds, targets, GPUs, memory."""
+    out: dict[str, Any] = {
+        k: v for k, v in pod.annotations.items() if k.startswith(PREFIX) and k not in WRITTEN and k != GANG_SIZE
+    }
+    out["GPUs (nvidia.com/gpu limit)"] = pod.gpus
+    out["memory request"] = pod.requests.get("memory")
+    return out
+
+
+def agreed(job: str, members: list[PodView]) -> None:
+    """Raises :class:`GangError` naming two pods, the key and both values where the gang's pods disagree."""
+    first = _declared(members[0])
+    for p in members[1:]:
+        other = _declared(p)
+        for key in sorted(set(first) | set(other)):
+            if first.get(key) != other.get(key):
+                a, b = first.get(key), other.get(key)
+                what = f"annotation {key}" if key.startswith(PREFIX) else key
+                raise GangError(
+                    f"gang {job}: pods {members[0].name} and {p.name} disagree on {what} ({a!r} vs {b!r}); "
+                    "a gang's pods must declare the same"
+                )
+
+
+def gang_status(members: list[PodView]) -> tuple[Literal["pending", "running", "finished"], str | None, str | None]:
+    """``(status, node, note)`` of a gang from its pods (module docstring); ``note`` says why a gang
+    with bound pods is pending."""
+    if any(p.phase == "Failed" for p in members) or all(p.phase == "Succeeded" for p in members):
+        return "finished", None, None
+    live = [p for p in members if p.live]
+    nodes = {p.node for p in live}
+    if len(nodes) == 1 and None not in nodes:
+        return "running", live[0].node, None
+    if nodes == {None}:
+        return "pending", None, None
+    where = ", ".join(f"{p.name} on {p.node or '(unbound)'}" for p in live)
+    return "pending", None, f"split ({where}): started again, the start gathers its pods on one node"
+
+
+class GangOps:
+    """The gang half of :class:`~adapters.kubernetes.adapter.KubernetesAdapter` (a mixin): observing
+    gangs and carrying out changes to them. Uses the adapter's calls (``_json``, ``_wanted``, ...)."""
+
+    if TYPE_CHECKING:
+        api: Any
+        last: Observation
+        identity: str | None
+
+        def _json(self, call: Any, *args: Any, **kwargs: Any) -> Any: ...
+        def _parse(self, job_id: str, pod: PodView) -> JobLabels: ...
+        def _job(self, job_id: str, pod: PodView, parsed: JobLabels, obs: Observation) -> Job: ...
+        def _unmanaged(self, obs: Observation, notes: dict[str, dict[str, str]], pod: PodView, why: str) -> None: ...
+        def _wanted(self, ch: Change, placed: Placed, pod: PodView) -> tuple[int, int | None]: ...
+        def _in_effect(self, ch: Change, placed: Placed, pod: PodView) -> bool: ...
+        def _set_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str: ...
+        def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
+        def _bound_by(self) -> dict[str, str]: ...
+
+    # -- observe ---------------------------------------------------------------------------------
+
+    def _observe_gangs(
+        self,
+        found: dict[str, list[PodView]],
+        obs: Observation,
+        notes: dict[str, dict[str, str]],
+        held: dict[str, list[int]],
+    ) -> list[Job]:
+        """The jobs the gangs ``found`` (job id → its pods, none being deleted) make; a gang that waits
+        for pods or whose pods disagree is no job, and its bound pods' requests come off their nodes."""
+        jobs: list[Job] = []
+        for job_id in sorted(found):
+            members, superseded = split_superseded(found[job_id])
+            try:
+                job = self._gang_job(job_id, members, superseded, obs)
+            except (GangError, ValueError) as exc:  # AnnotationError is a ValueError
+                for pod in members:
+                    self._unmanaged(obs, notes, pod, str(exc))
+                job = None
+            if job is None:
+                for pod in members:
+                    if pod.live and pod.node in held:
+                        for i, amount in enumerate(requested(pod.raw)):
+                            held[pod.node][i] += amount
+                continue
+            jobs.append(job)
+        return jobs
+
+    def _gang_job(self, job_id: str, members: list[PodView], superseded: list[PodView], obs: Observation) -> Job | None:
+        if job_id in obs.placed:
+            single = obs.placed[job_id].pod.name
+            ns = members[0].namespace
+            raise GangError(f"gang {job_id}: pod {single} (no gang label) has the same job id in namespace {ns}")
+        size = declared_size(job_id, members)
+        if size is not None and len(members) != size:
+            if len(members) > size:
+                raise GangError(f"gang {job_id}: {len(members)} pods, but annotation {GANG_SIZE} says {size}")
+            why = f"{len(members)} of {size} pods exist ({GANG_SIZE}); waiting for the rest"
+            obs.waiting[job_id] = why
+            log.info("gang %s waits: %s", job_id, why)
+            return None
+        agreed(job_id, members)
+        created = min((p.created for p in members if p.created is not None), default=None)
+        labels = self._parse(job_id, replace(members[0], created=created))
+        status, node, note = gang_status(members)
+        if status == "running":  # the pod with the least CPU stands for all: a half-done resize shows
+            live = [p for p in members if p.live]
+            shown = min(live, key=lambda p: (p.cpu_request or 0, p.name))
+        elif status == "finished":
+            shown = next((p for p in members if p.phase == "Failed"), members[0])
+        else:
+            shown = next((p for p in members if p.node is None), members[0])
+        job = self._job(job_id, shown, labels, obs)
+        update: dict[str, Any] = {
+            "replicas": len(members),
+            "delivered": all(DELIVER_REQUESTED in p.annotations for p in members),
+        }
+        if note is not None:
+            update.update(status="pending", node=None, allocation=None)
+            obs.waiting[job_id] = note
+            log.warning("gang %s is %s", job_id, note)
+        obs.gangs[job_id] = Gang(job_id, members[0].namespace, members, labels, [p for p in superseded if p.live])
+        return job.model_copy(update=update)
+
+    # -- apply -----------------------------------------------------------------------------------
+
+    def _gang_now(self, ch: Change, gang: Gang) -> list[PodView]:
+        """The gang's pods now (one list call), less those being deleted or superseded; ``conflict``
+        when their number is not the plan's."""
+        data = self._json(self.api.list_namespaced_pod, gang.namespace, label_selector=f"{GANG_LABEL}={gang.job}")
+        pods = [v for v in (pod_view(raw) for raw in data["items"]) if not v.deleting]
+        members, _ = split_superseded(pods)
+        if len(members) != ch.replicas:
+            raise KubernetesAdapterError(
+                "conflict", f"job {ch.job}: the gang has {len(members)} pods now, the plan {ch.replicas} replicas"
+            )
+        return members
+
+    def _placed(self, gang: Gang, pod: PodView) -> Placed:
+        from adapters.kubernetes.adapter import Placed
+
+        return Placed(pod, gang.labels)
+
+    def _apply_gang(self, ch: Change, gang: Gang) -> str:
+        if ch.node is not None and ch.node not in self.last.nodes:
+            raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown node {ch.node!r}")
+        pods = self._gang_now(ch, gang)
+        if ch.kind == "start":
+            return self._gang_start(ch, gang, pods)
+        if ch.kind == "resize":
+            return self._gang_resize(ch, gang, pods)
+        if ch.kind == "migrate":
+            if any(p.node is None for p in pods):
+                raise KubernetesAdapterError("conflict", f"job {ch.job}: the gang is not running: it is started, not migrated")
+            if all(p.node == ch.node and self._in_effect(ch, self._placed(gang, p), p) for p in pods):
+                return f"already on {ch.node} at {ch.cpu_millis}m/{ch.gpus}g ({len(pods)} pods)"
+            return self._gang_replace(ch, gang, pods, ch.node)
+        if ch.kind == "pause":
+            bound = [p for p in pods if p.node is not None]
+            if not bound:
+                return f"already pending ({len(pods)} pods)"
+            return self._gang_replace(ch, gang, bound, None)
+        if ch.kind == "deliver":
+            missing = [p for p in pods if DELIVER_REQUESTED not in p.annotations]
+            if not missing:
+                return "already asked to deliver"
+            for p in missing:
+                self._annotate(p, {DELIVER_REQUESTED: _now_text()})
+            return f"asked to deliver (annotation flowplan.io/deliver-requested on {len(missing)} pods)"
+        raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+
+    def _gang_start(self, ch: Change, gang: Gang, pods: list[PodView]) -> str:
+        assert ch.node is not None
+        nodes = {p.node for p in pods}
+        if nodes == {ch.node}:
+            if all(self._in_effect(ch, self._placed(gang, p), p) for p in pods):
+                return f"already bound to {ch.node} ({len(pods)} pods)"
+            why = f"job {ch.job}: the gang already runs on {ch.node}; a start is for a pending job"
+            raise KubernetesAdapterError("conflict", why)
+        if len(nodes) == 1 and None not in nodes:
+            why = f"job {ch.job}: the gang runs on {nodes.pop()}; a start is for a pending job"
+            raise KubernetesAdapterError("conflict", why)
+        said: list[str] = []
+        astray = [p for p in pods if p.node is not None and p.node != ch.node]
+        if astray:  # a split gang: gather it (a bound pod cannot be unbound, only re-created)
+            done, failed = self._unbind(ch, gang, astray)
+            if failed:
+                raise KubernetesAdapterError("conflict", f"job {ch.job}: split gang not gathered: {failed}")
+            said.append(done)
+            pods = self._gang_now(ch, gang)
+        if any(p.gpus != ch.gpus for p in pods):
+            return self._gang_replace(ch, gang, pods, ch.node)
+        bound = [p for p in pods if p.node == ch.node]  # by an earlier, interrupted start: undone with the rest
+        for p in pods:
+            if p.node == ch.node:
+                continue
+            try:
+                self._bind(p, ch.node)
+            except KubernetesAdapterError as exc:
+                done, failed = self._unbind(ch, gang, bound)
+                undo = (done or "nothing to undo") + (f"; NOT undone: {failed}" if failed else "")
+                raise KubernetesAdapterError(
+                    exc.kind, f"job {ch.job}: gang not placed: binding {p.name} to {ch.node} failed ({exc.message}); {undo}"
+                ) from exc
+            bound.append(p)
+        said.append(f"bound the {len(bound)} pods of gang {gang.namespace}/{ch.job} to {ch.node}")
+        resized = []
+        for p in self._gang_now(ch, gang):
+            placed = self._placed(gang, p)
+            if not self._in_effect(ch, placed, p):
+                try:
+                    self._set_cpu(ch, placed, p)
+                except KubernetesAdapterError as exc:
+                    text = "; ".join(said)
+                    raise KubernetesAdapterError(exc.kind, f"{text}, but the CPU of {p.name} was not set: {exc.message}") from exc
+                resized.append(p.name)
+        if resized:
+            said.append(f"CPU set in place to {ch.cpu_millis}m on {len(resized)} pods")
+        return "; ".join(said)
+
+    def _bind(self, pod: PodView, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "annotations": self._bound_by()},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self._json(self.api.create_namespaced_pod_binding, pod.name, pod.namespace, body)
+        except KubernetesAdapterError as exc:
+            if exc.kind != "conflict":
+                raise
+            again = pod_view(self._json(self.api.read_namespaced_pod, pod.name, pod.namespace))
+            if again.node != node:  # bound meanwhile: fine only if by a previous attempt, to this node
+                raise
+
+    def _unbind(self, ch: Change, gang: Gang, pods: list[PodView]) -> tuple[str, str]:
+        """Re-create ``pods`` unbound (deleting each once its copy exists): ``(done, failed)`` lines."""
+        from adapters.kubernetes.adapter import replacement
+
+        done, failed = [], []
+        for p in pods:
+            request = p.cpu_request if p.cpu_request is not None else int(gang.labels.fields["min_cpu_millis"])
+            body = replacement(p, ch.job, None, request, p.cpu_limit, p.gpus)
+            body["metadata"]["labels"] = dict(p.labels)
+            try:
+                created = self._json(self.api.create_namespaced_pod, p.namespace, body)
+                self._json(self.api.delete_namespaced_pod, p.name, p.namespace)
+                done.append(f"{p.name} as {created['metadata']['name']}")
+            except KubernetesAdapterError as exc:
+                failed.append(f"{p.name} ({exc.kind}: {exc.message})")
+        text = f"re-created unbound (a bound pod cannot be unbound): {', '.join(done)}" if done else ""
+        return text, ", ".join(failed)
+
+    def _gang_resize(self, ch: Change, gang: Gang, pods: list[PodView]) -> str:
+        if any(p.node is None for p in pods):
+            why = f"job {ch.job}: the gang has unbound pods: a pending job is started, not resized"
+            raise KubernetesAdapterError("conflict", why)
+        elsewhere = sorted({p.node for p in pods if p.node != ch.node}, key=str)
+        if elsewhere:
+            raise KubernetesAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but pods of the gang are on {elsewhere}")
+        todo = [p for p in pods if not self._in_effect(ch, self._placed(gang, p), p)]
+        if not todo:
+            return f"already at {ch.cpu_millis}m ({len(pods)} pods)"
+        infeasible = [p.name for p in pods if p.resize is not None and p.resize.startswith("Infeasible")]
+        if any(p.gpus != ch.gpus for p in pods) or not gang.labels.fields.get("resizable", True) or infeasible:
+            if infeasible:
+                log.info("job %s: the node found the last resize of %s infeasible: re-creating", ch.job, infeasible)
+            return self._gang_replace(ch, gang, pods, ch.node)
+        done: list[str] = []
+        for p in todo:
+            try:
+                done.append(self._set_cpu(ch, self._placed(gang, p), p))
+            except KubernetesAdapterError as exc:
+                so_far = f"resized {len(done)} of {len(todo)} pods; " if done else ""
+                raise KubernetesAdapterError(exc.kind, f"job {ch.job}: {so_far}{p.name}: {exc.message}") from exc
+        return f"resized {len(done)} pods of gang {gang.namespace}/{ch.job} in place to {ch.cpu_millis}m"
+
+    def _gang_replace(self, ch: Change, gang: Gang, olds: list[PodView], target: str | None) -> str:
+        """Checkpoint requests → every replacement (bound to ``target``, or pending) → old pods deleted;
+        all replacements or none (those made are deleted again if one cannot be)."""
+        from adapters.kubernetes.adapter import replacement
+
+        asked: list[PodView] = []
+        created: list[dict[str, Any]] = []
+
+        def undo() -> str:
+            lost = []
+            for c in created:
+                try:
+                    self._json(self.api.delete_namespaced_pod, c["metadata"]["name"], gang.namespace, grace_period_seconds=0)
+                except KubernetesAdapterError as exc:
+                    lost.append(f"{c['metadata']['name']} ({exc.kind})")
+            for p in asked:
+                try:
+                    self._annotate(p, {CHECKPOINT_REQUESTED: None})
+                except KubernetesAdapterError:
+                    pass
+            made = f"deleted the {len(created)} replacements made" if created else "no replacement made"
+            if lost:
+                made += f" (NOT deleted: {', '.join(lost)}; reconcile deletes them)"
+            return made + "; old pods left as they were"
+
+        try:
+            for p in olds:
+                self._annotate(p, {CHECKPOINT_REQUESTED: _now_text()})
+                asked.append(p)
+            for p in olds:
+                request, limit = self._wanted(ch, self._placed(gang, p), p)
+                body = replacement(p, ch.job, target, request, limit, ch.gpus)
+                body["metadata"]["labels"] = dict(p.labels)
+                if target is not None:
+                    body["metadata"]["annotations"].update(self._bound_by())
+                created.append(self._json(self.api.create_namespaced_pod, p.namespace, body))
+        except KubernetesAdapterError as exc:
+            raise KubernetesAdapterError(exc.kind, f"job {ch.job}: gang not re-created ({exc.message}); {undo()}") from exc
+        news = [pod_view(c) for c in created]
+        kept = [p for p in gang.members if p.name not in {o.name for o in olds}]
+        # The gang is the new pods now: a repeat of this change before the next observe sees them.
+        self.last.gangs[ch.job] = replace(gang, members=sorted(kept + news, key=lambda p: p.name), duplicates=[])
+        left = []
+        for p in olds:
+            try:
+                self._json(self.api.delete_namespaced_pod, p.name, p.namespace)
+            except KubernetesAdapterError as exc:
+                if exc.kind != "not_found":
+                    left.append(f"{p.name} ({exc.kind}: {exc.message})")
+        where = f"on {target}" if target is not None else "pending (paused)"
+        gone = f"old pods not deleted: {', '.join(left)}; reconcile deletes them" if left else f"deleted {len(olds)} old pods"
+        return f"re-created {len(news)} pods of gang {gang.namespace}/{ch.job} {where} at {ch.cpu_millis}m/{ch.gpus}g; {gone}"
+
+    # -- reconcile -------------------------------------------------------------------------------
+
+    def reconcile_gangs(self, fence: Callable[[], None] | None) -> list[str]:
+        """Delete the pods of each gang that a live pod of the gang replaces (an interrupted migration)."""
+        done: list[str] = []
+        for job_id, gang in self.last.gangs.items():
+            for other in gang.duplicates:
+                try:
+                    if fence is not None:
+                        fence()
+                    self._json(self.api.delete_namespaced_pod, other.name, other.namespace)
+                    done.append(f"{job_id}: deleted superseded gang pod {other.name}")
+                except KubernetesAdapterError as exc:
+                    if exc.kind != "not_found":
+                        done.append(f"{job_id}: could not delete superseded gang pod {other.name}: {exc.kind}: {exc.message}")
+        return done
+
+
+def _now_text() -> str:
+    from adapters.kubernetes.adapter import _now_text as now_text
+
+    return now_text()

@@ -1,0 +1,226 @@
+"""What one job was offered, and what meeting its tier-1 deadline would take, worked out after the fact.
+
+A plan keeps only what each job got. Storing every job's runners-up in every plan made plan JSON
+2.3x bigger and planning about 10 % slower, for the few jobs anyone ever asks about, so
+``flowplan explain`` asks here instead. From the snapshot a plan answered, and the plan, the
+planner's own steps run again (outlooks, then menus, candidate nodes and options in
+:func:`planner.build.build_problem`; no solve) and one job's options are read off:
+
+- each option: its node, CPU and GPUs per replica, how it gets there (``stay``, ``start``,
+  ``move``, or no node: ``wait`` / ``pause``), the time that way loses, the predicted epoch time,
+  and the time to tier 1 and to the finish, and whether the tier-1 deadline is met;
+- how much it needs beyond what the plan left free on that node once the other jobs had their
+  guarantees (shares add up to the node, so more CPU always comes from someone), and who holds it;
+- the smallest option (fewest GPUs, then least CPU) that meets the tier-1 deadline.
+
+Times are for the allocation *held* until done: ``lost + remaining epochs x epoch time``. Deadlines
+are judged on exactly that in the planner (:func:`planner.menu.build_menu`), so "meets" here and in
+the planner agree. The plan's own times come from the node's share rollout (shares pass on when jobs
+finish) and are sooner. Where GPUs are contended the planner prices a GPU job's finish with the
+phase model instead; this module still shows the held time, the one deadlines rest on.
+
+The job's remaining epochs are taken from the plan, so the figures agree with it even where the
+planner that made it had curve priors that ``config`` here lacks. Pure like the planner: no clock,
+no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.build import build_problem
+from planner.config import PlannerConfig
+from planner.menu import WAYS
+from planner.outlook import build_outlook
+from planner.plan import Assignment, Plan
+from planner.problem import WAIT_WAY
+from planner.snapshot import Snapshot
+
+__all__ = ["Holder", "JobOptions", "Option", "job_options", "pareto"]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Another job the plan placed on a node: what it was given there, and its own tier-1 margin."""
+
+    job: str
+    cpu_millis: int  # all replicas
+    gpus: int
+    memory_mib: int
+    tier1_spare_s: float | None  # plan's tier-1 ETA to its deadline (negative: misses); None: no open deadline
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way the planner could have served the job (per replica; times in seconds from the plan's time)."""
+
+    node: str | None
+    way: str  # stay, start, move, wait or pause
+    cpu_millis: int
+    gpus: int
+    replicas: int
+    lost_seconds: float
+    seconds_per_epoch: float | None
+    tier1_s: float | None  # None: no tier 1 left, or never reached
+    finish_s: float | None  # None: no node (waits)
+    tier1_met: bool | None  # None: no open tier-1 deadline
+    short_cpu_millis: int = 0  # beyond what the plan leaves free on the node (0: none)
+    short_gpus: int = 0
+    short_memory_mib: int = 0
+    holders: tuple[Holder, ...] = ()  # the other jobs on that node in the plan
+
+    @property
+    def fits(self) -> bool:
+        """Fits beside what the plan gave the other jobs on its node."""
+        return self.short_cpu_millis <= 0 and self.short_gpus <= 0 and self.short_memory_mib <= 0
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    job: str
+    time: float
+    given: Option  # what the plan gave it, priced the same way
+    options: tuple[Option, ...]  # every option the planner weighed, soonest finish first, waiting last
+    tier1_deadline_s: float | None  # from the plan's time; None: no open tier-1 deadline
+    epochs_to_tier1: float | None
+    to_meet: Option | None  # the smallest option meeting the tier-1 deadline; None: none does (or no deadline)
+
+
+def _held(lost: float, remaining: float | None, spe: float | None) -> float | None:
+    if remaining is None or spe is None or not math.isfinite(spe):
+        return None
+    return lost + remaining * spe
+
+
+def _way_of(a: Assignment) -> str:
+    if a.action in ("keep", "resize", "deliver"):
+        return "stay"
+    return a.action if a.action in ("start", "pause", "wait") else "move"
+
+
+def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConfig | None = None) -> JobOptions:
+    """The options of ``job_id`` in ``plan`` (which answered ``snapshot``); see the module docstring.
+
+    Raises ``KeyError`` when the job has no assignment in the plan or is not in the snapshot.
+    """
+    config = config or PlannerConfig()
+    given = next((a for a in plan.assignments if a.job == job_id), None)
+    if given is None:
+        raise KeyError(job_id)
+    jobs = {j.id: j for j in snapshot.jobs}
+    if job_id not in jobs:
+        raise KeyError(job_id)
+    p = given.predictions
+    outlooks = []
+    for j in snapshot.jobs:
+        if j.status == "finished":
+            continue
+        o = build_outlook(j, snapshot.settings, config)
+        if j.id == job_id and p.epochs_to_finish is not None:
+            # The plan's own remaining epochs: its planner may have had curve priors this one lacks.
+            o = replace(
+                o, remaining_tier1=p.epochs_to_tier1, remaining_tier2=p.epochs_to_tier2, remaining_finish=p.epochs_to_finish
+            )
+        outlooks.append(o)
+    problem, _ = build_problem(snapshot, outlooks, config)
+    index = next(i for i, m in enumerate(problem.menus) if m.outlook.job.id == job_id)
+    menu = problem.menus[index]
+    job = menu.outlook.job
+    now = snapshot.time
+    deadline = None if menu.outlook.tier1_deadline is None else menu.outlook.tier1_deadline - now
+    rem1 = menu.outlook.remaining_tier1 if not menu.outlook.tier1_reached else None
+
+    # What the plan leaves free on each node once the other jobs have what it gave them.
+    nodes = {n.name: n for n in snapshot.nodes}
+    free = {n.name: [n.cpu_millis, n.gpus, n.memory_mib] for n in snapshot.nodes}
+    on_node: dict[str, list[Holder]] = {}
+    for a in plan.assignments:
+        if a.job == job_id or a.node is None or a.node not in free:
+            continue
+        other = jobs.get(a.job)
+        mem = (other.memory_mib if other is not None else 0) * a.replicas
+        used = (a.cpu_millis * a.replicas, a.gpus * a.replicas, mem)
+        free[a.node] = [f - u for f, u in zip(free[a.node], used, strict=True)]
+        q = a.predictions
+        spare = None
+        if q.tier1_deadline is not None and not q.tier1_reached:
+            spare = (q.tier1_deadline - q.eta_tier1) if q.eta_tier1 is not None else -math.inf
+        on_node.setdefault(a.node, []).append(Holder(a.job, used[0], used[1], mem, spare))
+
+    def option(node: str | None, way: str, cpu: int, gpus: int, lost: float) -> Option:
+        spe = None if node is None else float(menu.outlook.speed.seconds_per_epoch(cpu, gpus))
+        t1 = _held(lost, rem1, spe)
+        met = None if deadline is None else (t1 is not None and t1 <= deadline)
+        short = (0, 0, 0)
+        holders: tuple[Holder, ...] = ()
+        if node is not None and node in free:
+            need = (cpu * job.replicas, gpus * job.replicas, job.memory_mib * job.replicas)
+            short = tuple(max(0, int(n - f)) for n, f in zip(need, free[node], strict=True))  # type: ignore[assignment]
+            holders = tuple(on_node.get(node, []))
+        return Option(
+            node=node,
+            way=way,
+            cpu_millis=cpu,
+            gpus=gpus,
+            replicas=job.replicas,
+            lost_seconds=lost,
+            seconds_per_epoch=spe,
+            tier1_s=t1,
+            finish_s=_held(lost, menu.outlook.remaining_finish, spe),
+            tier1_met=met,
+            short_cpu_millis=short[0],
+            short_gpus=short[1],
+            short_memory_mib=short[2],
+            holders=holders,
+        )
+
+    opts: list[Option] = []
+    for k in problem.options_of(index):
+        n, way, level = int(problem.opt_node[k]), int(problem.opt_way[k]), int(problem.opt_level[k])
+        if n < 0 or way == WAIT_WAY:
+            pausing = job.status == "running"
+            opts.append(option(None, "pause" if pausing else "wait", 0, 0, float(job.checkpoint_seconds) if pausing else 0.0))
+            continue
+        name = problem.node_names[n]
+        if name not in nodes:
+            continue
+        opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way])))
+    opts.sort(key=lambda x: (x.finish_s is None, x.finish_s or 0.0, x.gpus, x.cpu_millis, x.node or ""))
+    meeting = [x for x in opts if x.tier1_met]
+    to_meet = min(meeting, key=lambda x: (x.gpus, x.cpu_millis, not x.fits, x.tier1_s or 0.0)) if meeting else None
+    given_opt = option(
+        given.node, _way_of(given), given.cpu_millis if given.node else 0, given.gpus if given.node else 0, given.lost_seconds
+    )
+    return JobOptions(
+        job=job_id,
+        time=now,
+        given=given_opt,
+        options=tuple(opts),
+        tier1_deadline_s=deadline,
+        epochs_to_tier1=rem1,
+        to_meet=to_meet,
+    )
+
+
+def pareto(options: tuple[Option, ...] | list[Option]) -> list[Option]:
+    """The options no other on the same node beats: none there with no more CPU, no more GPUs and no
+    later finish, and better in one of them. Waiting/pausing is kept. Order is kept."""
+    out = []
+    for x in options:
+        if x.node is None or x.finish_s is None:
+            out.append(x)
+            continue
+        beaten = any(
+            y is not x
+            and y.node == x.node
+            and y.finish_s is not None
+            and y.cpu_millis <= x.cpu_millis
+            and y.gpus <= x.gpus
+            and y.finish_s <= x.finish_s
+            and (y.cpu_millis < x.cpu_millis or y.gpus < x.gpus or y.finish_s < x.finish_s)
+            for y in options
+        )
+        if not beaten:
+            out.append(x)
+    return out
