@@ -121,6 +121,17 @@ def _rule(
         level[j] = max(int(np.searchsorted(g, floor[j] + 1e-6, side="right")) - 1, 0)  # at most the floor: it fits
     used = float(sum(jobs[j].grid[level[j]] * jobs[j].replicas for j in idx.tolist()))
     room = capacity - used
+    # A floor between two grid steps is met with the step above where that fits: rounding it down
+    # would leave the critical job a little below the equal split's pace at every moment, which adds
+    # up to a longer makespan than the default's.
+    for j in idx.tolist():
+        g = jobs[j].grid
+        at = int(level[j])
+        if g[at] < floor[j] - 1e-6 and at + 1 < len(g):
+            extra = float(g[at + 1] - g[at]) * jobs[j].replicas
+            if extra <= room + 1e-9:
+                level[j] = at + 1
+                room -= extra
 
     # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the guard.
     wants: list[tuple[int, float, float, int, int]] = []

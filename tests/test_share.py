@@ -76,6 +76,19 @@ def test_shortest_first_with_caps() -> None:
     assert s3.finish[0] < s3.finish[1] < s3.finish[2]
 
 
+def test_the_critical_job_keeps_its_equal_share_when_it_falls_between_grid_steps() -> None:
+    """8 cores among three jobs of at most 6 cores (grid steps of about 115 millicores): the equal
+    share, 2,667, lies between two steps. The job that ends last under the equal split gets at least
+    that share (the step above), so it ends no later than under the equal split; rounded down to the
+    step below (2,562, as before) it ended later, and the batch's makespan with it."""
+    jobs = [_linear(500, 6000, 8, 60.0), _linear(500, 6000, 12, 60.0), _linear(500, 6000, 90, 60.0)]
+    split = split_node(jobs, 8000, MEAN)
+    assert int(split.shares.sum()) == 8000
+    assert split.shares[2] >= 8000 / 3
+    assert split.finish[2] <= split.fair_finish[2] + 1e-6
+    assert split.finish[0] < split.fair_finish[0]  # and the short job still goes first
+
+
 def test_rollout_sees_completions() -> None:
     """When the short job ends, the long one gets its share: its predicted finish is earlier than at
     its first share held to the end."""
