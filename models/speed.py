@@ -133,7 +133,8 @@ PSForm = Literal["optimus", "coach"]
 def _rel_rmse(pred: Sequence[float] | np.ndarray, seen: Sequence[float] | np.ndarray) -> float:
     p = np.asarray(pred, dtype=float)
     s = np.asarray(seen, dtype=float)
-    return float(np.sqrt(np.mean(np.square((p - s) / s))))
+    with np.errstate(over="ignore"):  # absurd inputs (1e300 s per epoch) give inf: the worst fit, as it should
+        return float(np.sqrt(np.mean(np.square((p - s) / s))))
 
 
 # --------------------------------------------------------------------------------------------------
