@@ -45,7 +45,6 @@ host's node labels, ``flowplan.io/unmanaged.<container>``: the reason, and in th
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -69,7 +68,7 @@ from adapters.docker.errors import DockerAdapterError, LabelError
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
-from adapters.docker.progress import LogProgress, parse_timestamp
+from adapters.docker.progress import LogProgress, kv_json, parse_timestamp, set_kv_json
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (
@@ -179,16 +178,10 @@ class DockerAdapter(Adapter):
     # -- persistent per-job state (in the store's key-value table) ------------------------------
 
     def _kv_json(self, key: str) -> Any:
-        text = self.store.get_kv(key)
-        if text is None:
-            return None
-        try:
-            return json.loads(text)
-        except ValueError:
-            return None
+        return kv_json(self.store, key)
 
     def _set_kv_json(self, key: str, value: Any) -> None:
-        self.store.set_kv(key, json.dumps(value, allow_nan=False))
+        set_kv_json(self.store, key, value)
 
     # -- observe ---------------------------------------------------------------------------------
 

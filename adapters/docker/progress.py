@@ -181,6 +181,21 @@ def read_lines(
     return out, LogCursor(new_since, json_seen, {**reader.state(), "waiting": waiting}, at_since)
 
 
+def kv_json(store: Any, key: str) -> Any:
+    """The JSON value kept under ``key`` in the state store's key-value table (None: none, or unreadable)."""
+    text = store.get_kv(key)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def set_kv_json(store: Any, key: str, value: Any) -> None:
+    store.set_kv(key, json.dumps(value, allow_nan=False))
+
+
 class LogProgress:
     """What jobs' logs said, kept in the state store: points, ``declare`` and ``delivered`` events.
 
@@ -201,16 +216,10 @@ class LogProgress:
         self._mlflow_said = ""  # the last MLflow failure logged (a server down for an hour is one warning, not one a job a tick)
 
     def _kv_json(self, key: str) -> Any:
-        text = self.store.get_kv(key)
-        if text is None:
-            return None
-        try:
-            return json.loads(text)
-        except ValueError:
-            return None
+        return kv_json(self.store, key)
 
     def _set_kv_json(self, key: str, value: Any) -> None:
-        self.store.set_kv(key, json.dumps(value, allow_nan=False))
+        set_kv_json(self.store, key, value)
 
     def cursor(self, source: str) -> LogCursor:
         """Where reading the log of ``source`` (a container id, a pod UID) left off."""

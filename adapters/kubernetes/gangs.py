@@ -184,6 +184,7 @@ class GangOps:
         def _in_effect(self, ch: Change, placed: Placed, pod: PodView) -> bool: ...
         def _set_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str: ...
         def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
+        def _bind(self, pod: PodView, node: str) -> None: ...
         def _bound_by(self) -> dict[str, str]: ...
 
     # -- observe ---------------------------------------------------------------------------------
@@ -346,22 +347,6 @@ class GangOps:
         if resized:
             said.append(f"CPU set in place to {ch.cpu_millis}m on {len(resized)} pods")
         return "; ".join(said)
-
-    def _bind(self, pod: PodView, node: str) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "annotations": self._bound_by()},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        try:
-            self._json(self.api.create_namespaced_pod_binding, pod.name, pod.namespace, body)
-        except KubernetesAdapterError as exc:
-            if exc.kind != "conflict":
-                raise
-            again = pod_view(self._json(self.api.read_namespaced_pod, pod.name, pod.namespace))
-            if again.node != node:  # bound meanwhile: fine only if by a previous attempt, to this node
-                raise
 
     def _unbind(self, ch: Change, gang: Gang, pods: list[PodView]) -> tuple[str, str]:
         """Re-create ``pods`` unbound (deleting each once its copy exists): ``(done, failed)`` lines."""
