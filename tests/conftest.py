@@ -168,3 +168,15 @@ def k8s_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
     sandbox, info = start_sandbox(tmp_path_factory.mktemp("k8s-sandbox"))
     yield info
     sandbox.down()
+
+
+@pytest.fixture
+def k8s_no_pods(k8s_sandbox: Any) -> Any:
+    """The session's sandbox with no pods before and after the test (the Kubernetes modules use it
+    for every test through their ``pytestmark``)."""
+    from k8s_env import core, delete_all_pods
+
+    api = core(k8s_sandbox)
+    delete_all_pods(api)
+    yield k8s_sandbox
+    delete_all_pods(api)

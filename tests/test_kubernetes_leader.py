@@ -47,7 +47,6 @@ from k8s_env import (
     apply_rbac,
     core,
     create_pod,
-    delete_all_pods,
     get_pod,
     pod_body,
     rbac_rules,
@@ -57,18 +56,10 @@ from k8s_env import (
 
 from adapters.base import Change
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("k8s_no_pods")]
 BOUND_BY = "flowplan.io/bound-by"
 #: The in-process candidates' lease (s) and renewal period: a 2 s request timeout, kind to a loaded machine.
 DURATION, RENEW = 6, 2
-
-
-@pytest.fixture(autouse=True)
-def _clean(k8s_sandbox: Any) -> Any:
-    api = core(k8s_sandbox)
-    delete_all_pods(api)
-    yield
-    delete_all_pods(api)
 
 
 class Clock:

@@ -32,23 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_env import NAMESPACE, core, create_pod, delete_all_pods, get_pod, pod_body, wait_for
+from k8s_env import NAMESPACE, core, create_pod, get_pod, pod_body, wait_for
 
 from adapters.base import Change
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("k8s_no_pods")]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 KERAS_ENDS = [(1.0, 2.0320, 0.6000), (2.0, 1.3867, 0.7556), (3.0, 0.9027, 0.8278)]  # as tests/test_logs_fixtures.py reads them
 TARGET = {"flowplan.io/target.metric": "accuracy", "flowplan.io/target.tier1": "0.95"}
-
-
-@pytest.fixture(autouse=True)
-def _clean(k8s_sandbox: Any) -> Any:
-    api = core(k8s_sandbox)
-    delete_all_pods(api)
-    yield
-    delete_all_pods(api)
 
 
 def running(api: Any, name: str) -> dict[str, Any]:

@@ -18,17 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_env import NAMESPACE, core, create_pod, delete_all_pods, get_pod, pod_body, wait_for
+from k8s_env import NAMESPACE, core, create_pod, get_pod, pod_body, wait_for
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _clean(k8s_sandbox: Any) -> Any:
-    api = core(k8s_sandbox)
-    delete_all_pods(api)
-    yield
-    delete_all_pods(api)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("k8s_no_pods")]
 
 
 def _pod(name: str, model: str, node: str | None, epochs: int, cpu: str = "1") -> dict[str, Any]:

@@ -21,22 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_env import NAMESPACE, core, create_pod, delete_all_pods, get_pod, pods, wait_for
+from k8s_env import NAMESPACE, core, create_pod, get_pod, pods, wait_for
 
 import flowplan.sdk as sdk
 from adapters.base import Change
 from adapters.kubernetes.annotations import CHECKPOINT_REQUESTED, DELIVER_REQUESTED
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("k8s_no_pods")]
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _clean(k8s_sandbox: Any) -> Any:
-    api = core(k8s_sandbox)
-    delete_all_pods(api)
-    yield
-    delete_all_pods(api)
 
 
 def example_pod(name: str, node: str) -> dict[str, Any]:
