@@ -99,8 +99,14 @@ def pods(api: Any) -> list[dict[str, Any]]:
 
 
 def delete_all_pods(api: Any) -> None:
+    from kubernetes.client.exceptions import ApiException
+
     for p in pods(api):
-        api.delete_namespaced_pod(p["metadata"]["name"], NAMESPACE, grace_period_seconds=0, _preload_content=False)
+        try:
+            api.delete_namespaced_pod(p["metadata"]["name"], NAMESPACE, grace_period_seconds=0, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:  # gone between the list and the delete (a graceful deletion ending): fine
+                raise
     wait_for(lambda: not pods(api), 30, "pods deleted")
 
 
