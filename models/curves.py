@@ -159,6 +159,12 @@ class CurveFit:
     #: Normal quantile of the band that :meth:`epoch_interval` reads by default (two-sided ~80 % at
     #: :data:`INTERVAL_Z`; the ensemble carries its own, calibrated on the tuning runs).
     interval_z: float = INTERVAL_Z
+    #: Largest standard deviation of the band (value units), whatever the horizon; ``None``: no cap.
+    #: The ensemble's band is bounded by a share of the observed range (:mod:`models.curve_ensemble`).
+    band_cap: float | None = None
+    #: Longest horizon (epochs) at which ``drift_std`` was measured; beyond it the drift term of the
+    #: band grows like the square root of the horizon (``None``: linearly for ever).
+    drift_horizon: float | None = None
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -187,13 +193,19 @@ class CurveFit:
 
     def band(self, epochs: ArrayLike) -> NDArray[np.float64]:
         """Standard deviation of the prediction at each epoch: the residual spread, growing with the
-        distance beyond the last observed epoch."""
+        distance beyond the last observed epoch, at most :attr:`band_cap`."""
         k = np.asarray(epochs, dtype=float)
         h = np.maximum(k - self.last_epoch, 0.0)
-        var = self.residual_std**2 + (self.drift_std * h) ** 2
-        if self.spread is not None and self.table is not None:
-            var = var + np.interp(k, self.table[0], self.spread) ** 2
-        return np.sqrt(var)
+        if self.drift_horizon is not None:
+            # Beyond the longest horizon the backtest measured, the variance grows linearly rather
+            # than quadratically (a random walk from there): sd ~ sqrt(h), not h.
+            h = np.sqrt(h * np.minimum(h, self.drift_horizon))
+        with np.errstate(over="ignore"):  # huge metrics: an infinite variance, then the cap
+            var = np.float64(self.residual_std) ** 2 + (self.drift_std * h) ** 2
+            if self.spread is not None and self.table is not None:
+                var = var + np.interp(k, self.table[0], self.spread) ** 2
+        sd = np.sqrt(var)
+        return sd if self.band_cap is None else np.minimum(sd, self.band_cap)
 
     def interval_at(self, epochs: ArrayLike, z: float = INTERVAL_Z) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(low, high) of the ``±z`` band at each epoch, clipped to the metric's natural range."""
