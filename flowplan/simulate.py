@@ -14,14 +14,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.sim.compare import improvements, stat, summarise
-from adapters.sim.run import RunResult, simulate
-from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
-from adapters.sim.truth import TraceError, TraceLibrary, history_priors
 from flowplan.argtypes import positive_seconds, whole
-from flowplan.simprogress import SimProgress, fmt_t
+
+if TYPE_CHECKING:
+    from adapters.sim.run import RunResult
+    from adapters.sim.scenario import Scenario
+    from adapters.sim.truth import TraceLibrary
+
+# The simulator (and through it the planner) is imported inside the functions that run it: building
+# the ``flowplan`` parser imports this module, and ``flowplan --help`` must not wait for the planner.
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -84,6 +87,8 @@ def register(sub: Any) -> None:
 
 
 def _fmt_t(seconds: float | None) -> str:
+    from flowplan.simprogress import fmt_t
+
     return fmt_t(seconds)
 
 
@@ -97,6 +102,8 @@ def make_sim_policy(name: str, time_limit: float, priors: dict[str, Any] | None,
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrary, Path | None]:
+    from adapters.sim.scenario import ScenarioError, load_scenario
+    from adapters.sim.truth import TraceError, TraceLibrary
     from flowplan.cli import UsageError
 
     path = args.scenario or str(DEMO)
@@ -134,7 +141,11 @@ def with_oracle(policies: Sequence[str]) -> list[str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from adapters.sim.run import simulate
+    from adapters.sim.scenario import ScenarioError
+    from adapters.sim.truth import history_priors
     from flowplan.cli import UsageError, objective_arg
+    from flowplan.simprogress import SimProgress
 
     objective = objective_arg(args.objective)
     scenario, policies, library, data = _resolve(args)
@@ -275,6 +286,9 @@ def change_text(what: str, change_pct: float) -> str:
 
 
 def _summary(scenario: Scenario, runs: list[RunResult]) -> dict[str, Any]:
+    from adapters.sim.compare import improvements, stat, summarise
+    from adapters.sim.scenario import SCENARIO_METRICS
+
     stats = summarise(runs)
     extra: dict[str, dict[str, Any]] = {}
     for p in stats:
@@ -321,6 +335,8 @@ def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
 
 def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = False) -> str:
     """The final table and its notes; ``rich``: the table drawn for a terminal (flowplan.tables)."""
+    from adapters.sim.scenario import SCENARIO_METRICS
+
     n = len(summary["seeds"])
 
     def get(p: str, f: str) -> tuple[float | None, float | None]:

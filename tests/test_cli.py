@@ -638,3 +638,32 @@ def test_ctrl_c_prints_one_line_and_exits_130(marker: str) -> None:
     assert err.strip().splitlines()[-1] == "flowplan: interrupted", err
     # 130 from the handler; -SIGINT if Python re-raised the signal on its way out (a shell shows 130 too)
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+
+
+#: Packages the light CLI paths must not import: the planner and models (NumPy, SciPy, OR-Tools behind
+#: them), the service (FastAPI) and pydantic, each of which costs a good part of a second at start-up.
+HEAVY = ("planner", "models", "ortools", "fastapi", "numpy", "scipy", "pydantic", "api", "store")
+LIGHT_PATHS = {
+    "import flowplan.cli": "import flowplan.cli",
+    "the whole parser (what --help builds)": "import flowplan.cli; flowplan.cli._parser()",
+    "flowplan --version": "import flowplan.cli\ntry:\n    flowplan.cli.main(['--version'])\nexcept SystemExit:\n    pass",
+    "flowplan --help": "import flowplan.cli\ntry:\n    flowplan.cli.main(['--help'])\nexcept SystemExit:\n    pass",
+}
+
+
+@pytest.mark.parametrize("code", LIGHT_PATHS.values(), ids=list(LIGHT_PATHS))
+def test_light_paths_import_no_planner_models_or_service(code: str) -> None:
+    """In a fresh interpreter (a subprocess: this one has imported everything already), the light paths
+    leave none of the heavy packages in ``sys.modules``."""
+    probe = f"{code}\nimport sys\nprint('LOADED:', *sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED:")]
+    assert loaded == ["LOADED:"], loaded
+
+
+def test_plan_help_still_lists_the_profiles_after_the_lazy_import() -> None:
+    """The deferred ``--objective`` help is filled in when help is printed (the planner is imported then)."""
+    done = run("plan", "--help")
+    assert done.returncode == 0
+    assert "deadlines>makespan>mean-jct" in done.stdout and "(see --help)" not in done.stdout
