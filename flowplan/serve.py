@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the HTTP service (plans, metric ingestion, targets, predictions)",
         description="Run the FlowPlan HTTP service over the SQLite state store shared with the daemon. "
         "Tokens: FLOWPLAN_TOKEN (read-write), FLOWPLAN_READ_TOKEN (read-only); with neither set the "
-        "service binds to loopback only. OpenAPI document at /openapi.json, docs at /docs.",
+        "service binds to loopback only. Plans and predictions run in FLOWPLAN_PLAN_WORKERS worker processes "
+        "(default: one per CPU); beyond FLOWPLAN_PLAN_QUEUE waiting requests (default: as many as workers) the "
+        "service answers 429 with Retry-After. OpenAPI document at /openapi.json, docs at /docs.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=whole(0, 65535), default=8080, help="port (default: 8080; 0 picks a free one)")
@@ -102,7 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         sock.listen(2048)  # listening before we say so: a client reading the line below may connect at once
         host, port = sock.getsockname()[:2]
         print(
-            f"flowplan serve: state {args.state} (synchronous={args.synchronous}); listening on http://{host}:{port}",
+            f"flowplan serve: state {args.state} (synchronous={args.synchronous}); {settings.workers} plan worker(s), "
+            f"queue {settings.queue}; listening on http://{host}:{port}",
             file=sys.stderr,
             flush=True,
         )
