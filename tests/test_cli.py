@@ -476,6 +476,22 @@ def test_results_job_jct_counts_a_one_job_gain_only_without_a_longer_makespan() 
     assert (sp["gap"], sp["prediction"], sp["formulation"]) == pytest.approx((0.0, 40.0, -40.0))
 
 
+def test_results_headline_without_a_longer_makespan_is_not_reached_when_the_makespan_is_longer() -> None:
+    """FlowCon's headline is a one-job gain *without a longer makespan*: a 49 % gain with the
+    makespan 4.4 % longer is not the headline (it printed "reached" before)."""
+    from types import SimpleNamespace
+
+    res = _results_module()
+    sc = SimpleNamespace(
+        metric="job_jct", baseline="docker", headline=42.06, paper="FlowCon",
+        headline_text="up to 42.06% shorter completion time for a specific job without a longer makespan",
+    )  # fmt: skip
+    longer = {"docker": {"mean": 49.0, "unit": "% shorter for one job", "makespan_change": 4.4}}
+    shorter = {"docker": {"mean": 49.0, "unit": "% shorter for one job", "makespan_change": -0.5}}
+    assert res.verdict(sc, longer)[-1].endswith("makespan 4.4 % longer — **not reached**.")
+    assert res.verdict(sc, shorter)[-1].endswith("makespan 0.5 % shorter — **reached**.")
+
+
 def test_results_goals_are_computed_met_and_not_met() -> None:
     res = _results_module()
     # One host, bound 500 s. flowplan: mean JCT 550, makespan 600 (1.20 x bound), p95 600, idle 0.
