@@ -68,8 +68,11 @@ class Backend(Protocol):
     dialect: str
     #: Appended to a ``SELECT`` whose rows the transaction then updates (`` FOR UPDATE`` on PostgreSQL).
     row_lock: str
-    #: The driver's base error class: a migration statement that raises one of these failed.
-    error: type[Exception]
+
+    @property
+    def error(self) -> type[Exception]:
+        """The driver's base error class: a migration statement that raises one of these failed."""
+        ...
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
 

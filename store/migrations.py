@@ -4,9 +4,9 @@
 version it is at in ``schema_version``; opening it applies every script it has not seen, all in one
 write transaction that holds the schema's lock (``BEGIN IMMEDIATE`` on SQLite, an advisory lock on
 PostgreSQL), so two processes opening a fresh database at once cannot both migrate, and a failed
-migration leaves the database as it was (PostgreSQL's schema changes are transactional too). A database at a newer version than this code
-knows is refused (:class:`~store.errors.SchemaTooNew`): an older FlowPlan must not write to a schema
-it does not understand.
+migration leaves the database as it was (PostgreSQL's schema changes are transactional too).
+A database at a newer version than this code knows is refused (:class:`~store.errors.SchemaTooNew`):
+an older FlowPlan must not write to a schema it does not understand.
 
 The scripts are SQLite's dialect; PostgreSQL runs them through :func:`store.postgres.ddl` (its
 types for ``REAL``, ``INTEGER`` and ``AUTOINCREMENT``, no ``WITHOUT ROWID``), so a new script uses

@@ -94,7 +94,7 @@ class PostgresCluster:
         )  # fmt: skip
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed: {(init.stderr or init.stdout).strip()[-500:]}")
-        for attempt in range(3):  # a free port can be taken between our check and the server's bind
+        for _attempt in range(3):  # a free port can be taken between our check and the server's bind
             self.port = _free_port()
             options = (
                 f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
