@@ -22,7 +22,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -137,11 +136,9 @@ def start_cluster() -> PostgresCluster:
         unavailable("initdb / pg_ctl not found in /usr/lib/postgresql/*/bin or on PATH (apt-get install postgresql)")
         raise AssertionError  # unreachable: unavailable() fails or skips
     cluster = PostgresCluster(bindir)
-    started = time.monotonic()
     try:
         cluster.start()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         cluster.stop()
         unavailable(f"cannot start a throwaway cluster with {bindir}: {exc}")
-    cluster.start_seconds = time.monotonic() - started  # type: ignore[attr-defined]
     return cluster
