@@ -174,7 +174,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     )
     def readyz() -> Any:
         try:
-            store.point_count("\x00readyz")
+            store.ping()
         except Exception as exc:  # any store failure means "not ready", never a 500
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return Status(status="ready")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowplan.argtypes import positive_seconds, whole
+from flowplan.state_arg import add_state_argument
 
 if TYPE_CHECKING:
     from adapters.sim.run import RunResult
@@ -50,11 +51,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seeds", type=whole(1, 1000), default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
     p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
-    p.add_argument(
-        "--state",
-        metavar="PATH",
-        help="record the first policy's first seed (its plans and actions) to this SQLite state store, as the daemon "
-        "does, for flowplan status / events / explain (appended to an existing store)",
+    add_state_argument(
+        p,
+        "record the first policy's first seed (its plans and actions) to this state store, as the daemon does, for "
+        "flowplan status / events / explain (appended to an existing store; default: none)",
+        default=None,
     )
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
     p.add_argument(
@@ -166,7 +167,7 @@ def run_command(args: argparse.Namespace) -> int:
     runs: list[RunResult] = []
     recorder = None
     if args.state is not None:
-        from flowplan.daemon import open_store
+        from flowplan.state_arg import open_store
 
         recorder = open_store(args.state)
     labels = [f"{p} seed {s}" for p in policies for s in seeds]
