@@ -2,7 +2,7 @@
 
     flowplan daemon --adapter docker --hosts a=unix:///var/run/docker.sock b=tcp://10.0.0.2:2375 \\
         [--interval 30] [--dry-run] [--state flowplan-state.db]
-    flowplan daemon --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] [--interval 30]
+    flowplan daemon --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] [--interval 30] [--api-threads 16]
 
 Metric histories, plans and actions go to the state store at ``--state`` (a SQLite file, or a
 ``postgresql://`` URL shared with other daemons and service replicas); a restarted daemon
@@ -171,6 +171,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--migration-budget", type=int, default=4, metavar="N", help="checkpoint-restarts per interval (default 4)")
     p.add_argument(
+        "--api-threads",
+        type=whole(1, 256),
+        metavar="N",
+        help="kubernetes: changes applied and pod logs read at once, each with its own API calls, 1 to 256 (default 16)",
+    )
+    p.add_argument(
         "--no-events",
         dest="events",
         action="store_false",
@@ -243,7 +249,9 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
         if getattr(args, "mlflow", None):
             raise UsageError("--mlflow: Docker only for now; with --adapter kubernetes, report progress in the pods' logs")
-        extra = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        extra: dict[str, Any] = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        if getattr(args, "api_threads", None) is not None:
+            extra["workers"] = args.api_threads
         return build_kubernetes_adapter(args, store, settings, **extra)
     try:
         specs = [HostSpec.parse(h) for h in args.hosts]

@@ -31,8 +31,9 @@ How each change is carried out (:class:`GangOps`; every change first lists the g
 one call with a label selector, and refuses as ``conflict`` when their number is not the plan's
 ``replicas``):
 
-- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then the CPU of
-  each pod not at the planned figure, in place. **All or none**: if a Binding fails midway, the
+- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then, when any
+  pod was not at the planned CPU, the gang's pods listed again and the CPU of each such pod set in
+  place. **All or none**: if a Binding fails midway, the
   gang's pods bound to that node (by this start, or by an earlier one cut short) are deleted and
   re-created unbound (a bound pod cannot be unbound: Kubernetes has no call for it), so the gang is
   pending again, and the outcome is the Binding's error and what was undone. Pods of
@@ -182,9 +183,9 @@ class GangOps:
         def _unmanaged(self, obs: Observation, notes: dict[str, dict[str, str]], pod: PodView, why: str) -> None: ...
         def _wanted(self, ch: Change, placed: Placed, pod: PodView) -> tuple[int, int | None]: ...
         def _in_effect(self, ch: Change, placed: Placed, pod: PodView) -> bool: ...
-        def _set_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str: ...
+        def _set_cpu(self, ch: Change, placed: Placed, pod: PodView, *, pending: bool = False) -> str: ...
         def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
-        def _bind(self, pod: PodView, node: str) -> None: ...
+        def _bind(self, pod: PodView, node: str) -> PodView | None: ...
         def _bound_by(self) -> dict[str, str]: ...
 
     # -- observe ---------------------------------------------------------------------------------
@@ -321,6 +322,7 @@ class GangOps:
         if any(p.gpus != ch.gpus for p in pods):
             return self._gang_replace(ch, gang, pods, ch.node)
         bound = [p for p in pods if p.node == ch.node]  # by an earlier, interrupted start: undone with the rest
+        at_cpu = all(self._in_effect(ch, self._placed(gang, p), p) for p in pods)  # a Binding changes no resources
         for p in pods:
             if p.node == ch.node:
                 continue
@@ -335,7 +337,7 @@ class GangOps:
             bound.append(p)
         said.append(f"bound the {len(bound)} pods of gang {gang.namespace}/{ch.job} to {ch.node}")
         resized = []
-        for p in self._gang_now(ch, gang):
+        for p in [] if at_cpu else self._gang_now(ch, gang):
             placed = self._placed(gang, p)
             if not self._in_effect(ch, placed, p):
                 try:
