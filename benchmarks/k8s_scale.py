@@ -8,7 +8,7 @@ the daemon's loop by hand (observe → plan → check → diff → apply, as :cl
 does; the adapter applies up to ``--api-threads`` changes at once) and prints a table: each
 stage's wall time and its API calls (counted by wrapping the adapter's ``ApiClient.call_api``: every
 request the client sends), the changes by kind and their outcomes, the resizes by direction. A second observe after the apply
-is timed too. Everything runs on this machine: the API server, etcd and kwok share its cores with
+is timed too (`--no-observe-again`: not). Everything runs on this machine: the API server, etcd and kwok share its cores with
 the benchmark, so the figures include their work.
 
     python benchmarks/k8s_scale.py [--nodes 1000] [--pods 10000] [--running 0.8] [--threads 16] [--api-threads 16]
@@ -132,6 +132,9 @@ def main() -> int:
     p.add_argument("--running", type=float, default=0.8, help="share of the pods bound at creation (default 0.8)")
     p.add_argument("--threads", type=int, default=16, help="API clients creating pods at once (default 16)")
     p.add_argument("--api-threads", type=int, default=16, help="changes the adapter applies at once (default 16)")
+    p.add_argument(
+        "--no-observe-again", dest="again", action="store_false", help="skip the second observe (time for the interval itself)"
+    )
     p.add_argument("--time-limit", type=float, default=10.0, help="the planner's time limit, seconds (default 10)")
     args = p.parse_args()
     bounds = (
@@ -186,8 +189,10 @@ def main() -> int:
                 outcomes = adapter.apply(changes)
             with counter.stage(table, "reconcile"):
                 adapter.reconcile()
-            with counter.stage(table, "observe again"):
-                again = adapter.observe()
+            again = None
+            if args.again:
+                with counter.stage(table, "observe again"):
+                    again = adapter.observe()
         except SandboxError as exc:
             print(f"k8s_scale: {exc}", file=sys.stderr)
             return 2
@@ -208,7 +213,9 @@ def main() -> int:
     print(f"plan: {len(plan.assignments)} assignments, {len(plan.unserved)} unserved, solver {plan.solver.status}")
     print(f"changes: {dict(kinds)}; failed outcomes: {dict(failed) or 'none'}; check: {len(violations)} violations")
     print(f"resizes: {dict(resizes)}; outcomes by first word: {dict(said)}")
-    print(f"after apply: {sum(1 for j in again.jobs if j.status == 'running')} jobs running\n")
+    if again is not None:
+        print(f"after apply: {sum(1 for j in again.jobs if j.status == 'running')} jobs running")
+    print()
     print(f"| {'stage':<20} | {'wall s':>8} | {'API calls':>9} | calls (most frequent) |")
     print(f"|{'-' * 22}|{'-' * 10}|{'-' * 11}|{'-' * 23}|")
     for name, wall, calls, detail in table:
