@@ -3,8 +3,8 @@
 What it assumes (read before relying on it):
 
 - **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
-  label: one job with a replica per pod, placed on one node all or nothing; :mod:`adapters.kubernetes.gangs`
-  says how each change treats them). FlowPlan's pods are those with
+  label, or else the same controller owner, e.g. a Job's pods: one job with a replica per pod, placed
+  on one node all or nothing; :mod:`adapters.kubernetes.gangs` says how each change treats them). FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
@@ -105,7 +105,18 @@ from adapters.kubernetes.annotations import (
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
-from adapters.kubernetes.pods import GPU, NodeView, PodView, is_flowplan_pod, job_id_of, mib, node_view, pod_view, requested
+from adapters.kubernetes.pods import (
+    GPU,
+    NodeView,
+    PodView,
+    controller_of,
+    is_flowplan_pod,
+    job_id_of,
+    mib,
+    node_view,
+    pod_view,
+    requested,
+)
 from adapters.kubernetes.pool import DEFAULT_SIZE, CallPool, widen_connections
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 from planner.transitions import diff_order
@@ -146,6 +157,8 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
     log_failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod's log was not read
     terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
+    owner_sizes: dict[tuple[str, str, str], int | str] = field(default_factory=dict)  # (ns, kind, name) -> count or why not read
+    owner_fallback: dict[str, str] = field(default_factory=dict)  # owner gang -> why its size is the pods seen
 
 
 class KubernetesAdapter(GangOps, Adapter):
@@ -171,6 +184,9 @@ class KubernetesAdapter(GangOps, Adapter):
         self.pool = CallPool(workers)
         widen_connections(api_client, workers)
         self.api = client.CoreV1Api(api_client)
+        #: Owners of gangs (Job; StatefulSet, ReplicaSet): one read per owner per observe, for its desired count.
+        self.batch = client.BatchV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.namespaces = list(namespaces) if namespaces else None  # None: every namespace
         self.store: ProgressStore = store if store is not None else MemoryStore()
         self.clock = clock or WallClock()
@@ -274,7 +290,7 @@ class KubernetesAdapter(GangOps, Adapter):
             if pod.deleting:
                 obs.terminating.setdefault(job_id, []).append(pod)
                 continue
-            if GANG_LABEL in pod.labels:
+            if GANG_LABEL in pod.labels or controller_of(raw) is not None:
                 gang_pods.setdefault(job_id, []).append(pod)
                 continue
             found.setdefault(job_id, []).append(pod)
@@ -411,7 +427,8 @@ class KubernetesAdapter(GangOps, Adapter):
         if gang is not None:
             return self._apply_gang(ch, gang)
         if ch.replicas != 1 and ch.job in self.last.placed:
-            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); a gang is pods sharing the label {GANG_LABEL}"
+            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
+            why += f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
             raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
