@@ -99,6 +99,19 @@ def pods(api: Any) -> list[dict[str, Any]]:
     return list(json.loads(api.list_namespaced_pod(NAMESPACE, _preload_content=False).data)["items"])
 
 
+def free_node_and_start(api: Any, daemon: Any, node: str, job: str, replicas: int) -> Any:
+    """Delete the foreign pod ``hog-<node>`` and run one daemon interval: its tick, after checking
+    that the interval's one change for ``job`` starts all ``replicas`` on ``node`` and every change is ok."""
+    api.delete_namespaced_pod(f"hog-{node}", NAMESPACE, grace_period_seconds=0, _preload_content=False)
+    wait_for(lambda: get_pod(api, f"hog-{node}") is None, 30, "hog deleted")
+    _, tick = daemon.run(max_ticks=1)
+    assert tick is not None
+    starts = [c for c in tick.changes if c.job == job]
+    assert [(c.kind, c.node, c.replicas) for c in starts] == [("start", node, replicas)], tick.changes
+    assert all(o.ok for o in tick.outcomes), tick.outcomes
+    return tick
+
+
 #: What :func:`create_owner` makes, by kind: (API group/version, the count's field in the spec).
 OWNER_KINDS = {"Job": ("batch/v1", "parallelism"), "StatefulSet": ("apps/v1", "replicas"), "ReplicaSet": ("apps/v1", "replicas")}
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_env import NAMESPACE, core, create_owner, create_pod, get_pod, owned_pod, pod_body, pods, wait_for
+from k8s_env import NAMESPACE, core, create_owner, create_pod, free_node_and_start, owned_pod, pod_body, pods, wait_for
 
 from adapters.base import Change
 from adapters.kubernetes.pods import controller_of, job_id_of, owner_job_id
@@ -160,13 +160,7 @@ def test_a_jobs_pods_are_placed_all_or_none(k8s_sandbox: Any, tmp_path: Path) ->
     assert "job/batch4" in {u.job for u in tick.plan.unserved}, tick.plan.model_dump_json()[:2000]
 
     free = k8s_sandbox.nodes[2]
-    api.delete_namespaced_pod(f"hog-{free}", NAMESPACE, grace_period_seconds=0, _preload_content=False)
-    wait_for(lambda: get_pod(api, f"hog-{free}") is None, 30, "hog deleted")
-    _, tick = daemon.run(max_ticks=1)
-    assert tick is not None
-    starts = [c for c in tick.changes if c.job == "job/batch4"]
-    assert [(c.kind, c.node, c.replicas) for c in starts] == [("start", free, 4)], tick.changes
-    assert all(o.ok for o in tick.outcomes), tick.outcomes
+    free_node_and_start(api, daemon, free, "job/batch4", 4)
     assert [p["spec"].get("nodeName") for p in owned_by(api, "Job", "batch4")] == [free] * 4
     store.close()
     ad.close()
