@@ -238,7 +238,7 @@ class GangOps:
             raise GangError(f"gang {job_id}: pod {single} (no gang label) has the same job id in namespace {ns}")
         size = declared_size(job_id, members)
         said_by = f"annotation {GANG_SIZE}"
-        owner = controller_of(members[0].raw) if GANG_LABEL not in members[0].labels else None
+        owner = controller_of(members[0].raw) if not members[0].labels.get(GANG_LABEL) else None
         if size is None and owner is not None:
             size, said_by = self._owner_size(job_id, members, owner, obs)
         if size is not None and len(members) != size:
