@@ -31,13 +31,19 @@ SPAN = "deadlines>makespan>mean-jct"
 
 
 def _linear(lo: int, hi: int, epochs: float, sec_per_epoch_on_one_core: float, **kw: float | None) -> ShareJob:
+    """A job whose speed is proportional to its share (serial 0)."""
+    return _job(lo, hi, epochs, sec_per_epoch_on_one_core, 1.0, **kw)
+
+
+def _job(lo: int, hi: int, epochs: float, sec_per_epoch_on_one_core: float, power: float, **kw: float | None) -> ShareJob:
+    """A job whose speed grows as its share to ``power`` (1: linear; below 1: concave, Amdahl-like)."""
     grid = share_grid(lo, hi, 100)
     return ShareJob(
         lo=lo,
         hi=hi,
         replicas=1,
         weight=10.0,
-        seconds_per_epoch=sec_per_epoch_on_one_core * 1000.0 / grid,
+        seconds_per_epoch=sec_per_epoch_on_one_core * (1000.0 / grid) ** power,
         grid=grid,
         remaining=epochs,
         remaining_tier1=kw.get("tier1"),
@@ -117,19 +123,7 @@ def test_makespan_profile_favours_the_longest_job() -> None:
 
 def _sqrt(lo: int, hi: int, epochs: float, sec_per_epoch_on_one_core: float, **kw: float | None) -> ShareJob:
     """A job whose speed grows as the square root of its share (a concave, Amdahl-like speed-up)."""
-    grid = share_grid(lo, hi, 100)
-    return ShareJob(
-        lo=lo,
-        hi=hi,
-        replicas=1,
-        weight=10.0,
-        seconds_per_epoch=sec_per_epoch_on_one_core * np.sqrt(1000.0 / grid),
-        grid=grid,
-        remaining=epochs,
-        remaining_tier1=kw.get("tier1"),
-        deadline=kw.get("deadline"),
-        blocked=0.0,
-    )
+    return _job(lo, hi, epochs, sec_per_epoch_on_one_core, 0.5, **kw)
 
 
 @settings(max_examples=60, deadline=None)
