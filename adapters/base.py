@@ -146,24 +146,34 @@ def apply_each(
     catch_bugs: bool = False,
 ) -> list[Outcome]:
     """Carry out ``changes`` in order, each on its own, with ``apply_one`` (its message on success);
-    an ``errors`` exception (with ``kind`` and ``message``) becomes a failed outcome, and with
+    each outcome as :func:`outcome_of` makes it."""
+    return [outcome_of(change, apply_one, errors, log, catch_bugs=catch_bugs) for change in changes]
+
+
+def outcome_of(
+    change: Change,
+    apply_one: Callable[[Change], str],
+    errors: type[Exception],
+    log: logging.Logger,
+    *,
+    catch_bugs: bool = False,
+) -> Outcome:
+    """Carry out one change with ``apply_one`` (its message on success) and log its outcome; an
+    ``errors`` exception (with ``kind`` and ``message``) becomes a failed outcome, and with
     ``catch_bugs`` so does any other exception (an ``invalid`` outcome, logged with its traceback)."""
-    outcomes = []
-    for change in changes:
-        try:
-            message = apply_one(change)
-            outcomes.append(Outcome(change, True, None, message))
-            log.info("%s: %s", change.key(), message)
-        except errors as exc:
-            kind, text = exc.kind, exc.message  # type: ignore[attr-defined]
-            outcomes.append(Outcome(change, False, kind, text))
-            log.warning("%s failed (%s): %s", change.key(), kind, text)
-        except Exception as exc:
-            if not catch_bugs:
-                raise
-            outcomes.append(Outcome(change, False, "invalid", f"{type(exc).__name__}: {exc}"))
-            log.exception("%s failed", change.key())
-    return outcomes
+    try:
+        message = apply_one(change)
+    except errors as exc:
+        kind, text = exc.kind, exc.message  # type: ignore[attr-defined]
+        log.warning("%s failed (%s): %s", change.key(), kind, text)
+        return Outcome(change, False, kind, text)
+    except Exception as exc:
+        if not catch_bugs:
+            raise
+        log.exception("%s failed", change.key())
+        return Outcome(change, False, "invalid", f"{type(exc).__name__}: {exc}")
+    log.info("%s: %s", change.key(), message)
+    return Outcome(change, True, None, message)
 
 
 class Adapter(Protocol):

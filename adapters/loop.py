@@ -44,7 +44,7 @@ log = logging.getLogger("flowplan.loop")
 
 
 class Recorder(Protocol):
-    """What the loop writes to a state store (``store.sqlite.StateStore`` fits)."""
+    """What the loop writes to a state store (``store.StateStore`` fits)."""
 
     def save_plan(self, plan: Plan, snapshot: Snapshot | None = None) -> int: ...
 

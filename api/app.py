@@ -11,11 +11,17 @@ Endpoints (all JSON; errors are ``{"error": {"field", "message"}}``, see :mod:`a
 - ``GET  /healthz`` (alive), ``GET /readyz`` (the store answers), ``GET /metrics`` (Prometheus).
 
 Writes need the write token, reads either token (see :mod:`api.auth`); health probes need none.
+
+Planning and live predictions run in worker processes behind a bounded queue (:mod:`api.pool`): a
+request beyond it gets 429 (503 while shutting down) with ``Retry-After``. The event loop only reads
+bodies and answers; parsing and the state store run in its thread pool. The pool starts and stops
+with the app's lifespan.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at run time, and
 # some of their annotations refer to this call's ``settings``.
-import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 
@@ -29,15 +35,16 @@ from starlette.concurrency import run_in_threadpool
 from api import examples
 from api.auth import check_access
 from api.errors import ApiError, ErrorBody, NotFound, install_handlers
-from api.forecast import live_predictions
 from api.limits import BodySizeLimit, RequestGuard
 from api.metrics import ServiceMetrics
+from api.pool import WorkerPool
 from api.schemas import HistorySummary, IngestResult, JobDetail, JobList, JobSummary, MetricBatch, Status
 from api.settings import ApiSettings
-from planner import PlannerConfig, PlanResult, SnapshotError, parse_snapshot, plan
+from api.work import plan_snapshot, predict_job
+from planner import PlannerConfig, SnapshotError, parse_snapshot
 from planner.plan import Plan
-from planner.snapshot import QoETarget, Snapshot
-from store import StateStore
+from planner.snapshot import MetricPoint, QoETarget, Snapshot
+from store import JobRecord, StateStore
 
 #: The Snapshot contract's pattern for names, used for job ids in paths.
 JOB_ID = r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$"
@@ -59,6 +66,15 @@ _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     415: {"model": ErrorBody, "description": "A write without Content-Type: application/json."},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "No such job or plan."}}
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer", "minimum": 1}}}
+_BUSY: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorBody, "description": "Every worker is busy and the queue is full.", "headers": _RETRY_AFTER},
+    503: {
+        "model": ErrorBody,
+        "description": "Shutting down, or a worker stopped under the request.",
+        "headers": _RETRY_AFTER,
+    },
+}
 _NOT_READABLE: dict[int | str, dict[str, Any]] = {
     405: {"model": ErrorBody, "description": "A write-only sub-resource (.../target, .../metrics) read with GET."}
 }
@@ -105,7 +121,18 @@ def _fill_from_store(store: StateStore, snapshot: Snapshot) -> Snapshot:
 def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     metrics = ServiceMetrics()
+    pool = WorkerPool(settings.workers, settings.queue, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="FlowPlan",
         version=_version(),
         summary="Plans CPU/GPU shares and placements for deep-learning training jobs.",
@@ -119,6 +146,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     app.state.store = store
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.pool = pool
     install_handlers(app, metrics.count_error)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, on_reject=lambda: metrics.count_error(413))
     app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, on_reject=metrics.count_error)
@@ -131,12 +159,10 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
 
     read = [Depends(may_read)]
     write = [Depends(may_write)]
-    # Warm start for the next plan: cached model fits of jobs whose inputs did not change.
-    last: dict[str, PlanResult] = {}
-    last_lock = threading.Lock()
 
+    # On the event loop itself (async, no thread): it answers even when every thread and worker is busy.
     @app.get("/healthz", response_model=Status, tags=["health"], summary="The process is alive")
-    def healthz() -> Status:
+    async def healthz() -> Status:
         return Status(status="ok")
 
     @app.get(
@@ -148,7 +174,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     )
     def readyz() -> Any:
         try:
-            store.point_count("\x00readyz")
+            store.ping()
         except Exception as exc:  # any store failure means "not ready", never a 500
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return Status(status="ready")
@@ -161,7 +187,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}, **_ERRORS},
     )
-    def prometheus() -> Response:
+    async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post(
@@ -170,7 +196,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         tags=["plans"],
         summary="Plan one control interval for a snapshot",
         dependencies=write,
-        responses=_WRITE_ERRORS,
+        responses={**_WRITE_ERRORS, **_BUSY},
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -194,24 +220,22 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         fill_from_store: Annotated[bool, Query(description="Jobs posted without history or target get the stored ones.")] = True,
     ) -> Response:
         """The same contract and checker as `flowplan plan`: a Snapshot (`apiVersion: flowplan/v1`) in,
-        the Plan out. The plan is stored; `Location` and `FlowPlan-Plan-Id` name it."""
+        the Plan out. The plan is stored; `Location` and `FlowPlan-Plan-Id` name it. A worker process
+        plans; with every worker busy and the queue full the answer is 429 with `Retry-After`."""
         body = await request.body()
-        try:
-            snapshot = parse_snapshot(body)
-        except SnapshotError as exc:
-            raise ApiError(exc.message, exc.field, status=422) from None
+
+        def parse() -> Snapshot:
+            try:
+                snapshot = parse_snapshot(body)
+            except SnapshotError as exc:
+                raise ApiError(exc.message, exc.field, status=422) from None
+            return _fill_from_store(store, snapshot) if fill_from_store else snapshot
+
         config = PlannerConfig(solver=solver or settings.solver, time_limit=time_limit or settings.time_limit)
-
-        def solve() -> tuple[int, Plan]:
-            snap = _fill_from_store(store, snapshot) if fill_from_store else snapshot
-            with last_lock:
-                previous = last.get("result")
-            result = plan(snap, config, previous=previous)
-            with last_lock:
-                last["result"] = result
-            return store.save_plan(result.plan, snap), result.plan
-
-        plan_id, plan_obj = await run_in_threadpool(solve)
+        with pool.admit():
+            snap = await run_in_threadpool(parse)
+            plan_obj = await pool.run(plan_snapshot, snap, config)
+            plan_id = await run_in_threadpool(store.save_plan, plan_obj, snap)
         metrics.plans.labels(solver=plan_obj.solver.name, status=plan_obj.solver.status).inc()
         metrics.solve_seconds.observe(plan_obj.solver.seconds)
         return _plan_response(plan_id, plan_obj, status=200)
@@ -272,17 +296,8 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
             )
         return JobList(jobs=page, total=len(ids))
 
-    @app.get(
-        "/v1/jobs/{job_id:path}",
-        response_model=JobDetail,
-        tags=["jobs"],
-        summary="A job's history summary and live predictions",
-        dependencies=read,
-        responses={**_ERRORS, **_NOT_FOUND, **_NOT_READABLE},
-    )
-    def get_job(job_id: JobId) -> JobDetail:
-        """Predictions: ETA to each tier with its 80% band, the plateau and the convergence epoch, from
-        the same curve models the planner uses, at the job's observed speed."""
+    def _job_state(job_id: str) -> tuple[JobRecord, list[MetricPoint], QoETarget | None]:
+        """The stored record, history and target of a job (404, or 405 for a write-only sub-resource)."""
         record = store.job_record(job_id)
         if record is None:
             # ".../target" and ".../metrics" are write-only sub-resources, not job ids.
@@ -295,8 +310,23 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
                         {"Allow": allow},
                     )
             raise NotFound(f"no job '{job_id}'", "job_id")
-        history = store.history(job_id)
-        target = store.target(job_id)
+        return record, store.history(job_id), store.target(job_id)
+
+    @app.get(
+        "/v1/jobs/{job_id:path}",
+        response_model=JobDetail,
+        tags=["jobs"],
+        summary="A job's history summary and live predictions",
+        dependencies=read,
+        responses={**_ERRORS, **_NOT_FOUND, **_NOT_READABLE, **_BUSY},
+    )
+    async def get_job(job_id: JobId) -> JobDetail:
+        """Predictions: ETA to each tier with its 80% band, the plateau and the convergence epoch, from
+        the same curve models the planner uses, at the job's observed speed (fitted in a worker process,
+        like plans: 429 with `Retry-After` when every worker is busy and the queue is full)."""
+        with pool.admit():
+            record, history, target = await run_in_threadpool(_job_state, job_id)
+            predictions = await pool.run(predict_job, job_id, history, target, record.spec)
         times = [p.time for p in history]
         summary = HistorySummary(
             points=len(history),
@@ -312,7 +342,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
             history=summary,
             target=target,
             spec=record.spec,
-            predictions=live_predictions(job_id, history, target, record.spec),
+            predictions=predictions,
         )
 
     @app.get(

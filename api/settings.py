@@ -4,7 +4,11 @@ Environment variables:
 
 - ``FLOWPLAN_TOKEN``: bearer token that may read and write;
 - ``FLOWPLAN_READ_TOKEN``: bearer token that may only read;
-- ``FLOWPLAN_MAX_BODY_BYTES``: largest accepted request body (default 8 MiB).
+- ``FLOWPLAN_MAX_BODY_BYTES``: largest accepted request body (default 8 MiB);
+- ``FLOWPLAN_PLAN_WORKERS``: worker processes that plan and predict (default: the CPUs this process
+  may use);
+- ``FLOWPLAN_PLAN_QUEUE``: requests that may wait for a busy worker before the service answers 429
+  (default: as many as there are workers). See :mod:`api.pool`.
 
 With neither token set the service is open, and ``flowplan serve`` binds to a loopback address only.
 """
@@ -18,6 +22,27 @@ from dataclasses import dataclass
 from planner.config import SolverName
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS and Windows have no affinity call
+        return max(1, os.cpu_count() or 1)
+
+
+def _whole(env: Mapping[str, str], name: str, low: int, high: int) -> int | None:
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: not an integer ({raw!r})") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name}: must be between {low} and {high} (got {value})")
+    return value
 
 
 class SettingsError(ValueError):
@@ -38,6 +63,18 @@ class ApiSettings:
     #: Host names a request may address (``Host`` header, port ignored); None: any. ``flowplan serve``
     #: sets the loopback names and its bound address in open mode (no token), against DNS rebinding.
     allowed_hosts: tuple[str, ...] | None = None
+    #: Worker processes for plans and predictions; None: one per usable CPU (:func:`usable_cpus`).
+    plan_workers: int | None = None
+    #: Requests that may wait for a busy worker; None: as many as there are workers. One more gets a 429.
+    plan_queue: int | None = None
+
+    @property
+    def workers(self) -> int:
+        return self.plan_workers if self.plan_workers is not None else usable_cpus()
+
+    @property
+    def queue(self) -> int:
+        return self.plan_queue if self.plan_queue is not None else self.workers
 
     @property
     def open_access(self) -> bool:
@@ -51,13 +88,11 @@ class ApiSettings:
         read = env.get("FLOWPLAN_READ_TOKEN") or None
         if write is not None and read is not None and write == read:
             raise SettingsError("FLOWPLAN_READ_TOKEN: must differ from FLOWPLAN_TOKEN (a read-only token that can write)")
-        raw = env.get("FLOWPLAN_MAX_BODY_BYTES")
-        limit = DEFAULT_MAX_BODY_BYTES
-        if raw:
-            try:
-                limit = int(raw)
-            except ValueError:
-                raise SettingsError(f"FLOWPLAN_MAX_BODY_BYTES: not an integer ({raw!r})") from None
-            if not 1024 <= limit <= 1024**3:
-                raise SettingsError(f"FLOWPLAN_MAX_BODY_BYTES: must be between 1024 and 1073741824 (got {limit})")
-        return cls(write_token=write, read_token=read, max_body_bytes=limit)
+        limit = _whole(env, "FLOWPLAN_MAX_BODY_BYTES", 1024, 1024**3)
+        return cls(
+            write_token=write,
+            read_token=read,
+            max_body_bytes=DEFAULT_MAX_BODY_BYTES if limit is None else limit,
+            plan_workers=_whole(env, "FLOWPLAN_PLAN_WORKERS", 1, 256),
+            plan_queue=_whole(env, "FLOWPLAN_PLAN_QUEUE", 0, 100_000),
+        )

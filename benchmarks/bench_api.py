@@ -12,11 +12,18 @@ Starts ``flowplan serve`` (one uvicorn process, a fresh state file), then:
    (a different snapshot every request, so no job's fitted curve can be reused) and a *warm* mode
    (the same snapshot again: the service reuses the fits of jobs whose inputs did not change). Prints
    p50 / p99 / max of the client-side latency.
+3. **Responsiveness under planning load**: ``--clients`` clients each post the example snapshots
+   (``examples/snapshots/*.json``) ``--rounds`` times, back to back, while one more client polls
+   ``/healthz`` and ``/metrics`` every ``--poll-ms``. A client told 429/503 counts a rejection and waits
+   the ``Retry-After`` it was given before its next request. Prints p50 / p99 of the accepted plans,
+   of ``/healthz`` and of ``/metrics``, and the rejections.
 
-Bounded: at most ``--points`` points and ``--seconds`` of ingestion, ``2 x --plans`` plan requests.
-Figures vary with the machine and its load; nothing here asserts a time.
+Bounded: at most ``--points`` points and ``--seconds`` of ingestion, ``2 x --plans`` plan requests,
+``--clients x --rounds x 3`` requests under load. Figures vary with the machine and its load; nothing
+here asserts a time.
 
     python benchmarks/bench_api.py [--clients 8] [--batch 100] [--points 200000] [--seconds 20] [--plans 60]
+    python benchmarks/bench_api.py --phases load [--clients 8] [--rounds 5]    # only phase 3
 """
 
 from __future__ import annotations
@@ -57,10 +64,11 @@ def measured_curves(data_dir: Path) -> list[tuple[str, list[float]]]:
 
 
 class Server:
-    def __init__(self, state: Path, synchronous: str) -> None:
+    def __init__(self, state: Path, synchronous: str, env_extra: dict[str, str] | None = None) -> None:
         env = dict(os.environ)
         env.pop("FLOWPLAN_TOKEN", None)
         env.pop("FLOWPLAN_READ_TOKEN", None)
+        env.update(env_extra or {})
         cmd = [sys.executable, "-m", "flowplan", "serve", "--port", "0", "--state", str(state), "--log-level", "warning"]
         cmd += ["--synchronous", synchronous.lower()]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
@@ -172,6 +180,76 @@ def plan_latency(url: str, args: argparse.Namespace) -> dict[str, dict[str, floa
     return out
 
 
+def _percentiles(seconds: list[float]) -> dict[str, float]:
+    if not seconds:
+        return {"n": 0, "p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
+    ms = np.array(seconds) * 1000
+    return {
+        "n": len(seconds),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "max_ms": float(ms.max()),
+    }
+
+
+def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Phase 3: ``--clients`` planning clients on the example snapshots, one client polling health and metrics."""
+    bodies = [path.read_bytes() for path in sorted((REPO / "examples" / "snapshots").glob("*.json"))]
+    lock = threading.Lock()
+    plans: list[float] = []
+    statuses: dict[int, int] = {}
+    done = threading.Event()
+    headers = {"content-type": "application/json"}
+    with httpx.Client(base_url=url, timeout=300, headers=headers) as http:
+        for body in bodies:  # warm-up, not counted: imports and solver start-up (in each worker, if any)
+            http.post("/v1/plan", content=body).raise_for_status()
+
+    def planner_client(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=300, headers=headers) as http:
+            for i in range(args.rounds * len(bodies)):
+                body = bodies[(k + i) % len(bodies)]
+                t = time.perf_counter()
+                resp = http.post("/v1/plan", content=body)
+                dt = time.perf_counter() - t
+                with lock:
+                    statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
+                    if resp.status_code == 200:
+                        plans.append(dt)
+                if resp.status_code in (429, 503):
+                    time.sleep(float(resp.headers.get("retry-after", "1")))
+                elif resp.status_code != 200:
+                    resp.raise_for_status()
+
+    polls: dict[str, list[float]] = {"/healthz": [], "/metrics": []}
+
+    def poller() -> None:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            while not done.is_set():
+                for path, seen in polls.items():
+                    t = time.perf_counter()
+                    http.get(path).raise_for_status()
+                    seen.append(time.perf_counter() - t)
+                done.wait(args.poll_ms / 1000)
+
+    watcher = threading.Thread(target=poller)
+    clients = [threading.Thread(target=planner_client, args=(k,)) for k in range(args.clients)]
+    start = time.perf_counter()
+    watcher.start()
+    for th in clients:
+        th.start()
+    for th in clients:
+        th.join()
+    wall = time.perf_counter() - start
+    done.set()
+    watcher.join()
+    return {
+        "plan": {**_percentiles(plans), "wall_s": wall},
+        "healthz": _percentiles(polls["/healthz"]),
+        "metrics": _percentiles(polls["/metrics"]),
+        "status": {str(k): float(v) for k, v in sorted(statuses.items())},
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=8)
@@ -181,19 +259,55 @@ def main() -> None:
     p.add_argument("--plans", type=int, default=60, help="plan requests per mode")
     p.add_argument("--nodes", type=int, default=20, help="nodes in the 50-job snapshot")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="SQLite synchronous mode of the store")
+    p.add_argument("--phases", default="ingest,plan,load", help="which phases to run (default: ingest,plan,load)")
+    p.add_argument("--rounds", type=int, default=5, help="load phase: times each client posts every example snapshot")
+    p.add_argument("--poll-ms", type=float, default=50.0, help="load phase: pause between health/metrics polls")
+    p.add_argument("--workers", type=int, help="FLOWPLAN_PLAN_WORKERS for the server (default: its own)")
+    p.add_argument("--queue", type=int, help="FLOWPLAN_PLAN_QUEUE for the server (default: its own)")
     args = p.parse_args()
+    phases = set(args.phases.split(","))
+    if phases - {"ingest", "plan", "load"}:
+        p.error(f"--phases: unknown phase(s) {sorted(phases - {'ingest', 'plan', 'load'})} (known: ingest, plan, load)")
+    env_extra = {}
+    if args.workers is not None:
+        env_extra["FLOWPLAN_PLAN_WORKERS"] = str(args.workers)
+    if args.queue is not None:
+        env_extra["FLOWPLAN_PLAN_QUEUE"] = str(args.queue)
     curves = measured_curves(default_data_dir())
     print(f"cores: {os.cpu_count()}; {len(curves)} measured curves; store synchronous={args.synchronous}")
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "bench.db"
-        server = Server(state, args.synchronous)
+        server = Server(state, args.synchronous, env_extra)
         try:
-            ing = ingest(server, curves, args)
-            plans = plan_latency(server.url, args)
+            ing = ingest(server, curves, args) if "ingest" in phases else None
+            plans = plan_latency(server.url, args) if "plan" in phases else {}
+            load = under_load(server.url, args) if "load" in phases else None
         finally:
             server.stop()
         with StateStore(state) as store:
             stored = store.point_count()
+    if ing is not None:
+        report_ingest(ing, stored, args)
+    for mode, r in plans.items():
+        print(
+            f"POST /v1/plan, 50 jobs on {args.nodes} nodes, {mode}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
+            f"max {r['max_ms']:.0f} ms over {r['requests']:.0f} requests (planner alone p50 {r['planner_p50_ms']:.0f} ms)"
+        )
+    if load is not None:
+        pl = load["plan"]
+        print(
+            f"under load: {args.clients} clients x {args.rounds} rounds of the example snapshots in {pl['wall_s']:.1f} s; "
+            f"responses {', '.join(f'{k}: {v:.0f}' for k, v in load['status'].items())}"
+        )
+        for what in ("plan", "healthz", "metrics"):
+            r = load[what]
+            print(
+                f"  {what:8s} p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms "
+                f"({r['n']:.0f} answered)"
+            )
+
+
+def report_ingest(ing: dict[str, float], stored: int, args: argparse.Namespace) -> None:
     lost = ing["points_acknowledged"] - stored
     print(
         f"ingestion: {ing['points_per_second']:,.0f} points/s with {args.clients} clients, batches of <= {args.batch} "
@@ -209,11 +323,6 @@ def main() -> None:
         f"  sent {ing['points_posted']:.0f}, acknowledged {ing['points_acknowledged']:.0f}, stored {stored} "
         f"-> {'nothing lost' if lost == 0 and stored == ing['points_posted'] else f'MISMATCH ({lost} lost)'}"
     )
-    for mode, r in plans.items():
-        print(
-            f"POST /v1/plan, 50 jobs on {args.nodes} nodes, {mode}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
-            f"max {r['max_ms']:.0f} ms over {r['requests']:.0f} requests (planner alone p50 {r['planner_p50_ms']:.0f} ms)"
-        )
 
 
 if __name__ == "__main__":

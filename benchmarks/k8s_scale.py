@@ -5,12 +5,14 @@ Starts a private sandbox (``flowplan sandbox``: etcd, kube-apiserver, kwok; the 
 pods through a pool of ``--threads`` API clients (``--running`` of them bound at creation to the
 nodes in turn, at 1 core each; the rest pending, waiting for FlowPlan), then runs one interval of
 the daemon's loop by hand (observe → plan → check → diff → apply, as :class:`adapters.loop.ControlLoop`
-does) and prints a table: each stage's wall time and its API calls (counted by wrapping the
-adapter's ``ApiClient.call_api``: every request the client sends), the changes by kind and their
-outcomes. A second observe after the apply is timed too. Everything runs on this machine: the
-API server, etcd and kwok share its cores with the benchmark, so the figures include their work.
+does; the adapter applies up to ``--api-threads`` changes at once) and prints a table: each
+stage's wall time and its API calls (counted by wrapping the adapter's ``ApiClient.call_api``: every
+request the client sends), the changes by kind and their outcomes, the resizes by direction. A second observe after the apply
+is timed too (`--no-observe-again`: not). Everything runs on this machine: the API server, etcd and kwok share its cores with
+the benchmark, so the figures include their work.
 
-    python benchmarks/k8s_scale.py [--nodes 1000] [--pods 10000] [--running 0.8] [--threads 16] [--time-limit 10]
+    python benchmarks/k8s_scale.py [--nodes 1000] [--pods 10000] [--running 0.8] [--threads 16] [--api-threads 16]
+                                   [--time-limit 10]
 
 Prints figures; asserts nothing about time. Stops the sandbox (and removes its directory) at the end.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import signal
 import sys
@@ -98,12 +101,14 @@ class CallCounter:
 
     def __init__(self, api_client: Any) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
+        lock = threading.Lock()  # the adapter calls from its pool's threads
         real = api_client.call_api
 
         def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             path = re.sub(r"^https?://[^/]+", "", url)
             path = re.sub(r"/(pods|nodes)/[^/]+", r"/\1/{name}", path)
-            self.counts[f"{method} {path}"] += 1
+            with lock:
+                self.counts[f"{method} {path}"] += 1
             return real(method, url, *args, **kwargs)
 
         api_client.call_api = call_api
@@ -126,9 +131,19 @@ def main() -> int:
     p.add_argument("--pods", type=int, default=10000, help="FlowPlan pods (default 10000)")
     p.add_argument("--running", type=float, default=0.8, help="share of the pods bound at creation (default 0.8)")
     p.add_argument("--threads", type=int, default=16, help="API clients creating pods at once (default 16)")
+    p.add_argument("--api-threads", type=int, default=16, help="changes the adapter applies at once (default 16)")
+    p.add_argument(
+        "--no-observe-again", dest="again", action="store_false", help="skip the second observe (time for the interval itself)"
+    )
     p.add_argument("--time-limit", type=float, default=10.0, help="the planner's time limit, seconds (default 10)")
     args = p.parse_args()
-    for name, value, lo, hi in (("nodes", args.nodes, 1, 5000), ("pods", args.pods, 1, 100000), ("threads", args.threads, 1, 64)):
+    bounds = (
+        ("nodes", args.nodes, 1, 5000),
+        ("pods", args.pods, 1, 100000),
+        ("threads", args.threads, 1, 64),
+        ("api-threads", args.api_threads, 1, 256),
+    )
+    for name, value, lo, hi in bounds:
         if not lo <= value <= hi:
             p.error(f"--{name}: must be {lo}-{hi}, got {value}")
     if not 0 <= args.running <= 1:
@@ -146,6 +161,8 @@ def main() -> int:
     if missing:
         print(f"k8s_scale: {missing[0]} missing; build with: bash deploy/sandbox/build.sh", file=sys.stderr)
         return 2
+    began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fp-k8s-scale-") as tmp:
         sandbox = Sandbox(Path(tmp) / "sandbox", ports={"apiserver": free_port(), "etcd": free_port(), "etcd_peer": free_port()})
         try:
@@ -159,7 +176,7 @@ def main() -> int:
 
             client = api_client(info)
             counter = CallCounter(client)
-            adapter = KubernetesAdapter(client, namespaces=[NAMESPACE], clock=WallClock())
+            adapter = KubernetesAdapter(client, namespaces=[NAMESPACE], clock=WallClock(), workers=args.api_threads)
             policy = make_policy("flowplan", time_limit=args.time_limit)
             table: list[tuple[str, float, int, str]] = []
             with counter.stage(table, "observe"):
@@ -172,8 +189,10 @@ def main() -> int:
                 outcomes = adapter.apply(changes)
             with counter.stage(table, "reconcile"):
                 adapter.reconcile()
-            with counter.stage(table, "observe again"):
-                again = adapter.observe()
+            again = None
+            if args.again:
+                with counter.stage(table, "observe again"):
+                    again = adapter.observe()
         except SandboxError as exc:
             print(f"k8s_scale: {exc}", file=sys.stderr)
             return 2
@@ -181,14 +200,22 @@ def main() -> int:
             log("sandbox down ...")
             sandbox.down()
 
+    load_after = os.getloadavg()
     kinds = collections.Counter(c.kind for c in changes)
+    jobs = {j.id: j for j in snapshot.jobs}
+    resizes = collections.Counter(_direction(c, jobs[c.job]) for c in changes if c.kind == "resize")
+    said = collections.Counter(o.message.split(" ")[0] for o in outcomes if o.ok)
     failed = collections.Counter(o.error for o in outcomes if not o.ok)
     running = sum(1 for j in snapshot.jobs if j.status == "running")
-    print(f"\n{args.nodes} kwok nodes, {args.pods} FlowPlan pods ({running} bound, {len(snapshot.jobs) - running} pending)")
+    print(f"\n{began}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} CPUs, shared)")
+    print(f"{args.nodes} kwok nodes, {args.pods} FlowPlan pods ({running} bound, {len(snapshot.jobs) - running} pending)")
     print(f"sandbox up {up:.1f} s; pods created in {created:.1f} s ({args.pods / created:.0f}/s, {args.threads} threads)")
     print(f"plan: {len(plan.assignments)} assignments, {len(plan.unserved)} unserved, solver {plan.solver.status}")
     print(f"changes: {dict(kinds)}; failed outcomes: {dict(failed) or 'none'}; check: {len(violations)} violations")
-    print(f"after apply: {sum(1 for j in again.jobs if j.status == 'running')} jobs running\n")
+    print(f"resizes: {dict(resizes)}; outcomes by first word: {dict(said)}")
+    if again is not None:
+        print(f"after apply: {sum(1 for j in again.jobs if j.status == 'running')} jobs running")
+    print()
     print(f"| {'stage':<20} | {'wall s':>8} | {'API calls':>9} | calls (most frequent) |")
     print(f"|{'-' * 22}|{'-' * 10}|{'-' * 11}|{'-' * 23}|")
     for name, wall, calls, detail in table:
@@ -198,6 +225,14 @@ def main() -> int:
     print(f"| {'one interval':<20} | {interval:8.2f} | {calls:9d} | observe + plan + apply + reconcile |")
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "interval_s": round(interval, 2), "api_calls": calls}))
     return 0
+
+
+def _direction(change: Any, job: Any) -> str:
+    """A resize against what the job held when observed: more CPU, less, or the same CPU (its cap changes)."""
+    held = job.allocation.cpu_millis if job.allocation is not None else None
+    if held is None or change.cpu_millis == held:
+        return f"same CPU ({change.cpu_millis}m), cap {change.cpu_limit_millis}"
+    return f"{held}m -> {change.cpu_millis}m" if held < change.cpu_millis else f"less ({held}m -> {change.cpu_millis}m)"
 
 
 if __name__ == "__main__":

@@ -384,9 +384,15 @@ def verdict(sc: Scenario, imp: dict[str, Any]) -> list[str]:
     if sc.headline is not None and sc.baseline in imp and imp[sc.baseline]["mean"] is not None:
         m = imp[sc.baseline]["mean"]
         reached = m >= sc.headline
+        extra = ""
+        if sc.metric == "job_jct":  # "without a longer makespan" is part of the headline
+            ms = imp[sc.baseline].get("makespan_change")
+            reached = reached and ms is not None and ms <= 0.0
+            if ms is not None:
+                extra = f", {change_text('makespan', ms)}"
         out.append(
             f"- Headline ({sc.paper}, vs {sc.baseline}): {sc.headline_text}. FlowPlan: "
-            f"{gain_text(m, imp[sc.baseline]['unit'])} — " + ("**reached**." if reached else "**not reached**.")
+            f"{gain_text(m, imp[sc.baseline]['unit'])}{extra} — " + ("**reached**." if reached else "**not reached**.")
         )
     return out
 

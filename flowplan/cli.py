@@ -4,6 +4,11 @@ Exit codes: 0 success; 2 bad input (a bad snapshot, file or option — one line 
 file, field and value); 1 an internal failure (a plan that failed the checker, which is a bug); 130
 interrupted by Ctrl-C (one line, no traceback; ``flowplan/__main__.py`` covers the imports before ``main``).
 Set ``FLOWPLAN_DEBUG=1`` to see tracebacks of internal failures.
+
+Start-up: this module imports only the standard library and the light command modules at the top. The
+planner, the models, pydantic, NumPy and the service's FastAPI are imported inside the commands that
+use them, so ``flowplan --version``, ``--help`` and the commands that never plan start at once
+(``tests/test_cli.py`` checks that importing this module loads none of them).
 """
 
 from __future__ import annotations
@@ -14,19 +19,15 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from flowplan import __version__
 from flowplan.argtypes import finite, positive_epochs, positive_seconds
-from flowplan.render import render_table
-from planner import PlanCheckError, PlannerConfig, SnapshotError, check_plan, load_snapshot, plan
-from planner.core import snapshot_digest
-from planner.errors import field_path, first_error
-from planner.plan import Plan
-from planner.snapshot import ObjectiveProfile, Snapshot
+
+if TYPE_CHECKING:
+    from planner.snapshot import ObjectiveProfile, Snapshot
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -35,16 +36,42 @@ class UsageError(Exception):
     """A user mistake: printed as one line, exit code 2."""
 
 
-def objective_help(who: str) -> str:
-    """``--help`` text of ``--objective``: every profile and what it optimises."""
-    from planner.policies.flowplan import OBJECTIVE_ALIASES, OBJECTIVE_MEANINGS
+class DeferredHelp(str):
+    """A ``--help`` text that needs a slow import (the planner's objective profiles): ``make()`` builds
+    it when :class:`CliParser` prints help, so building the parser imports nothing heavy."""
 
-    profiles = "; ".join(f"'{name}': {meaning}" for name, meaning in OBJECTIVE_MEANINGS.items())
-    short = ", ".join(f"'{a}'" for a in OBJECTIVE_ALIASES)
-    return (
-        f"what {who} optimises, in priority order (sets the snapshot's settings.objective). {profiles}. "
-        f"Short names: {short} (the term right after the deadlines). Default: the snapshot's own setting"
-    )
+    make: Callable[[], str]
+
+    def __new__(cls, make: Callable[[], str]) -> DeferredHelp:
+        text = super().__new__(cls, "(see --help)")
+        text.make = make
+        return text
+
+
+class CliParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that fills in :class:`DeferredHelp` texts just before printing help."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if isinstance(action.help, DeferredHelp):
+                action.help = action.help.make()
+        return super().format_help()
+
+
+def objective_help(who: str) -> str:
+    """``--help`` text of ``--objective``: every profile and what it optimises (deferred: see :class:`DeferredHelp`)."""
+
+    def make() -> str:
+        from planner.policies.flowplan import OBJECTIVE_ALIASES, OBJECTIVE_MEANINGS
+
+        profiles = "; ".join(f"'{name}': {meaning}" for name, meaning in OBJECTIVE_MEANINGS.items())
+        short = ", ".join(f"'{a}'" for a in OBJECTIVE_ALIASES)
+        return (
+            f"what {who} optimises, in priority order (sets the snapshot's settings.objective). {profiles}. "
+            f"Short names: {short} (the term right after the deadlines). Default: the snapshot's own setting"
+        )
+
+    return DeferredHelp(make)
 
 
 def objective_arg(text: str | None) -> ObjectiveProfile | None:
@@ -60,7 +87,7 @@ def objective_arg(text: str | None) -> ObjectiveProfile | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         prog="flowplan",
         description="Plan CPU/GPU shares and placements for deep-learning training jobs.",
     )
@@ -154,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read_snapshot(path: str) -> Snapshot:
+    from planner import SnapshotError, load_snapshot
     from planner.io import parse_snapshot
 
     name = "<stdin>" if path == "-" else path
@@ -194,6 +222,8 @@ def _write(text: str, out: str | None) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from flowplan.render import render_table
+    from planner import PlannerConfig, plan
     from planner.policies.flowplan import with_objective
 
     objective = objective_arg(args.objective)
@@ -244,12 +274,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    from planner.plan import Plan
+    from planner.snapshot import Snapshot
+
     model = Snapshot if args.which == "snapshot" else Plan
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
     return EXIT_OK
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from planner import check_plan
+    from planner.core import snapshot_digest
+    from planner.errors import field_path, first_error
+    from planner.plan import Plan
+
     snapshot = _read_snapshot(args.snapshot)
     try:
         plan_obj = Plan.model_validate_json(Path(args.plan).read_bytes(), strict=True)
@@ -278,6 +318,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_INTERNAL if violations else EXIT_OK
 
 
+def _is_plan_check_error(exc: Exception) -> bool:
+    """Is ``exc`` the planner's ``PlanCheckError``? Asked without importing the planner: a command that
+    never imported it cannot have raised it."""
+    errors = sys.modules.get("planner.errors")
+    return errors is not None and isinstance(exc, errors.PlanCheckError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Inside the try: building the parser imports each subcommand's module, which takes a while.
@@ -295,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"flowplan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except PlanCheckError as exc:
-        if os.environ.get("FLOWPLAN_DEBUG"):
+    except Exception as exc:
+        if not _is_plan_check_error(exc) or os.environ.get("FLOWPLAN_DEBUG"):
             raise
         print(f"flowplan: internal error: the plan failed the checker: {exc}", file=sys.stderr)
         return EXIT_INTERNAL

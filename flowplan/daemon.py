@@ -2,9 +2,10 @@
 
     flowplan daemon --adapter docker --hosts a=unix:///var/run/docker.sock b=tcp://10.0.0.2:2375 \\
         [--interval 30] [--dry-run] [--state flowplan-state.db]
-    flowplan daemon --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] [--interval 30]
+    flowplan daemon --adapter kubernetes [--kubeconfig PATH] [--namespace NS ...] [--interval 30] [--api-threads 16]
 
-Metric histories, plans and actions go to the SQLite state store at ``--state``; a restarted daemon
+Metric histories, plans and actions go to the state store at ``--state`` (a SQLite file, or a
+``postgresql://`` URL shared with other daemons and service replicas); a restarted daemon
 settles the actions its predecessor left pending (see :mod:`adapters.daemon`) and carries on.
 SIGTERM or Ctrl-C stop it after the interval in progress (a sleeping daemon stops at once, without
 planning again).
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from flowplan.argtypes import seconds, whole
+from flowplan.state_arg import add_state_argument, is_url, open_store, shown
 
 DEFAULT_HOST = "local=unix:///var/run/docker.sock"
 
@@ -138,7 +140,7 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
         help="docker: also read jobs' progress from this MLflow tracking server (runs tagged flowplan.job=<job id>)",
     )
     p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
-    p.add_argument("--state", default="flowplan-state.db", metavar="PATH", help="SQLite state store (default: flowplan-state.db)")
+    add_state_argument(p, "where histories, plans, actions and leases are kept")
 
 
 def register(sub: Any) -> None:
@@ -147,7 +149,8 @@ def register(sub: Any) -> None:
         help="apply plans to Docker hosts or a Kubernetes cluster every interval (observe, plan, diff, apply)",
         description="Run the control loop against Docker hosts (containers labelled flowplan.job) or a Kubernetes "
         "cluster (pods with schedulerName flowplan or the flowplan.io/job label): observe, plan, and apply only what "
-        "changed. Histories, plans and actions are kept in the SQLite state store. On Kubernetes the daemons are "
+        "changed. Histories, plans and actions are kept in the state store (--state: a SQLite file, or a PostgreSQL "
+        "URL shared by several daemons and service replicas). On Kubernetes the daemons are "
         "candidates for a Lease: only its holder acts, the others wait as standbys.",
     )
     add_adapter_arguments(p)
@@ -167,6 +170,12 @@ def register(sub: Any) -> None:
         help="after a host has been unreachable this long, its migratable jobs are planned elsewhere (default 60 s)",
     )
     p.add_argument("--migration-budget", type=int, default=4, metavar="N", help="checkpoint-restarts per interval (default 4)")
+    p.add_argument(
+        "--api-threads",
+        type=whole(1, 256),
+        metavar="N",
+        help="kubernetes: changes applied and pod logs read at once, each with its own API calls, 1 to 256 (default 16)",
+    )
     p.add_argument(
         "--no-events",
         dest="events",
@@ -240,7 +249,9 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
         if getattr(args, "mlflow", None):
             raise UsageError("--mlflow: Docker only for now; with --adapter kubernetes, report progress in the pods' logs")
-        extra = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        extra: dict[str, Any] = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        if getattr(args, "api_threads", None) is not None:
+            extra["workers"] = args.api_threads
         return build_kubernetes_adapter(args, store, settings, **extra)
     try:
         specs = [HostSpec.parse(h) for h in args.hosts]
@@ -327,18 +338,6 @@ def kubernetes_guard(args: argparse.Namespace, adapter: Any, stopped: Any) -> An
     return guard
 
 
-def open_store(path: str) -> Any:
-    from flowplan.cli import UsageError
-    from store import StateStore, StoreError
-
-    try:
-        return StateStore(path)
-    except (StoreError, OSError) as exc:
-        raise UsageError(f"--state {path}: {exc}") from None
-    except Exception as exc:  # sqlite3.DatabaseError: not a database
-        raise UsageError(f"--state {path}: cannot open the state store ({exc})") from None
-
-
 def _start_metrics(args: argparse.Namespace) -> Any:
     """The daemon's metrics, served; ``args.metrics_port`` becomes the port bound (for port 0)."""
     import socket
@@ -381,7 +380,7 @@ def _banner(args: argparse.Namespace, guard: Any = None) -> str:
     lease = f"; lease {guard.elector.where} as {guard.elector.identity}" if hasattr(guard, "elector") else ""
     return (
         f"flowplan daemon {ver}: {args.adapter} ({where}); scope {scope}; interval {args.interval:g} s, re-plans on {wake}; "
-        f"policy {policy}; state {args.state}{lease}" + ("; DRY RUN: changes nothing" if args.dry_run else "")
+        f"policy {policy}; state {shown(args.state)}{lease}" + ("; DRY RUN: changes nothing" if args.dry_run else "")
     )
 
 
@@ -414,13 +413,15 @@ def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]
 
 
 def _keep_failed_snapshots(policy: Any, state: str) -> Any:
-    """``policy``, writing the snapshot it failed on beside the state store (for a bug report) before re-raising."""
+    """``policy``, writing the snapshot it failed on beside the state store (for a bug report) before re-raising;
+    in the working directory when the store is a PostgreSQL database."""
+    stem = "flowplan-state" if is_url(state) else state
 
     def plan(snapshot: Any) -> Any:
         try:
             return policy(snapshot)
         except Exception:
-            path = Path(f"{state}.failed-{int(time.time())}.json")
+            path = Path(f"{stem}.failed-{int(time.time())}.json")
             try:
                 path.write_text(snapshot.model_dump_json(indent=1))
                 logging.getLogger("flowplan.daemon").error("the policy failed on the snapshot written to %s", path)

@@ -21,8 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from flowplan.argtypes import whole
-
-_STATE_HELP = "SQLite state store the daemon writes (default: flowplan-state.db)"
+from flowplan.state_arg import add_state_argument, shown
 
 
 def register(sub: Any) -> None:
@@ -34,7 +33,7 @@ def register(sub: Any) -> None:
         "that meets its tier-1 deadline, with who holds what that needs; and its actions.",
     )
     ex.add_argument("job", help="job id")
-    ex.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    add_state_argument(ex, "the state store the daemon writes")
     ex.add_argument("--plans", type=whole(1, 1000), default=5, metavar="N", help="how many recent plans (default 5)")
     ex.add_argument("--plan", type=whole(1), metavar="ID", help="tell it as of this plan instead of the latest")
     ex.add_argument(
@@ -217,7 +216,7 @@ def run_explain(args: argparse.Namespace) -> int:
                 mine.append((i, plan, found))
         if not mine:
             upto = "" if args.plan is None else f" up to plan {args.plan}"
-            raise UsageError(f"{args.job}: not in the last {len(plans)} plan(s){upto} of {args.state}")
+            raise UsageError(f"{args.job}: not in the last {len(plans)} plan(s){upto} of {shown(args.state)}")
         snapshot = store.plan_snapshot(mine[0][0])
     finally:
         store.close()

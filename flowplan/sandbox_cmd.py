@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flowplan.argtypes import positive, positive_seconds, whole
+from flowplan.state_arg import add_state_argument, open_store, shown
 
 
 def register(sub: Any) -> None:
@@ -57,7 +58,7 @@ def register(sub: Any) -> None:
         "time, writes each whole epoch to the state store (give the daemon the same --state), and marks a "
         "pod Succeeded at its last epoch. Runs until every pod it played is done, --for elapses, or Ctrl-C.",
     )
-    train.add_argument("--state", required=True, metavar="PATH", help="the state store the daemon uses (--state)")
+    add_state_argument(train, "the state store the daemon uses (its --state)", required=True)
     train.add_argument("--namespace", default="default", help="the pods' namespace (default: default)")
     train.add_argument("--kubeconfig", metavar="PATH", help="default: $KUBECONFIG, else the sandbox's")
     train.add_argument("--speedup", type=positive, default=30.0, metavar="X", help="times real time (default 30)")
@@ -96,7 +97,6 @@ def run_train(args: argparse.Namespace) -> int:
     from adapters.kubernetes.sandbox import default_dir
     from adapters.kubernetes.sandbox_train import SandboxTrainer
     from flowplan.cli import UsageError
-    from store import StateStore, StoreError
 
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG") or str(default_dir() / "kubeconfig")
     try:
@@ -105,13 +105,11 @@ def run_train(args: argparse.Namespace) -> int:
         api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
     except Exception as exc:  # no file, a bad one
         raise UsageError(f"--kubeconfig: {kubeconfig}: {exc} (run 'flowplan sandbox up' first)") from None
-    try:
-        store = StateStore(args.state)
-    except (StoreError, OSError) as exc:
-        raise UsageError(f"--state: {args.state}: {exc}") from None
+    store = open_store(args.state)
     trainer = SandboxTrainer(api, store, args.namespace, args.speedup)
     started = time.monotonic()
-    print(f"sandbox train: namespace {args.namespace}, {args.speedup:g}x real time, points to {args.state}", file=sys.stderr)
+    where = shown(args.state)
+    print(f"sandbox train: namespace {args.namespace}, {args.speedup:g}x real time, points to {where}", file=sys.stderr)
     try:
         while True:
             try:

@@ -1,4 +1,5 @@
-"""``flowplan serve``: run the HTTP service (FastAPI on uvicorn) over the SQLite state store.
+"""``flowplan serve``: run the HTTP service (FastAPI on uvicorn) over the state store: a SQLite file, or a
+PostgreSQL database that several replicas of the service (and the daemons) share.
 
 Tokens come from the environment (``FLOWPLAN_TOKEN`` read-write, ``FLOWPLAN_READ_TOKEN`` read-only;
 see :mod:`api.settings`). With no token the service is open to anyone who can connect, so it then
@@ -12,12 +13,9 @@ import dataclasses
 import ipaddress
 import socket
 import sys
-from pathlib import Path
 
 from flowplan.argtypes import whole
-
-#: The state file the service and the daemon share unless told otherwise.
-DEFAULT_STATE = "flowplan-state.db"
+from flowplan.state_arg import add_state_argument, is_url, open_store, shown
 
 
 class ServeError(Exception):
@@ -28,19 +26,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="run the HTTP service (plans, metric ingestion, targets, predictions)",
-        description="Run the FlowPlan HTTP service over the SQLite state store shared with the daemon. "
+        description="Run the FlowPlan HTTP service over the state store shared with the daemon: a SQLite file, or a "
+        "PostgreSQL URL that several replicas of the service share. "
         "Tokens: FLOWPLAN_TOKEN (read-write), FLOWPLAN_READ_TOKEN (read-only); with neither set the "
-        "service binds to loopback only. OpenAPI document at /openapi.json, docs at /docs.",
+        "service binds to loopback only. Plans and predictions run in FLOWPLAN_PLAN_WORKERS worker processes "
+        "(default: one per CPU); beyond FLOWPLAN_PLAN_QUEUE waiting requests (default: as many as workers) the "
+        "service answers 429 with Retry-After. OpenAPI document at /openapi.json, docs at /docs.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=whole(0, 65535), default=8080, help="port (default: 8080; 0 picks a free one)")
-    p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH", help=f"state store file (default: {DEFAULT_STATE})")
+    add_state_argument(p, "the state store the service and the daemon share")
     p.add_argument(
         "--synchronous",
         choices=["full", "normal"],
         default="full",
         help="SQLite durability: full (default) fsyncs every commit, so not even a power cut loses an acknowledged "
-        "point; normal keeps them across a crash of the process but may lose the last ones on a power cut (faster)",
+        "point; normal keeps them across a crash of the process but may lose the last ones on a power cut (faster). "
+        "A PostgreSQL store's durability is the server's (synchronous_commit); this option is ignored there",
     )
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run)
@@ -62,7 +64,6 @@ def _serve(args: argparse.Namespace) -> int:
         from api import ApiSettings, SettingsError, create_app
     except ImportError as exc:
         raise ServeError(f"the service needs its extra: pip install 'flowplan[api]' ({exc.name} is missing)") from None
-    from store import StateStore, StoreError
 
     try:
         settings = ApiSettings.from_env()
@@ -80,15 +81,12 @@ def _serve(args: argparse.Namespace) -> int:
         notice = "only a read-only token is configured: every write will be refused"
     else:
         notice = ""
-    state = Path(args.state)
-    if args.state != ":memory:" and not state.parent.is_dir():
-        raise ServeError(f"--state {args.state}: directory {state.parent} does not exist")
+    from flowplan.cli import UsageError
+
     try:
-        store = StateStore(args.state, synchronous="FULL" if args.synchronous == "full" else "NORMAL")
-    except (StoreError, OSError) as exc:
-        raise ServeError(f"--state {args.state}: {exc}") from None
-    except Exception as exc:  # sqlite3.DatabaseError: not a database file, locked past the timeout
-        raise ServeError(f"--state {args.state}: cannot open the state store: {exc}") from None
+        store = open_store(args.state, synchronous="FULL" if args.synchronous == "full" else "NORMAL")
+    except UsageError as exc:
+        raise ServeError(str(exc)) from None
     if notice:
         print(f"flowplan serve: {notice}", file=sys.stderr)
     try:
@@ -102,7 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
         sock.listen(2048)  # listening before we say so: a client reading the line below may connect at once
         host, port = sock.getsockname()[:2]
         print(
-            f"flowplan serve: state {args.state} (synchronous={args.synchronous}); listening on http://{host}:{port}",
+            f"flowplan serve: state {shown(args.state)} "
+            + ("(PostgreSQL)" if is_url(args.state) else f"(synchronous={args.synchronous})")
+            + f"; {settings.workers} plan worker(s), queue {settings.queue}; listening on http://{host}:{port}",
             file=sys.stderr,
             flush=True,
         )

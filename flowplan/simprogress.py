@@ -17,10 +17,11 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from adapters.loop import Tick
-from adapters.sim.cluster import SimCluster
+if TYPE_CHECKING:
+    from adapters.loop import Tick
+    from adapters.sim.cluster import SimCluster
 
 #: Redraw the live view at most this often (wall seconds): a long scenario has thousands of intervals.
 REDRAW_SECONDS = 0.1

@@ -14,14 +14,18 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.sim.compare import improvements, stat, summarise
-from adapters.sim.run import RunResult, simulate
-from adapters.sim.scenario import SCENARIO_METRICS, Scenario, ScenarioError, load_scenario
-from adapters.sim.truth import TraceError, TraceLibrary, history_priors
 from flowplan.argtypes import positive_seconds, whole
-from flowplan.simprogress import SimProgress, fmt_t
+from flowplan.state_arg import add_state_argument
+
+if TYPE_CHECKING:
+    from adapters.sim.run import RunResult
+    from adapters.sim.scenario import Scenario
+    from adapters.sim.truth import TraceLibrary
+
+# The simulator (and through it the planner) is imported inside the functions that run it: building
+# the ``flowplan`` parser imports this module, and ``flowplan --help`` must not wait for the planner.
 
 DEMO = Path(__file__).resolve().parent.parent / "adapters" / "sim" / "data" / "demo.toml"
 
@@ -47,11 +51,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seeds", type=whole(1, 1000), default=1, metavar="N", help="run seeds 0..N-1 (default 1)")
     p.add_argument("--seed", type=whole(0, 2**31 - 1), default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write a JSON result per policy and seed, a summary and PNG plots here")
-    p.add_argument(
-        "--state",
-        metavar="PATH",
-        help="record the first policy's first seed (its plans and actions) to this SQLite state store, as the daemon "
-        "does, for flowplan status / events / explain (appended to an existing store)",
+    add_state_argument(
+        p,
+        "record the first policy's first seed (its plans and actions) to this state store, as the daemon does, for "
+        "flowplan status / events / explain (appended to an existing store; default: none)",
+        default=None,
     )
     p.add_argument("--data", metavar="DIR", help="measured data folder (default: the bundled copy; traces need ../shared/data)")
     p.add_argument(
@@ -84,6 +88,8 @@ def register(sub: Any) -> None:
 
 
 def _fmt_t(seconds: float | None) -> str:
+    from flowplan.simprogress import fmt_t
+
     return fmt_t(seconds)
 
 
@@ -97,6 +103,8 @@ def make_sim_policy(name: str, time_limit: float, priors: dict[str, Any] | None,
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrary, Path | None]:
+    from adapters.sim.scenario import ScenarioError, load_scenario
+    from adapters.sim.truth import TraceError, TraceLibrary
     from flowplan.cli import UsageError
 
     path = args.scenario or str(DEMO)
@@ -134,7 +142,11 @@ def with_oracle(policies: Sequence[str]) -> list[str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from adapters.sim.run import simulate
+    from adapters.sim.scenario import ScenarioError
+    from adapters.sim.truth import history_priors
     from flowplan.cli import UsageError, objective_arg
+    from flowplan.simprogress import SimProgress
 
     objective = objective_arg(args.objective)
     scenario, policies, library, data = _resolve(args)
@@ -155,7 +167,7 @@ def run_command(args: argparse.Namespace) -> int:
     runs: list[RunResult] = []
     recorder = None
     if args.state is not None:
-        from flowplan.daemon import open_store
+        from flowplan.state_arg import open_store
 
         recorder = open_store(args.state)
     labels = [f"{p} seed {s}" for p in policies for s in seeds]
@@ -275,6 +287,9 @@ def change_text(what: str, change_pct: float) -> str:
 
 
 def _summary(scenario: Scenario, runs: list[RunResult]) -> dict[str, Any]:
+    from adapters.sim.compare import improvements, stat, summarise
+    from adapters.sim.scenario import SCENARIO_METRICS
+
     stats = summarise(runs)
     extra: dict[str, dict[str, Any]] = {}
     for p in stats:
@@ -321,6 +336,8 @@ def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
 
 def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = False) -> str:
     """The final table and its notes; ``rich``: the table drawn for a terminal (flowplan.tables)."""
+    from adapters.sim.scenario import SCENARIO_METRICS
+
     n = len(summary["seeds"])
 
     def get(p: str, f: str) -> tuple[float | None, float | None]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -36,14 +35,13 @@ def register(sub: Any) -> None:
 def run_snapshot(args: argparse.Namespace) -> int:
     from adapters.docker import MemoryStore
     from flowplan.cli import UsageError, _write
-    from flowplan.daemon import build_adapter, open_store
+    from flowplan.daemon import build_adapter
+    from flowplan.state_arg import open_store
 
     logging.basicConfig(level=logging.ERROR)  # warnings are printed below, once each
     store: Any
     if args.state is not None:
-        if not Path(args.state).is_file():
-            raise UsageError(f"--state {args.state}: no such file")
-        store = open_store(args.state)
+        store = open_store(args.state, must_exist=True)
     else:
         store = MemoryStore()
     adapter = build_adapter(args, store, read_stats=False)

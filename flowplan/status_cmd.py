@@ -21,12 +21,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from flowplan.argtypes import positive, whole
+from flowplan.state_arg import add_state_argument, exists, open_store, shown
 
-_STATE_HELP = "SQLite state store the daemon writes (default: flowplan-state.db)"
+_STATE_USE = "the state store the daemon writes"
 
 
 def register(sub: Any) -> None:
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
         help="what the daemon did, when, and how it ended",
         description="The actions the daemon set out to apply (newest last): when, which job, what, and how it ended.",
     )
-    ev.add_argument("--state", default="flowplan-state.db", metavar="PATH", help=_STATE_HELP)
+    add_state_argument(ev, _STATE_USE)
     ev.add_argument("--job", metavar="JOB", help="only this job's")
     ev.add_argument("--limit", type=whole(1, 100_000), default=50, metavar="N", help="the newest N (default 50)")
     ev.add_argument("-o", "--output", choices=["table", "json"], default="table")
@@ -65,13 +65,8 @@ def register(sub: Any) -> None:
     explain_cmd.register(sub)  # its own module: it works out what the job was offered
 
 
-def _open(path: str) -> Any:
-    from flowplan.cli import UsageError
-    from flowplan.daemon import open_store
-
-    if path != ":memory:" and not Path(path).exists():
-        raise UsageError(f"--state {path}: no state store there (flowplan daemon or flowplan simulate --state writes one)")
-    return open_store(path)
+def _open(location: str) -> Any:
+    return open_store(location, must_exist=True)
 
 
 def _dur(seconds: float) -> str:
@@ -241,10 +236,10 @@ def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: A
 def _live(args: argparse.Namespace) -> int:
     """Observe once, plan once (as the daemon would, 1 s of search), and show it; changes nothing."""
     from adapters.docker import MemoryStore
-    from flowplan.daemon import build_adapter, open_store
+    from flowplan.daemon import build_adapter
     from planner import PlannerConfig, plan
 
-    store: Any = open_store(args.state) if Path(args.state).is_file() else MemoryStore()
+    store: Any = open_store(args.state) if exists(args.state) else MemoryStore()
     adapter = build_adapter(args, store, read_stats=False) if args.adapter == "docker" else build_adapter(args, store)
     try:
         while True:
@@ -279,9 +274,8 @@ def run_status(args: argparse.Namespace) -> int:
             if args.watch is not None and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
             if latest is None:
-                sys.stdout.write(
-                    f"{args.state}: " + (f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet") + "\n"
-                )
+                missing = f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet"
+                sys.stdout.write(f"{shown(args.state)}: {missing}\n")
             else:
                 plan_id, plan = latest
                 render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output)

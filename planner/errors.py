@@ -36,6 +36,10 @@ class PlanCheckError(PlannerError):
         self.violations = violations
         super().__init__("; ".join(violations[:5]) + (f" (+{len(violations) - 5} more)" if len(violations) > 5 else ""))
 
+    def __reduce__(self) -> tuple[type[PlanCheckError], tuple[list[str]]]:
+        # Rebuilt from its violations, not its message: the service's worker processes raise it across a pipe.
+        return (type(self), (self.violations,))
+
 
 def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     """``('jobs', 3, 'min_cpu_millis')`` -> ``jobs[3].min_cpu_millis``."""

@@ -8,7 +8,7 @@ finish and hand their share on:
   each job's ``max_cpu_millis``): no node has free CPU while a placed job is below its max (work
   conservation). Applied as weights (``cpu.weight`` / ``--cpu-shares`` / requests), the shares are
   what each job gets while all are busy; a job that finishes or idles hands its share on at once.
-- **Deadlines first.** A job with an open tier-1 deadline it can still meet is reserved the
+- **Deadlines first** (before the tail guard's floors too). A job with an open tier-1 deadline it can still meet is reserved the
   smallest share that reaches tier 1 in time at a constant rate (higher priority, then less slack,
   first). A deadline that cannot be met even at the job's max reserves nothing (the capacity goes
   where it still buys something), unless its tier 1 is only assumed (no curve yet): then it gets
@@ -17,7 +17,9 @@ finish and hand their share on:
 
   - ``deadlines>mean-jct>makespan``: the job that would finish last under the equal split (what
     the kernel gives Docker's default) keeps at least its share *along that split's own
-    trajectory*, so the batch's critical path is never slower than the default's;
+    trajectory*, so the batch's critical path is never slower than the default's; and so does any
+    other job the rollout shows ending after that split's makespan (a long job held back behind
+    the critical one by shortest-first), so the batch ends no later than under the default;
   - ``deadlines>makespan>mean-jct``, lexicographically: a first rollout reserves every job what
     finishes it by the node's makespan lower bound (the slowest job alone at its max, or the total
     work at each job's most efficient share over the node; longest first when that does not fit),
@@ -109,31 +111,24 @@ def _rule(
     floor: np.ndarray,
     capacity: float,
 ) -> np.ndarray:
-    """Grid index per job (−1 for inactive) for one moment of the rollout; ``floor``: least share
-    per job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none)."""
+    """The share per job (0 for inactive) for one moment of the rollout; ``floor``: least share per
+    job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none). Shares are
+    grid steps, except a guarded job's floor, which is met exactly (between two steps, the step above
+    may not fit for every guarded job: two tied long jobs would end apart, one of them late)."""
     J = len(jobs)
     level = np.full(J, -1, dtype=np.int64)
+    exact = np.full(J, math.nan)  # a floor met between two grid steps (level: the step below it)
     idx = np.flatnonzero(active)
     if idx.size == 0:
-        return level
-    for j in idx.tolist():
-        g = jobs[j].grid
-        level[j] = max(int(np.searchsorted(g, floor[j] + 1e-6, side="right")) - 1, 0)  # at most the floor: it fits
-    used = float(sum(jobs[j].grid[level[j]] * jobs[j].replicas for j in idx.tolist()))
-    room = capacity - used
-    # A floor between two grid steps is met with the step above where that fits: rounding it down
-    # would leave the critical job a little below the equal split's pace at every moment, which adds
-    # up to a longer makespan than the default's.
-    for j in idx.tolist():
-        g = jobs[j].grid
-        at = int(level[j])
-        if g[at] < floor[j] - 1e-6 and at + 1 < len(g):
-            extra = float(g[at + 1] - g[at]) * jobs[j].replicas
-            if extra <= room + 1e-9:
-                level[j] = at + 1
-                room -= extra
+        return np.zeros(J)
+    level[idx] = 0
+    room = capacity - float(sum(jobs[j].grid[0] * jobs[j].replicas for j in idx.tolist()))
 
-    # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the guard.
+    # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the tail guard
+    # (its floor, or a finish time), after the deadlines as the profile orders them. A floor is met
+    # exactly (as much of it as fits): rounded down to the grid it would leave a guarded job a little
+    # below the equal split's pace at every moment, which adds up to a longer makespan than the
+    # default's.
     wants: list[tuple[int, float, float, int, int]] = []
     for j in idx.tolist():
         job, r = jobs[j], rates[j]
@@ -145,6 +140,10 @@ def _rule(
                 k = len(job.grid) - 1
             if k is not None and k > 0:
                 wants.append((0, -job.weight, span, j, k))
+        if floor[j] > 0:
+            k = min(int(np.searchsorted(job.grid, floor[j] - 1e-6, side="left")), len(job.grid) - 1)
+            if k > 0:
+                wants.append((1, 0.0, -left[j] / r[-1], j, k))
         if math.isfinite(guard[j]) and left[j] > 0:
             span = guard[j] - now - start
             k = _level_for_rate(r, left[j] / span) if span > 0 else None
@@ -156,6 +155,13 @@ def _rule(
         have = int(level[j])
         if k <= have:
             continue
+        if cls == 1 and floor[j] > 0:
+            want = min(float(floor[j]), float(g[have]) + room / jobs[j].replicas)
+            if want > g[have]:
+                room -= (want - float(g[have])) * jobs[j].replicas
+                level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
+                exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
+            continue
         extra = float(g[k] - g[have]) * jobs[j].replicas
         if extra <= room + 1e-9:
             level[j] = k
@@ -163,12 +169,11 @@ def _rule(
             continue
         if cls == 0 and not jobs[j].tier1_assumed:
             continue  # a deadline share that does not fit would not meet the deadline either
-        # The guard's, or an assumed deadline's: the highest level that still fits.
-        fit = np.flatnonzero((g - g[have]) * jobs[j].replicas <= room + 1e-9)
-        best = int(fit[-1]) if fit.size else have
-        if best > have:
-            room -= float(g[best] - g[have]) * jobs[j].replicas
-            level[j] = best
+        # The guard's, or an assumed deadline's: all the room there is.
+        want = float(g[have]) + room / jobs[j].replicas
+        level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
+        exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
+        room = 0.0
 
     # The rest by marginal value per millicore (made non-increasing per job: a concave envelope,
     # so every job's taken steps are a prefix and one global sort gives the greedy's answer).
@@ -179,10 +184,13 @@ def _rule(
         if k0 >= len(job.grid) - 1:
             continue
         milestone = left1[j] if left1[j] > 0 else left[j]
-        gain = np.diff(r[k0:]) * job.weight / max(milestone, 1e-9)
+        base_share, base_rate = job.grid[k0].astype(float), r[k0]
+        if not math.isnan(exact[j]):
+            base_share, base_rate = exact[j], float(np.interp(exact[j], job.grid, r))
+        gain = np.diff(np.concatenate(([base_rate], r[k0 + 1 :]))) * job.weight / max(milestone, 1e-9)
         if job.current is not None and now == 0.0:
             gain = gain * np.where(job.grid[k0 + 1 :] <= job.current, 1.0 + HOLD_BONUS, 1.0)
-        cost = np.diff(job.grid[k0:]).astype(float) * job.replicas
+        cost = np.diff(np.concatenate(([base_share], job.grid[k0 + 1 :].astype(float)))) * job.replicas
         d = np.minimum.accumulate(np.maximum(gain, 0.0) / np.maximum(cost, 1e-9))
         js.append(np.full(d.size, j))
         ks.append(np.arange(k0 + 1, k0 + 1 + d.size))
@@ -193,8 +201,26 @@ def _rule(
         order = np.lexsort((kk, jj, -dd))
         taken = np.cumsum(cc[order]) <= room + 1e-9
         for j, k in zip(jj[order][taken].tolist(), kk[order][taken].tolist(), strict=True):
-            level[j] = max(level[j], k)
-    return level
+            if k > level[j]:
+                level[j], exact[j] = k, math.nan
+        # What is left is less than any next step: part of the best next step, so the rollout
+        # hands out all of the node as the kernel would (a few millicores kept back from a short
+        # job make it, and the job waiting for its share, end later than under the equal split).
+        share = _shares(jobs, level, exact)
+        rest = room - float(np.sum(cc[order][taken]))
+        for j, k in zip(jj[order][~taken].tolist(), kk[order][~taken].tolist(), strict=True):
+            if rest <= 1e-6:
+                break
+            if k == level[j] + 1:
+                exact[j] = share[j] + min(rest / jobs[j].replicas, float(jobs[j].grid[k]) - share[j])
+                rest -= (exact[j] - share[j]) * jobs[j].replicas
+    return _shares(jobs, level, exact)
+
+
+def _shares(jobs: Sequence[ShareJob], level: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Each job's share: its grid step, or the exact share it holds between two steps."""
+    share = np.array([float(job.grid[int(k)]) if k >= 0 else 0.0 for job, k in zip(jobs, level, strict=True)])
+    return np.where(np.isnan(exact), share, exact)
 
 
 def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float) -> np.ndarray:
@@ -224,10 +250,12 @@ def _rollout(
     rates: list[np.ndarray],
     allocate: Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray],
     trajectory: list[tuple[float, np.ndarray]] | None = None,
+    breaks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predicted (finish, tier-1 time) per job when ``allocate(active, left, left1, now)`` (a share
     per job) is re-applied at every event, and the first allocation; ``trajectory`` (if given)
-    collects (time, shares) at every event."""
+    collects (time, shares) at every event; ``breaks``: more times at which to re-apply it (where the
+    equal split's trajectory, which the tail guard's floors follow, changes)."""
     J = len(jobs)
     left = np.array([max(j.remaining, 0.0) for j in jobs])
     left1 = np.array([j.remaining_tier1 if j.remaining_tier1 is not None else 0.0 for j in jobs])
@@ -260,6 +288,10 @@ def _rollout(
             dt = min(dt, blocked[j] - now)
         if not math.isfinite(dt):
             break
+        if breaks is not None:
+            later = breaks[breaks > now + 1e-6]
+            if later.size and later[0] - now < dt:
+                dt = float(later[0] - now)
         for j in np.flatnonzero(running).tolist():
             done = rate[j] * dt
             if left1[j] > 0 and done >= left1[j] - 1e-9:
@@ -299,6 +331,7 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
     fair, _, _ = _rollout(jobs, rates, lambda active, left, left1, now: _equal_levels(jobs, active, capacity), path)
     times = np.array([t for t, _ in path]) if path else np.zeros(1)
     fair_shares = np.stack([x for _, x in path]) if path else np.zeros((1, J))
+    breaks = times if profile != MAKESPAN_FIRST else None  # the floors change where the equal split's shares do
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
     guard = np.full(J, math.inf)
@@ -309,10 +342,9 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
         # alive longer, which would keep that share small for longer and slow the critical path).
         floor = np.zeros(J)
         if profile != MAKESPAN_FIRST:
-            at = fair_shares[max(int(np.searchsorted(times, now + 1e-9, side="right")) - 1, 0)]
+            at = fair_shares[max(int(np.searchsorted(times, now + 1e-6, side="right")) - 1, 0)]
             floor = np.where(critical & active, np.where(at > 0, at, [j.hi for j in jobs]), 0.0)
-        level = _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
-        return np.array([float(jobs[j].grid[max(int(level[j]), 0)]) for j in range(J)])
+        return _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
 
     if profile == MAKESPAN_FIRST:
         # Makespan first, lexicographically: (1) every job reserved what finishes it by the node's
@@ -327,9 +359,30 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
         done = reach[np.isfinite(reach)]
         guard[:] = float(done.max()) if done.size else math.inf
 
-    finish, tier1, first = _rollout(jobs, rates, allocate)
+    finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
+    if profile != MAKESPAN_FIRST:
+        # Nobody past the equal split's makespan: a job that shortest-first would push past it
+        # (another long job held back behind the critical one, which then ends last) is guarded
+        # too, and the rule rolled out again; each round guards at least one more job.
+        limit = float(finite.max()) * (1.0 + 1e-3) + 1e-6
+        for _ in range(J):
+            late = np.isfinite(fair) & (finish > limit) & ~critical
+            if not late.any():
+                break
+            critical = critical | late
+            finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
     level = np.array([int(np.searchsorted(j.grid, f)) for j, f in zip(jobs, first, strict=True)])
-    shares = _hand_out_rest(jobs, first.round().astype(np.int64), capacity, level)
+    # Whole millicores: each exact share rounded down, a millicore more to the largest remainders
+    # (a guarded job's floor is met, not missed by a fraction), then whatever the grid left over.
+    shares = np.floor(first + 1e-6).astype(np.int64)
+    spare = int(capacity - sum(int(x) * j.replicas for x, j in zip(shares, jobs, strict=True)))
+    for j in np.argsort(-(first - shares), kind="stable").tolist():
+        if first[j] - shares[j] <= 1e-6 or spare < jobs[j].replicas:
+            continue
+        if shares[j] < jobs[j].hi:
+            shares[j] += 1
+            spare -= jobs[j].replicas
+    shares = _hand_out_rest(jobs, shares, capacity, level)
     return NodeSplit(shares=shares, finish=finish, tier1=tier1, fair_finish=fair)
 
 

@@ -1,13 +1,15 @@
-"""The state store shared by the HTTP service and the daemon (SQLite, WAL, schema migrations).
+"""The state store shared by the HTTP service and the daemon: a SQLite file (WAL) by default, or a
+PostgreSQL database (a ``postgresql://`` URL) that several replicas share; schema migrations on both.
 
 Layer: below ``api`` and ``adapters``, above ``planner``; imports only the standard library,
 pydantic and the planner's contracts (see ``.importlinter``).
 """
 
-from store.errors import MigrationError, SchemaTooNew, StoreError
+from store.backend import is_url, redact
+from store.errors import ConnectError, MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
 from store.speeds import PRIOR_MAX_JOBS, PRIOR_MIN_EPOCHS, SpeedRecord, prior_from
-from store.sqlite import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
+from store.state import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
     "MIGRATIONS",
@@ -15,6 +17,7 @@ __all__ = [
     "PRIOR_MIN_EPOCHS",
     "ActionRecord",
     "ActionStatus",
+    "ConnectError",
     "JobRecord",
     "Lease",
     "MigrationError",
@@ -23,5 +26,7 @@ __all__ = [
     "SpeedRecord",
     "StateStore",
     "StoreError",
+    "is_url",
     "prior_from",
+    "redact",
 ]

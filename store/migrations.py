@@ -2,10 +2,15 @@
 
 ``MIGRATIONS[i]`` takes a database from version ``i`` to version ``i + 1``. A database records the
 version it is at in ``schema_version``; opening it applies every script it has not seen, all in one
-``BEGIN IMMEDIATE`` transaction (so two processes opening a fresh file at once cannot both migrate,
-and a failed migration leaves the database as it was). A database at a newer version than this code
-knows is refused (:class:`~store.errors.SchemaTooNew`): an older FlowPlan must not write to a schema
-it does not understand.
+write transaction that holds the schema's lock (``BEGIN IMMEDIATE`` on SQLite, an advisory lock on
+PostgreSQL), so two processes opening a fresh database at once cannot both migrate, and a failed
+migration leaves the database as it was (PostgreSQL's schema changes are transactional too).
+A database at a newer version than this code knows is refused (:class:`~store.errors.SchemaTooNew`):
+an older FlowPlan must not write to a schema it does not understand.
+
+The scripts are SQLite's dialect; PostgreSQL runs them through :func:`store.postgres.ddl` (its
+types for ``REAL``, ``INTEGER`` and ``AUTOINCREMENT``, no ``WITHOUT ROWID``), so a new script uses
+only what both engines accept after that translation (``tests/test_store.py`` compares the schemas).
 
 To change the schema, APPEND a script; never edit or reorder the published ones. Times are Unix
 seconds (``REAL``) of the wall clock of the process that wrote the row; JSON columns hold the

@@ -14,7 +14,6 @@ updated lenders, all their points (at most ``MAX_PRIOR_POINTS``).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.snapshot import MAX_PRIOR_POINTS, SpeedPoint, SpeedPrior
+from store.backend import Backend
 
 #: A running job lends its speed once it has done this many epochs (a finished one always does).
 PRIOR_MIN_EPOCHS = 1.0
@@ -72,9 +72,9 @@ def prior_from(
 
 
 class SpeedRecords:
-    """The speed part of :class:`store.sqlite.StateStore` (a mixin: it uses the store's connection and lock)."""
+    """The speed part of :class:`store.state.StateStore` (a mixin: it uses the store's connection and lock)."""
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[Backend]:
         raise NotImplementedError  # StateStore's: one write transaction
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -90,7 +90,8 @@ class SpeedRecords:
         epochs: float,
         finished: bool,
     ) -> None:
-        """Replace ``job``'s speed points and what it trains / runs, its epochs done and whether it finished."""
+        """Replace ``job``'s speed points and what it trains / runs, its epochs done and whether it finished.
+        Two writers of one job take turns: the upsert of its ``speed_jobs`` row locks the row."""
         now = time.time()
         with self._write() as db:
             db.execute(
@@ -100,10 +101,12 @@ class SpeedRecords:
                 (job, task, image, float(epochs), int(finished), now),
             )
             db.execute("DELETE FROM speeds WHERE job = ?", (job,))
-            db.executemany(
-                "INSERT OR REPLACE INTO speeds (job, cpu_millis, gpus, seconds_per_epoch) VALUES (?, ?, ?, ?)",
-                [(job, p.cpu_millis, p.gpus, p.seconds_per_epoch) for p in points],
-            )
+            if points:
+                db.executemany(
+                    "INSERT INTO speeds (job, cpu_millis, gpus, seconds_per_epoch) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (job, cpu_millis, gpus) DO UPDATE SET seconds_per_epoch = excluded.seconds_per_epoch",
+                    [(job, p.cpu_millis, p.gpus, p.seconds_per_epoch) for p in points],
+                )
 
     def speed_record(self, job: str) -> SpeedRecord | None:
         """What :meth:`record_speeds` last stored for ``job``."""

@@ -1,416 +1,68 @@
-"""The state store: one SQLite file shared by the HTTP service and the daemon.
+"""The SQLite backend of the state store (the default): one file, WAL journal.
 
-What it keeps: the jobs FlowPlan knows (with an optional spec), their metric history, their QoE
-targets, the plans made, the actions the daemon set out to apply (for crash recovery), each job's
-observed speeds with its task and image (:mod:`store.speeds`, for new jobs to borrow) and a small
-key-value table.
-
-Durability: WAL journal, ``synchronous=FULL`` by default, and a write is acknowledged (the method
-returns) only after its transaction committed, so neither a killed process nor a power cut loses an
-acknowledged write. ``synchronous="NORMAL"`` keeps every commit across a process crash but may lose the
-last ones on a power cut; it is faster on slow disks.
-
-Concurrency: one connection per :class:`StateStore`, guarded by a lock, so one instance may be shared
-by threads. Several processes may open the same file (WAL lets readers run beside one writer; a
-writer waits up to ``busy_timeout`` seconds for another). Every write is one ``BEGIN IMMEDIATE``
-transaction.
-
-Idempotency: a metric point is keyed by (job, epoch); adding a point whose key is already stored
-does nothing (the first write wins), so a client may retry a batch safely.
+Durability: ``synchronous=FULL`` by default, so neither a killed process nor a power cut loses a
+committed write; ``NORMAL`` keeps every commit across a process crash but may lose the last ones on a
+power cut (faster on slow disks). Several processes may open the same file: WAL lets readers run
+beside one writer, and a writer waits up to ``busy_timeout`` seconds for another. Every write
+transaction is ``BEGIN IMMEDIATE``, so writers take turns and a read-then-write needs no lock of its own.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
-
-from planner.plan import Plan
-from planner.snapshot import Job, MetricPoint, QoETarget, Snapshot
-from store.errors import MigrationError, SchemaTooNew
-from store.migrations import MIGRATIONS
-from store.speeds import SpeedRecords
-
-ActionStatus = Literal["pending", "done", "failed"]
+from collections.abc import Sequence
+from typing import Any
 
 
-@dataclass(frozen=True)
-class JobRecord:
-    """A job the store knows: registered explicitly (``upsert_job``) or by its first metric point."""
+class SQLiteBackend:
+    """:class:`store.backend.Backend` over one ``sqlite3`` connection. ``path`` may be ``":memory:"``."""
 
-    id: str
-    spec: dict[str, Any] | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
-    created: float = 0.0
-    updated: float = 0.0
+    dialect = "sqlite"
+    row_lock = ""  # BEGIN IMMEDIATE already holds the database's one write lock
+    error = sqlite3.Error
 
-
-@dataclass(frozen=True)
-class ActionRecord:
-    """One action the daemon set out to apply, and how it ended (``finished`` None: pending)."""
-
-    id: int
-    plan_id: int
-    job: str
-    kind: str
-    payload: dict[str, Any]
-    status: str
-    message: str
-    created: float  # wall clock (Unix time)
-    finished: float | None
-    plan_time: float  # the plan's own clock (the snapshot's time: Unix time live, simulated time in a simulation)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A lease as :meth:`StateStore.acquire_lease` found it: ``held`` says whether the caller got it."""
-
-    name: str
-    holder: str
-    expires: float
-    held: bool
-
-
-@dataclass(frozen=True)
-class PointStats:
-    """Summary of one job's stored history."""
-
-    points: int
-    first_epoch: float
-    last_epoch: float
-    last_time: float
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a SQL script into complete statements (so they can run inside our own transaction;
-    ``executescript`` would commit it)."""
-    buf = ""
-    for piece in script.split(";"):
-        buf += piece + ";"
-        if sqlite3.complete_statement(buf):
-            if buf.strip(" \t\r\n;"):
-                yield buf.strip()
-            buf = ""
-    if buf.strip(" \t\r\n;"):
-        yield buf.strip()
-
-
-class StateStore(SpeedRecords):
-    """The SQLite state store; see the module docstring. ``path`` may be ``":memory:"``."""
-
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        busy_timeout: float = 10.0,
-        migrations: Sequence[str] | None = None,
-    ) -> None:
-        self.path = str(path)
-        if self.path != ":memory:" and not self.path.startswith("file:") and not os.path.exists(self.path):
+    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 10.0) -> None:
+        if path != ":memory:" and not path.startswith("file:") and not os.path.exists(path):
             # The state holds users' progress, targets and plans: readable by its owner only. SQLite
             # gives its -wal and -shm files the database file's mode.
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-        self._migrations = list(MIGRATIONS if migrations is None else migrations)
-        self._lock = threading.RLock()
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         # isolation_level=None: no implicit transactions; every write opens its own BEGIN IMMEDIATE.
-        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        self._conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            if self.path != ":memory:":
+            if path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
             self._conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
         except BaseException:
             self._conn.close()
             raise
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return self._conn.executemany(sql, rows).rowcount
+
+    def begin(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self._conn.execute("ROLLBACK")
+
+    def serialize(self, what: str) -> None:
+        pass  # BEGIN IMMEDIATE: no other writer is open
+
+    def clock(self) -> float:
+        return time.time()  # one file: every process that shares it runs on this machine
+
+    def ddl(self, script: str) -> str:
+        return script  # the scripts are written in SQLite's dialect
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> StateStore:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; committed when the block ends, rolled back if it raises."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
-
-    # -- schema --------------------------------------------------------------------------------
-
-    @property
-    def schema_version(self) -> int:
-        return int(self._read("SELECT version FROM schema_version")[0][0])
-
-    def _migrate(self) -> None:
-        known = len(self._migrations)
-        with self._write() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            if row is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (0)")
-                version = 0
-            else:
-                version = int(row[0])
-            if version > known:
-                raise SchemaTooNew(self.path, version, known)
-            for number in range(version, known):
-                for statement in _statements(self._migrations[number]):
-                    try:
-                        db.execute(statement)
-                    except sqlite3.Error as exc:
-                        raise MigrationError(
-                            f"state store {self.path}: migration {number + 1} failed ({exc}); still at version {version}"
-                        ) from exc
-                db.execute("UPDATE schema_version SET version = ?", (number + 1,))
-
-    # -- jobs ----------------------------------------------------------------------------------
-
-    def upsert_job(self, job: str, *, spec: Job | Mapping[str, Any] | None = None, **fields: Any) -> JobRecord:
-        """Register ``job`` or update it: ``spec`` (a :class:`Job`, stored without its history)
-        replaces the stored one when given; ``fields`` (JSON values) are merged into the stored ones."""
-        spec_json: str | None = None
-        if isinstance(spec, Job):
-            spec_json = spec.model_dump_json(exclude={"history"})
-        elif spec is not None:
-            spec_json = json.dumps({k: v for k, v in spec.items() if k != "history"}, allow_nan=False)
-        extra = json.dumps(fields, allow_nan=False) if fields else None
-        now = time.time()
-        with self._write() as db:
-            row = db.execute("SELECT fields FROM jobs WHERE id = ?", (job,)).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO jobs (id, spec, fields, created, updated) VALUES (?, ?, ?, ?, ?)",
-                    (job, spec_json, extra or "{}", now, now),
-                )
-            else:
-                merged = {**json.loads(row[0]), **fields} if fields else None
-                db.execute(
-                    "UPDATE jobs SET spec = COALESCE(?, spec), fields = COALESCE(?, fields), updated = ? WHERE id = ?",
-                    (spec_json, json.dumps(merged) if merged is not None else None, now, job),
-                )
-        record = self.job_record(job)
-        assert record is not None  # written just above, under the lock's transaction
-        return record
-
-    def job_record(self, job: str) -> JobRecord | None:
-        rows = self._read("SELECT id, spec, fields, created, updated FROM jobs WHERE id = ?", (job,))
-        if not rows:
-            return None
-        id_, spec, fields, created, updated = rows[0]
-        return JobRecord(id_, json.loads(spec) if spec is not None else None, json.loads(fields), created, updated)
-
-    def job_ids(self) -> list[str]:
-        return [r[0] for r in self._read("SELECT id FROM jobs ORDER BY id")]
-
-    # -- metric history ------------------------------------------------------------------------
-
-    def add_points(self, job: str, points: Sequence[MetricPoint]) -> tuple[int, int]:
-        """Store a batch in one transaction; returns (inserted, duplicates). A point whose (job, epoch)
-        is already stored, or repeated within the batch, is a duplicate and changes nothing."""
-        rows = [(job, p.epoch, p.time, p.loss, p.metric) for p in points]
-        now = time.time()
-        with self._write() as db:
-            before = db.total_changes
-            db.execute(
-                "INSERT OR IGNORE INTO jobs (id, spec, fields, created, updated) VALUES (?, NULL, '{}', ?, ?)", (job, now, now)
-            )
-            registered = db.total_changes - before
-            db.executemany("INSERT OR IGNORE INTO points (job, epoch, time, loss, metric) VALUES (?, ?, ?, ?, ?)", rows)
-            inserted = db.total_changes - before - registered
-        return inserted, len(rows) - inserted
-
-    def history(self, job: str) -> list[MetricPoint]:
-        rows = self._read("SELECT time, epoch, loss, metric FROM points WHERE job = ? ORDER BY epoch", (job,))
-        # Validated on the way in; rebuilding without validation keeps long histories cheap.
-        return [MetricPoint.model_construct(time=t, epoch=e, loss=lo, metric=m) for t, e, lo, m in rows]
-
-    def point_count(self, job: str | None = None) -> int:
-        if job is None:
-            return int(self._read("SELECT COUNT(*) FROM points")[0][0])
-        return int(self._read("SELECT COUNT(*) FROM points WHERE job = ?", (job,))[0][0])
-
-    def point_stats(self) -> dict[str, PointStats]:
-        """Per job with at least one point: count, first and last epoch, latest time."""
-        rows = self._read("SELECT job, COUNT(*), MIN(epoch), MAX(epoch), MAX(time) FROM points GROUP BY job")
-        return {j: PointStats(int(n), float(lo), float(hi), float(t)) for j, n, lo, hi, t in rows}
-
-    # -- targets -------------------------------------------------------------------------------
-
-    def set_target(self, job: str, target: QoETarget) -> None:
-        now = time.time()
-        with self._write() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO jobs (id, spec, fields, created, updated) VALUES (?, NULL, '{}', ?, ?)", (job, now, now)
-            )
-            db.execute(
-                "INSERT INTO targets (job, target, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (job) DO UPDATE SET target = excluded.target, updated = excluded.updated",
-                (job, target.model_dump_json(), now),
-            )
-
-    def target(self, job: str) -> QoETarget | None:
-        rows = self._read("SELECT target FROM targets WHERE job = ?", (job,))
-        return QoETarget.model_validate_json(rows[0][0]) if rows else None
-
-    # -- plans ---------------------------------------------------------------------------------
-
-    def save_plan(self, plan: Plan, snapshot: Snapshot | None = None) -> int:
-        snap = snapshot.model_dump_json() if snapshot is not None else None
-        with self._write() as db:
-            cur = db.execute(
-                "INSERT INTO plans (time, digest, plan, snapshot, created) VALUES (?, ?, ?, ?, ?)",
-                (plan.time, plan.snapshot_digest, plan.model_dump_json(), snap, time.time()),
-            )
-            assert cur.lastrowid is not None
-            return int(cur.lastrowid)
-
-    def get_plan(self, plan_id: int) -> Plan | None:
-        rows = self._read("SELECT plan FROM plans WHERE id = ?", (plan_id,))
-        return Plan.model_validate_json(rows[0][0]) if rows else None
-
-    def plan_snapshot(self, plan_id: int) -> Snapshot | None:
-        """The snapshot saved with a plan (None: no such plan, or saved without one)."""
-        rows = self._read("SELECT snapshot FROM plans WHERE id = ?", (plan_id,))
-        return Snapshot.model_validate_json(rows[0][0]) if rows and rows[0][0] is not None else None
-
-    def latest_plan(self) -> tuple[int, Plan] | None:
-        rows = self._read("SELECT id, plan FROM plans ORDER BY id DESC LIMIT 1")
-        return (int(rows[0][0]), Plan.model_validate_json(rows[0][1])) if rows else None
-
-    # -- actions (the daemon's crash recovery) -------------------------------------------------
-
-    def record_actions(self, plan_id: int, actions: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Store actions as ``pending``, in order; each needs string ``job`` and ``kind`` keys.
-        Raises ``ValueError`` naming the bad entry (nothing is stored then)."""
-        rows = []
-        for i, action in enumerate(actions):
-            for key in ("job", "kind"):
-                if not isinstance(action.get(key), str):
-                    raise ValueError(f"actions[{i}].{key}: required string, got {action.get(key)!r}")
-            rows.append((plan_id, action["job"], action["kind"], json.dumps(dict(action), allow_nan=False)))
-        now = time.time()
-        with self._write() as db:
-            ids = []
-            for row in rows:
-                cur = db.execute(
-                    "INSERT INTO actions (plan_id, job, kind, payload, status, created) VALUES (?, ?, ?, ?, 'pending', ?)",
-                    (*row, now),
-                )
-                assert cur.lastrowid is not None
-                ids.append(int(cur.lastrowid))
-            return ids
-
-    def finish_action(self, action_id: int, status: str, message: str = "") -> None:
-        """Mark an action ``"done"`` or ``"failed"``. Raises ``KeyError`` for an unknown id, ``ValueError``
-        for any other status (typed ``str`` so the store fits ``adapters.loop.Recorder``)."""
-        if status not in ("done", "failed"):
-            raise ValueError(f"status: must be 'done' or 'failed', got {status!r}")
-        with self._write() as db:
-            cur = db.execute(
-                "UPDATE actions SET status = ?, message = ?, finished = ? WHERE id = ?", (status, message, time.time(), action_id)
-            )
-            if cur.rowcount == 0:
-                raise KeyError(action_id)
-
-    def pending_actions(self) -> list[tuple[int, int, dict[str, Any]]]:
-        """(action id, plan id, payload) of every pending action, oldest first."""
-        rows = self._read("SELECT id, plan_id, payload FROM actions WHERE status = 'pending' ORDER BY id")
-        return [(int(i), int(p), json.loads(payload)) for i, p, payload in rows]
-
-    def actions(self, *, job: str | None = None, limit: int = 50) -> list[ActionRecord]:
-        """The newest ``limit`` actions (of ``job`` only, if given), oldest first."""
-        where, params = ("WHERE a.job = ?", [job]) if job is not None else ("", [])
-        rows = self._read(
-            "SELECT a.id, a.plan_id, a.job, a.kind, a.payload, a.status, a.message, a.created, a.finished, p.time "
-            f"FROM actions a JOIN plans p ON p.id = a.plan_id {where} ORDER BY a.id DESC LIMIT ?",
-            (*params, int(limit)),
-        )
-        return [
-            ActionRecord(int(i), int(p), j, k, json.loads(pl), st, msg, float(c), None if f is None else float(f), float(t))
-            for i, p, j, k, pl, st, msg, c, f, t in reversed(rows)
-        ]
-
-    def plan_ids(self, limit: int = 10) -> list[int]:
-        """Ids of the newest ``limit`` plans, newest first."""
-        return [int(r[0]) for r in self._read("SELECT id FROM plans ORDER BY id DESC LIMIT ?", (int(limit),))]
-
-    def action_status(self, action_id: int) -> tuple[ActionStatus, str] | None:
-        rows = self._read("SELECT status, message FROM actions WHERE id = ?", (action_id,))
-        return (rows[0][0], rows[0][1]) if rows else None
-
-    # -- leases --------------------------------------------------------------------------------
-
-    def acquire_lease(
-        self,
-        name: str,
-        holder: str,
-        ttl: float,
-        *,
-        conflicts: Sequence[str] = (),
-        conflict_prefix: str | None = None,
-        dead: Sequence[str] = (),
-    ) -> Lease:
-        """Take or renew the lease ``name`` for ``ttl`` seconds, unless another holder has it, or has a
-        live lease named in ``conflicts`` or starting with ``conflict_prefix``: then the blocking lease
-        is returned (``held`` False). Leases of the holders in ``dead`` (known to have died) count as
-        expired. Atomic: two callers never both get it."""
-        now = time.time()
-        with self._write() as db:
-            for who in dead:
-                db.execute("DELETE FROM leases WHERE holder = ?", (who,))
-            live = "SELECT name, holder, expires FROM leases WHERE expires > ? AND holder != ?"
-            rows = db.execute(live, (now, holder)).fetchall()
-            for other, who, until in rows:
-                if other == name or other in conflicts or (conflict_prefix is not None and other.startswith(conflict_prefix)):
-                    return Lease(name=other, holder=who, expires=until, held=False)
-            db.execute(
-                "INSERT INTO leases (name, holder, expires, acquired) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "holder = excluded.holder, expires = excluded.expires, "
-                "acquired = CASE WHEN leases.holder = excluded.holder THEN leases.acquired ELSE excluded.acquired END",
-                (name, holder, now + ttl, now),
-            )
-        return Lease(name=name, holder=holder, expires=now + ttl, held=True)
-
-    def release_lease(self, name: str, holder: str) -> None:
-        """Give the lease up (only its holder can)."""
-        with self._write() as db:
-            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
-
-    # -- key-value -----------------------------------------------------------------------------
-
-    def get_kv(self, key: str) -> str | None:
-        rows = self._read("SELECT value FROM kv WHERE key = ?", (key,))
-        return str(rows[0][0]) if rows else None
-
-    def set_kv(self, key: str, value: str) -> None:
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value)
-            )
+        self._conn.close()

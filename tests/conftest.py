@@ -160,6 +160,25 @@ def docker_engines() -> Any:
 
 
 @pytest.fixture(scope="session")
+def postgres_cluster() -> Any:
+    """A throwaway PostgreSQL server from Debian's binaries (tests/pg_env.py), once per session; its
+    ``new_database()`` gives a test an empty database. Fails in CI when PostgreSQL is missing, skips elsewhere."""
+    from pg_env import start_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a fresh state store lives, once per backend: a SQLite file, then an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.db")
+    return str(request.getfixturevalue("postgres_cluster").new_database())
+
+
+@pytest.fixture(scope="session")
 def k8s_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A real etcd + kube-apiserver + kwok with 3 fake nodes (tests/k8s_env.py), once per session;
     fails in CI when the binaries are missing, skips elsewhere."""

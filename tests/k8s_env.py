@@ -10,6 +10,7 @@ Helpers make FlowPlan pods as a user would write them: ``schedulerName: flowplan
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -96,6 +97,106 @@ def pods(api: Any) -> list[dict[str, Any]]:
     import json
 
     return list(json.loads(api.list_namespaced_pod(NAMESPACE, _preload_content=False).data)["items"])
+
+
+def free_node_and_start(api: Any, daemon: Any, node: str, job: str, replicas: int) -> Any:
+    """Delete the foreign pod ``hog-<node>`` and run one daemon interval: its tick, after checking
+    that the interval's one change for ``job`` starts all ``replicas`` on ``node`` and every change is ok."""
+    api.delete_namespaced_pod(f"hog-{node}", NAMESPACE, grace_period_seconds=0, _preload_content=False)
+    wait_for(lambda: get_pod(api, f"hog-{node}") is None, 30, "hog deleted")
+    _, tick = daemon.run(max_ticks=1)
+    assert tick is not None
+    starts = [c for c in tick.changes if c.job == job]
+    assert [(c.kind, c.node, c.replicas) for c in starts] == [("start", node, replicas)], tick.changes
+    assert all(o.ok for o in tick.outcomes), tick.outcomes
+    return tick
+
+
+#: What :func:`create_owner` makes, by kind: (API group/version, the count's field in the spec).
+OWNER_KINDS = {"Job": ("batch/v1", "parallelism"), "StatefulSet": ("apps/v1", "replicas"), "ReplicaSet": ("apps/v1", "replicas")}
+
+
+def create_owner(info: Any, kind: str, name: str, count: int, template: dict[str, Any]) -> dict[str, Any]:
+    """A Job (``parallelism`` = ``count``), StatefulSet or ReplicaSet (``replicas``) whose pod template
+    is ``template`` (a :func:`pod_body`), as the server returns it. There is no controller-manager in
+    the sandbox: nothing makes its pods (:func:`owned_pod` does, as the controller would). One of
+    that name left by an earlier test is replaced."""
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from adapters.kubernetes.sandbox import api_client
+
+    api_version, count_field = OWNER_KINDS[kind]
+    spec = copy.deepcopy(template["spec"])
+    spec.pop("nodeName", None)
+    labels = {"app": name}
+    tmpl = {"metadata": {"labels": labels, "annotations": dict(template["metadata"]["annotations"])}, "spec": spec}
+    body: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE}}
+    if kind == "Job":
+        spec["restartPolicy"] = "Never"
+        body["spec"] = {"parallelism": count, "template": tmpl}
+    else:
+        body["spec"] = {count_field: count, "selector": {"matchLabels": labels}, "template": tmpl}
+        if kind == "StatefulSet":
+            body["spec"]["serviceName"] = name
+    calls = {
+        "Job": (client.BatchV1Api, "namespaced_job"),
+        "StatefulSet": (client.AppsV1Api, "namespaced_stateful_set"),
+        "ReplicaSet": (client.AppsV1Api, "namespaced_replica_set"),
+    }
+    api_class, suffix = calls[kind]
+    api = api_class(api_client(info))
+    try:
+        # Background: no finalizer (a Job's default, orphan, waits for the garbage collector, not here)
+        getattr(api, "delete_" + suffix)(name, NAMESPACE, propagation_policy="Background", _preload_content=False)
+        wait_for(lambda: not _exists(getattr(api, "read_" + suffix), name), 30, f"{kind} {name} deleted")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    resp = getattr(api, "create_" + suffix)(NAMESPACE, body, _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def _exists(read: Any, name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        read(name, NAMESPACE, _preload_content=False)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def owned_pod(
+    owner: dict[str, Any], name: str, *, node: str | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod of ``owner`` (from :func:`create_owner`) as its controller would make it: the template's
+    labels, annotations and spec, and a controller ``ownerReference`` to the owner."""
+    tmpl = owner["spec"]["template"]
+    meta = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "labels": {**(tmpl["metadata"].get("labels") or {}), **(labels or {})},
+        "annotations": dict(tmpl["metadata"].get("annotations") or {}),
+        "ownerReferences": [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    spec = copy.deepcopy(tmpl["spec"])
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def delete_all_pods(api: Any) -> None:
@@ -202,6 +303,8 @@ def _allowed(info: Any, namespace: str, rule: tuple[str, str, str]) -> bool:
         attrs.update(group="coordination.k8s.io", namespace=namespace, name="flowplan-daemon")
     elif res == "pods":
         attrs.update(namespace=NAMESPACE)
+    elif res in ("jobs", "statefulsets", "replicasets"):
+        attrs.update(group="batch" if res == "jobs" else "apps", namespace=NAMESPACE)
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",

@@ -393,6 +393,8 @@ SERVE_REFUSALS = [
     ("read token equal to the write token", [], {"FLOWPLAN_TOKEN": "same", "FLOWPLAN_READ_TOKEN": "same"}, "must differ"),
     ("a body limit that is not a number", [], {"FLOWPLAN_MAX_BODY_BYTES": "lots"}, "FLOWPLAN_MAX_BODY_BYTES"),
     ("a state file in a missing directory", ["--state", "/nonexistent-dir/x.db"], {}, "does not exist"),
+    ("a PostgreSQL server that does not answer", ["--state", "postgresql://fp:s3cret@127.0.0.1:1/fp"], {}, "cannot connect"),
+    ("a PostgreSQL URL with a bad port", ["--state", "postgresql://fp:s3cret@db:five/fp"], {}, "port: not a number"),
 ]
 
 
@@ -414,6 +416,7 @@ def test_serve_refuses_with_one_line(
     assert main(["serve", "--port", "0", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("flowplan: error: ") and words in err[0]
+    assert "s3cret" not in err[0]  # a URL is shown without its password
 
 
 # -- open mode against browsers ----------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Helpers for the API tests (no tests here): a real uvicorn server on a free loopback port, in a
-thread of the test process or as a ``flowplan serve`` child process."""
+thread of the test process or as a ``flowplan serve`` child process; and :func:`hold_worker`, which
+the pool tests run in a service worker process."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class ThreadServer:
-    """``app`` served by uvicorn over real HTTP on 127.0.0.1 (a free port), in a daemon thread."""
+    """``app`` served by uvicorn over real HTTP on 127.0.0.1 (a free port), in a daemon thread, with its
+    lifespan: the app's worker processes start with the server and are joined when it stops."""
 
     def __init__(self, app: FastAPI) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ThreadServer:
@@ -44,6 +46,14 @@ class ThreadServer:
         self.server.should_exit = True
         self.thread.join(timeout=20)
         self.sock.close()
+
+
+def hold_worker(fifo: str) -> int:
+    """Runs in a service worker process: waits until the test writes into ``fifo`` (a named pipe) and
+    closes it, then returns the worker's process id. The test decides when the worker is free again."""
+    with open(fifo) as fh:
+        fh.read()
+    return os.getpid()
 
 
 class ServeProcess:

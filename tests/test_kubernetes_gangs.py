@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_env import NAMESPACE, core, create_pod, delete_all_pods, get_pod, pod_body, pods, wait_for
+from k8s_env import NAMESPACE, core, create_pod, delete_all_pods, free_node_and_start, get_pod, pod_body, pods, wait_for
 
 from adapters.base import Change
 from adapters.kubernetes.gangs import GangError, agreed, declared_size, gang_status, split_superseded
@@ -172,13 +172,7 @@ def test_a_gang_is_placed_whole_once_a_node_has_room(k8s_sandbox: Any, api: Any,
     assert "gang4" in unserved, tick.plan.model_dump_json()[:2000]
 
     free = k8s_sandbox.nodes[1]
-    api.delete_namespaced_pod(f"hog-{free}", NAMESPACE, grace_period_seconds=0, _preload_content=False)
-    wait_for(lambda: get_pod(api, f"hog-{free}") is None, 30, "hog deleted")
-    count, tick = daemon.run(max_ticks=1)
-    assert tick is not None
-    starts = [c for c in tick.changes if c.job == "gang4"]
-    assert [(c.kind, c.node, c.replicas) for c in starts] == [("start", free, 4)], tick.changes
-    assert all(o.ok for o in tick.outcomes), tick.outcomes
+    free_node_and_start(api, daemon, free, "gang4", 4)
     assert nodes_of(api, "gang4") == [free] * 4
     snap = ad.observe()
     [job] = [j for j in snap.jobs if j.id == "gang4"]

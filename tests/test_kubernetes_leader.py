@@ -18,7 +18,8 @@ Case matrix:
   one "unreachable" line however many rounds fail);
 - RBAC: a ServiceAccount bound to exactly ``deploy/kubernetes/rbac.yaml`` (token from the
   TokenRequest API) can do everything the adapter and the election do (bind, resize in place,
-  migrate, deliver, the Lease); for each of its verbs, without that one verb something fails as
+  migrate, deliver, read the owners of gangs: a Job, a StatefulSet, a ReplicaSet, the Lease); for
+  each of its verbs, without that one verb something fails as
   forbidden with the server naming that verb (none granted for nothing); a daemon process without
   ``pods/binding create`` says so on the interval's line, without ``leases update`` it stops with
   exit code 2 and one line; ``deploy/kubernetes/deployment.yaml`` passes the server's validation;
@@ -46,8 +47,10 @@ import pytest
 from k8s_env import (
     apply_rbac,
     core,
+    create_owner,
     create_pod,
     get_pod,
+    owned_pod,
     pod_body,
     rbac_rules,
     service_account_kubeconfig,
@@ -218,8 +221,9 @@ ALL_RULES = rbac_rules("flowplan")
 def test_the_service_account_needs_every_verb_and_no_other(
     k8s_sandbox: Any, tmp_path: Path, drop: tuple[str, str, str] | None
 ) -> None:
-    """With ``deploy/kubernetes/rbac.yaml`` the adapter binds, resizes, migrates, delivers and holds the
-    Lease; without any one of its verbs, something it does is forbidden (so none is granted for nothing)."""
+    """With ``deploy/kubernetes/rbac.yaml`` the adapter binds, resizes, migrates, delivers, reads the
+    owners of gangs and holds the Lease; without any one of its verbs, something it does is forbidden
+    (so none is granted for nothing)."""
     from adapters.kubernetes import KubernetesAdapter, KubernetesAdapterError
     from adapters.kubernetes.leader import LeaderElectionError
 
@@ -233,6 +237,10 @@ def test_the_service_account_needs_every_verb_and_no_other(
         create_pod(api, pod_body(name, node=n0, labels={"flowplan.io/job": name}))
     for name in ("sa-resize", "sa-move", "sa-deliver"):
         wait_for(lambda n=name: (get_pod(api, n) or {}).get("status", {}).get("phase") == "Running", 30, f"{name} Running")
+    for kind in ("Job", "StatefulSet", "ReplicaSet"):  # gangs by owner: each owner's count is read (get)
+        owner = create_owner(k8s_sandbox, kind, f"sa-{kind.lower()}", 2, pod_body("template"))
+        for i in range(2):
+            create_pod(api, owned_pod(owner, f"sa-{kind.lower()}-{i}"))
 
     refused: list[str] = []
     adapter = KubernetesAdapter.from_kubeconfig(kubeconfig, identity="sa")  # every namespace: list across them
@@ -241,7 +249,10 @@ def test_the_service_account_needs_every_verb_and_no_other(
     except KubernetesAdapterError as exc:
         refused.append(f"observe: {exc.kind}: {exc.message}")
     else:
-        assert {j.id for j in snap.jobs} == {"sa-start", "sa-resize", "sa-move", "sa-deliver"}
+        owners = {"job/sa-job", "statefulset/sa-statefulset", "replicaset/sa-replicaset"}
+        assert {j.id for j in snap.jobs} == {"sa-start", "sa-resize", "sa-move", "sa-deliver", *owners}
+        assert {j.id: j.replicas for j in snap.jobs if j.id in owners} == dict.fromkeys(owners, 2)
+        refused += [f"owner: {why}" for why in adapter.last.owner_fallback.values() if "forbidden" in why]
         outcomes = adapter.apply(
             [
                 Change(job="sa-start", kind="start", node=n1, cpu_millis=500, gpus=0),  # a Binding

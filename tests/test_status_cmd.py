@@ -71,6 +71,10 @@ def test_the_urgent_job_deadline_and_its_delivery_show(state: Path, busiest: tup
     [
         (["status", "--state", "/no/such.db"], "no state store there"),
         (["events", "--state", "/no/such.db"], "no state store there"),
+        (
+            ["events", "--state", "postgresql://fp:s3cret@127.0.0.1:1/fp"],
+            "--state postgresql://fp:***@127.0.0.1:1/fp: cannot connect",
+        ),
         (["status", "--watch", "0"], "--watch"),
     ],
 )

@@ -1,6 +1,9 @@
-"""The SQLite state store: idempotent ingestion, durability across reopen, migrations, threads.
+"""The state store on both backends: idempotent ingestion, durability across reopen, migrations,
+threads and processes, leases.
 
-Case matrix:
+Every test that takes ``db`` or ``store_location`` runs twice: on a SQLite file and on a real
+PostgreSQL server (a throwaway cluster from Debian's binaries, tests/pg_env.py; a fresh database per
+test). Case matrix:
 
 - ingestion: a batch, the same batch retried, a batch overlapping the stored one, duplicates inside
   one batch; histories come back ordered by epoch whatever the insertion order (real measured curve);
@@ -8,8 +11,12 @@ Case matrix:
 - migrations: a fresh database reaches the newest version; a version-1 database with data is upgraded
   and keeps its data; a database from a newer FlowPlan is refused with a message naming both versions;
   a failing migration leaves the database at its old version;
-- concurrency: threads sharing one store, and two stores on one file, write disjoint and overlapping
-  points; every point is stored exactly once;
+- concurrency: threads sharing one store, and two stores on one database, write disjoint and overlapping
+  points; every point is stored exactly once; three processes on one PostgreSQL database race for
+  conflicting leases round after round (one winner each time) and see each other's writes;
+- schema: both dialects get the same tables and columns (PostgreSQL's translated types);
+- locations: bad PostgreSQL URLs, an unreachable server, a wrong password and a missing database
+  each give one line naming the URL without its password;
 - jobs, targets, plans, actions, key-value: round trips and the documented errors;
 - speeds (migration 4): a job's points replace its earlier ones and survive a reopen; a version-3
   database is upgraded; who lends to a new job (table below, :data:`PRIOR_CASES`).
@@ -17,16 +24,18 @@ Case matrix:
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import random_snapshot, real_curve
 
 from planner import PlannerConfig, plan
 from planner.snapshot import Job, MetricPoint, QoETarget, SpeedPoint, Tier
-from store import MIGRATIONS, MigrationError, SchemaTooNew, StateStore
+from store import MIGRATIONS, ConnectError, MigrationError, SchemaTooNew, StateStore
 
 
 def measured_points(model: str = "cifar10", bsz: int = 128, t0: float = 1000.0) -> list[MetricPoint]:
@@ -35,9 +44,24 @@ def measured_points(model: str = "cifar10", bsz: int = 128, t0: float = 1000.0) 
 
 
 @pytest.fixture()
-def db(tmp_path: Path) -> StateStore:
-    with StateStore(tmp_path / "state.db") as s:
+def db(store_location: str) -> StateStore:
+    with StateStore(store_location) as s:
         yield s  # type: ignore[misc]
+
+
+def driver_error(store: StateStore, kind: str) -> type[Exception]:
+    """The driver's exception for ``kind`` ("integrity": a broken constraint; "no table")."""
+    if store.dialect == "sqlite":
+        return sqlite3.IntegrityError if kind == "integrity" else sqlite3.OperationalError
+    import psycopg
+
+    return psycopg.IntegrityError if kind == "integrity" else psycopg.errors.UndefinedTable
+
+
+def tables(store: StateStore) -> set[str]:
+    if store.dialect == "sqlite":
+        return {r[0] for r in store._read("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {r[0] for r in store._read("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
 
 
 def test_add_points_is_idempotent_by_job_and_epoch(db: StateStore, data_dir: Path) -> None:
@@ -70,8 +94,8 @@ def test_history_is_ordered_by_epoch(db: StateStore, data_dir: Path) -> None:
     assert (stats.points, stats.first_epoch, stats.last_epoch) == (len(pts), 1.0, float(len(pts)))
 
 
-def test_everything_survives_a_reopen(tmp_path: Path, data_dir: Path) -> None:
-    path = tmp_path / "state.db"
+def test_everything_survives_a_reopen(store_location: str, data_dir: Path) -> None:
+    path = store_location
     snap = random_snapshot(3, n_nodes=2, n_jobs=4)
     made = plan(snap, PlannerConfig(solver="greedy")).plan
     target = QoETarget(metric="accuracy", direction="higher", tier1=Tier(value=0.8, deadline=5000.0), tier2=Tier(value=0.9))
@@ -103,12 +127,12 @@ def test_wal_mode_on_file_databases(tmp_path: Path) -> None:
         assert s.point_count() == 0 and s.schema_version == len(MIGRATIONS)
 
 
-def test_an_older_database_is_upgraded_and_keeps_its_data(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
+def test_an_older_database_is_upgraded_and_keeps_its_data(store_location: str) -> None:
+    path = store_location
     with StateStore(path, migrations=MIGRATIONS[:1]) as old:
         assert old.schema_version == 1
         old.add_points("a", [MetricPoint(time=1.0, epoch=1.0, loss=2.5)])
-        with pytest.raises(sqlite3.OperationalError):  # version 1 has no key-value table yet
+        with pytest.raises(driver_error(old, "no table")):  # version 1 has no key-value table yet
             old.set_kv("k", "v")
     with StateStore(path) as new:
         assert new.schema_version == len(MIGRATIONS) >= 2
@@ -117,18 +141,20 @@ def test_an_older_database_is_upgraded_and_keeps_its_data(tmp_path: Path) -> Non
         assert new.get_kv("k") == "v"
 
 
-def test_a_newer_database_is_refused_with_a_clear_message(tmp_path: Path) -> None:
-    path = tmp_path / "new.db"
+def test_a_newer_database_is_refused_with_a_clear_message(store_location: str) -> None:
+    path = store_location
     with StateStore(path, migrations=[*MIGRATIONS, "CREATE TABLE future (x INTEGER);"]) as future:
         assert future.schema_version == len(MIGRATIONS) + 1
     with pytest.raises(SchemaTooNew) as err:
         StateStore(path)
     msg = str(err.value)
-    assert f"schema version {len(MIGRATIONS) + 1}" in msg and f"({len(MIGRATIONS)})" in msg and str(path) in msg
+    shown = path.replace(":s3cret-pw@", ":***@")  # a URL is named without its password
+    assert f"schema version {len(MIGRATIONS) + 1}" in msg and f"({len(MIGRATIONS)})" in msg and shown in msg
+    assert "s3cret" not in msg
 
 
-def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
+def test_a_failing_migration_changes_nothing(store_location: str) -> None:
+    path = store_location
     with StateStore(path) as s:
         s.set_kv("k", "v")
     broken = [*MIGRATIONS, "CREATE TABLE extra (x INTEGER); INSERT INTO no_such_table VALUES (1);"]
@@ -136,7 +162,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
         StateStore(path, migrations=broken)
     with StateStore(path) as s:
         assert s.schema_version == len(MIGRATIONS)
-        assert s._read("SELECT name FROM sqlite_master WHERE name = 'extra'") == []
+        assert "extra" not in tables(s) and "kv" in tables(s)
         assert s.get_kv("k") == "v"
 
 
@@ -166,9 +192,9 @@ def test_threads_sharing_one_store_store_each_point_once(db: StateStore, data_di
         assert db.history(job) == pts
 
 
-def test_two_stores_on_one_file(tmp_path: Path, data_dir: Path) -> None:
+def test_two_stores_on_one_database(store_location: str, data_dir: Path) -> None:
     """Like the service and the daemon: two connections, concurrent writers, nothing lost."""
-    path = tmp_path / "shared.db"
+    path = store_location
     pts = measured_points()
     with StateStore(path) as a, StateStore(path) as b:
 
@@ -232,7 +258,7 @@ def test_actions_lifecycle(db: StateStore) -> None:
     with pytest.raises(ValueError, match=r"actions\[1\]\.kind"):
         db.record_actions(pid, [{"job": "a", "kind": "keep"}, {"job": "a"}])
     assert db.pending_actions() == []  # the bad batch stored nothing
-    with pytest.raises(sqlite3.IntegrityError):  # an action belongs to a stored plan
+    with pytest.raises(driver_error(db, "integrity")):  # an action belongs to a stored plan
         db.record_actions(pid + 100, [{"job": "a", "kind": "keep"}])
 
 
@@ -243,11 +269,11 @@ def test_key_value(db: StateStore) -> None:
     assert db.get_kv("x") == "2"
 
 
-def test_leases_exclude_other_holders_until_they_expire(tmp_path: Path) -> None:
+def test_leases_exclude_other_holders_until_they_expire(store_location: str) -> None:
     """One holder at a time per lease; renewing keeps it; an expired lease is free; the whole
     adapter's '*' lease and a scope of it exclude each other; only the holder releases."""
-    path = tmp_path / "leases.db"
-    with StateStore(path) as a, StateStore(path) as b:  # two daemons sharing one state file
+    path = store_location
+    with StateStore(path) as a, StateStore(path) as b:  # two daemons sharing one state store
         got = a.acquire_lease("docker/team=a", "A", 60)
         assert got.held and got.holder == "A"
         other = b.acquire_lease("docker/team=a", "B", 60)
@@ -276,8 +302,8 @@ def _pts(*seconds: float, cpu: int = 1000, gpus: int = 0) -> list[SpeedPoint]:
     return [SpeedPoint(cpu_millis=cpu + 50 * i, gpus=gpus, seconds_per_epoch=s) for i, s in enumerate(seconds)]
 
 
-def test_speeds_replace_and_survive_a_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
+def test_speeds_replace_and_survive_a_reopen(store_location: str) -> None:
+    path = store_location
     with StateStore(path) as s:
         s.record_speeds("a", _pts(2.0, 1.9), task="digits", image="img:1", epochs=0.4, finished=False)
         s.record_speeds("a", _pts(1.5), task="digits", image="img:1", epochs=3.0, finished=True)
@@ -288,8 +314,8 @@ def test_speeds_replace_and_survive_a_reopen(tmp_path: Path) -> None:
         assert s.speed_record("nobody") is None
 
 
-def test_a_version_3_database_gets_the_speed_tables(tmp_path: Path) -> None:
-    path = tmp_path / "v3.db"
+def test_a_version_3_database_gets_the_speed_tables(store_location: str) -> None:
+    path = store_location
     with StateStore(path, migrations=MIGRATIONS[:3]) as old:
         old.add_points("a", [MetricPoint(time=1.0, epoch=1.0, loss=2.5)])
     with StateStore(path) as new:
@@ -337,3 +363,127 @@ def test_who_lends_a_new_job_its_speed(name: str, db: StateStore) -> None:
     assert [p.seconds_per_epoch for p in prior.points] == [by_job[j] for j in expected[1]]
     # what the store lends is a valid prior of the new job's snapshot
     Job(id="new", status="pending", task="digits", image="img:1", speed_prior=prior)
+
+
+# -- PostgreSQL: the schema, bad locations, several processes ---------------------------------
+
+#: SQLite's declared types and the PostgreSQL types store.postgres.ddl makes of them.
+PG_TYPES = {"TEXT": "text", "REAL": "double precision", "INTEGER": "bigint"}
+
+
+def test_both_dialects_get_the_same_schema(tmp_path: Path, postgres_cluster: Any) -> None:
+    """Every table and column of every migration, with its type and nullability, on both engines."""
+    with StateStore(tmp_path / "s.db") as lite, StateStore(postgres_cluster.new_database()) as pg:
+        assert tables(lite) - {"sqlite_sequence"} == tables(pg)
+        for table in sorted(tables(pg)):
+            want = {
+                name: (PG_TYPES[kind], bool(notnull) or bool(pk))
+                for _, name, kind, notnull, _, pk in lite._read(f"PRAGMA table_info({table})")
+            }
+            got = {
+                name: (kind, nullable == "NO")
+                for name, kind, nullable in pg._read(
+                    "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                    "WHERE table_schema = current_schema() AND table_name = ?",
+                    (table,),
+                )
+            }
+            if table == "schema_version":  # made outside the migrations, as written: INTEGER is 4 bytes there
+                want = {"version": ("integer", True)}
+            assert got == want, table
+
+
+def test_bad_postgresql_locations_say_what_is_wrong_in_one_line(postgres_cluster: Any) -> None:
+    """Case matrix: a malformed URL, a non-numeric port, an unreachable server, a wrong password, a
+    database that does not exist. Each is a ConnectError of one line naming the URL without its password."""
+    free = 1  # tcpmux: nothing listens there
+    cases = {
+        "malformed": ("postgresql://flowplan:s3cret-pw@[::1/db", "not a valid PostgreSQL URL"),
+        "port not a number": ("postgresql://flowplan:s3cret-pw@127.0.0.1:fivefour/db", "port: not a number ('fivefour')"),
+        "nothing listening": (postgres_cluster.url().replace(f":{postgres_cluster.port}/", f":{free}/"), "Connection refused"),
+        "wrong password": (postgres_cluster.url(password="wrong-pw"), "password authentication failed"),
+        "no such database": (postgres_cluster.url("nodb"), 'database "nodb" does not exist'),
+        "password in the query": (
+            f"postgresql://flowplan@127.0.0.1:{free}/db?password=s3cret-pw",
+            "Connection refused",
+        ),
+    }
+    for name, (url, reason) in cases.items():
+        with pytest.raises(ConnectError) as err:
+            StateStore(url)
+        msg = str(err.value)
+        assert reason in msg, (name, msg)
+        assert "\n" not in msg and "s3cret" not in msg and "wrong-pw" not in msg, (name, msg)
+        assert msg.startswith("state store postgresql://flowplan") and "***" in msg, (name, msg)
+
+
+def test_a_broken_connection_is_opened_again(postgres_cluster: Any) -> None:
+    """The server ends the store's session (as a restart or a failover does): the call that meets it
+    fails, the next one works on a new connection, and nothing committed is lost."""
+    import psycopg
+
+    url = postgres_cluster.new_database()
+    with StateStore(url) as s, StateStore(url) as admin:
+        s.set_kv("k", "v")
+        pid = s._read("SELECT pg_backend_pid()")[0][0]
+        admin._read("SELECT pg_terminate_backend(?)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            s.get_kv("k")
+        assert s.get_kv("k") == "v"
+        s.set_kv("k", "w")
+        assert admin.get_kv("k") == "w"
+
+
+def _contend(url: str, me: int, rounds: int, barrier: Any, results: Any) -> None:
+    """One process of the test below (spawned: a fresh interpreter, its own connection). A failure
+    is reported on ``results`` and breaks the barrier, so that the others stop too."""
+    try:
+        barrier.wait()  # the first open of the fresh database, at once
+        with StateStore(url) as s:
+            for r in range(rounds):
+                barrier.wait()  # all at once, so the acquisitions race
+                if me == 0:  # the whole adapter: excludes every scope
+                    got = s.acquire_lease(f"r{r}/*", f"P{me}", 60, conflict_prefix=f"r{r}/")
+                else:  # the same scope in every other process
+                    got = s.acquire_lease(f"r{r}/team=a", f"P{me}", 60, conflicts=[f"r{r}/*"])
+                results.put(("lease", r, me, got.held, got.name, got.holder))
+                s.add_points(f"p{me}", [MetricPoint(time=float(r), epoch=float(r + 1), loss=1.0 / (r + 1))])
+            barrier.wait()  # everyone has written: each sees the others' points
+            results.put(("seen", me, {j: s.point_count(j) for j in s.job_ids()}))
+    except BaseException as exc:
+        barrier.abort()
+        results.put(("error", me, f"{type(exc).__name__}: {exc}"))
+
+
+def test_processes_sharing_postgresql_see_each_others_writes_and_one_holds_a_lease(postgres_cluster: Any) -> None:
+    """Three processes open one fresh database at once (one migrates it, the others wait for it), then
+    play ten rounds. Each round they ask at the same moment for leases
+    that conflict (one wants 'r/*', two want 'r/team=a'): exactly one gets a lease, the others are
+    told who holds it, and the leases table agrees. Each process then sees every other's points."""
+    url = postgres_cluster.new_database()
+    n, rounds = 3, 10
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(n, timeout=120), ctx.Queue()
+    procs = [ctx.Process(target=_contend, args=(url, me, rounds, barrier, results)) for me in range(n)]
+    for p in procs:
+        p.start()
+    got: list[Any] = []
+    while len(got) < n * rounds + n and not any(g[0] == "error" for g in got):
+        got.append(results.get(timeout=240))
+    for p in procs:
+        p.join(timeout=60)
+    while not results.empty():  # after a failure: the cause, beside the processes it stopped
+        got.append(results.get())
+    assert [g for g in got if g[0] == "error"] == []
+    assert [p.exitcode for p in procs] == [0] * n
+    with StateStore(url) as s:
+        table = {name: holder for name, holder in s._read("SELECT name, holder FROM leases")}
+    for r in range(rounds):
+        answers = [g for g in got if g[0] == "lease" and g[1] == r]
+        winners = [(name, f"P{me}") for _, _, me, held, name, _ in answers if held]
+        assert len(answers) == n and len(winners) == 1, answers
+        assert {k: v for k, v in table.items() if k.startswith(f"r{r}/")} == dict(winners)
+        for _, _, _, held, name, holder in answers:  # a loser is told the winner
+            assert held or (name, holder) == winners[0]
+    seen = [g[2] for g in got if g[0] == "seen"]
+    assert seen == [{f"p{me}": rounds for me in range(n)}] * n

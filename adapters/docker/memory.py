@@ -1,6 +1,6 @@
 """Where the adapter keeps metric histories and its own small state between intervals.
 
-The daemon passes the SQLite state store (``store.sqlite.StateStore``), so a restarted daemon keeps
+The daemon passes the state store (``store.StateStore``), so a restarted daemon keeps
 every history and reads no log twice; without one, :class:`MemoryStore` keeps the same in memory.
 Keys the adapter writes (values are JSON):
 

@@ -3,16 +3,17 @@
 What it assumes (read before relying on it):
 
 - **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
-  label: one job with a replica per pod, placed on one node all or nothing; :mod:`adapters.kubernetes.gangs`
-  says how each change treats them). FlowPlan's pods are those with
+  label, or else the same controller owner, e.g. a Job's pods: one job with a replica per pod, placed
+  on one node all or nothing; :mod:`adapters.kubernetes.gangs` says how each change treats them). FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
 - **Pod state is the job state.** Unbound (no ``spec.nodeName``) → pending; bound and not terminated
   → running on that node; ``Succeeded`` → finished; ``Failed`` → finished (logged). A pod being
   deleted is ignored: its replacement, if any, is the job.
-- **FlowPlan is the scheduler of its pods.** A ``start`` binds the pending pod to the planned node
-  (a ``Binding``), then sets its CPU in place if the plan differs from the pod's request.
+- **FlowPlan is the scheduler of its pods.** A ``start`` sets the pending pod's CPU if the plan
+  differs from its request (the ``resize`` subresource takes an unbound pod too), then binds it to
+  the planned node (a ``Binding``): the kubelet admits it at the planned size.
 - **CPU is the first container's.** ``requests.cpu`` is the guaranteed share (a weight: the kubelet
   turns it into ``cpu.weight``); ``limits.cpu``, where the pod has one, is the cap: the planned cap,
   else the job's declared maximum. A pod without a CPU limit gets none (a cap cannot be added
@@ -40,6 +41,19 @@ What it assumes (read before relying on it):
   and a daemon that lost its Lease writes nothing more (a ``conflict`` outcome). With ``identity``
   set, every Binding (and a replacement bound at creation) carries ``flowplan.io/bound-by``: the API
   server copies a Binding's annotations onto the pod, so who placed each pod is on the server.
+- **Many at once, in a safe order.** Changes are carried out up to ``workers`` at once (a thread
+  pool, :mod:`adapters.kubernetes.pool`; ``flowplan daemon --api-threads``), and so are the log
+  reads of ``observe``. The changes of one job run one after the other, in the order given (a
+  migration's checkpoint → replacement → deletion is one change, and one thread, anyway). The
+  order given is kept where it frees room: the changes are taken as *phases* (each run of changes
+  of one rank of :func:`planner.transitions.diff_order`: pauses, shrinking resizes, migrations,
+  growing resizes, starts — the order :func:`adapters.loop.diff` sorts them in), and a phase starts
+  only once every change of the phase before has ended, so nothing is bound to a node before what
+  leaves it has been asked to.
+- **Few calls.** A resize, and a start's CPU, patch with the ``resourceVersion`` of the pod as
+  ``observe`` listed it (no read first; a stale one is a ``conflict``, read again and retried); a
+  start is then one Binding (no read: a pod bound meanwhile makes it a ``conflict``, and the pod is
+  read then); a pod already at the planned CPU is never patched.
 - **Eventual consistency, partial failure.** Each change is carried out on its own; every API error
   is an :class:`~adapters.base.Outcome` (``forbidden``, ``not_found``, ``conflict``, ``invalid``,
   ``transient``, ``engine_down``), never an exception. Repeating a change that already took effect
@@ -66,13 +80,14 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -90,8 +105,21 @@ from adapters.kubernetes.annotations import (
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
-from adapters.kubernetes.pods import GPU, NodeView, PodView, is_flowplan_pod, job_id_of, mib, node_view, pod_view, requested
+from adapters.kubernetes.pods import (
+    GPU,
+    NodeView,
+    PodView,
+    controller_of,
+    is_flowplan_pod,
+    job_id_of,
+    mib,
+    node_view,
+    pod_view,
+    requested,
+)
+from adapters.kubernetes.pool import DEFAULT_SIZE, CallPool, widen_connections
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
+from planner.transitions import diff_order
 
 log = logging.getLogger("flowplan.kubernetes")
 
@@ -129,6 +157,8 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
     log_failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod's log was not read
     terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
+    owner_sizes: dict[tuple[str, str, str], int | str] = field(default_factory=dict)  # (ns, kind, name) -> count or why not read
+    owner_fallback: dict[str, str] = field(default_factory=dict)  # owner gang -> why its size is the pods seen
 
 
 class KubernetesAdapter(GangOps, Adapter):
@@ -146,10 +176,17 @@ class KubernetesAdapter(GangOps, Adapter):
         fence: Callable[[], None] | None = None,
         read_logs: bool = True,
         checkpoint_timeout: float = 30.0,
+        workers: int = DEFAULT_SIZE,
     ) -> None:
         from kubernetes import client
 
+        #: Changes applied and pod logs read at once (:mod:`adapters.kubernetes.pool`).
+        self.pool = CallPool(workers)
+        widen_connections(api_client, workers)
         self.api = client.CoreV1Api(api_client)
+        #: Owners of gangs (Job; StatefulSet, ReplicaSet): one read per owner per observe, for its desired count.
+        self.batch = client.BatchV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.namespaces = list(namespaces) if namespaces else None  # None: every namespace
         self.store: ProgressStore = store if store is not None else MemoryStore()
         self.clock = clock or WallClock()
@@ -167,8 +204,9 @@ class KubernetesAdapter(GangOps, Adapter):
         #: What the pods' logs said (points, declarations, deliveries), under ``k8s.*`` keys.
         self.progress = LogProgress(self.store, "k8s", log)
         #: Reads each FlowPlan pod's log every observe (:mod:`adapters.kubernetes.logs`); None: not read.
-        self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT) if read_logs else None
+        self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT, pool=self.pool) if read_logs else None
         self._touched: dict[str, float] = {}  # "namespace/pod" -> time.monotonic() when a create/delete of ours returned
+        self._touched_lock = threading.Lock()  # changes run on the pool's threads
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None, **options: Any) -> KubernetesAdapter:
@@ -191,10 +229,11 @@ class KubernetesAdapter(GangOps, Adapter):
 
     def _touch(self, namespace: str, *names: str) -> None:
         now = time.monotonic()
-        if len(self._touched) > 1000:  # a long-lived daemon: forget what no event can still be about
-            self._touched = {k: t for k, t in self._touched.items() if t > now - 10 * OWN_EVENT_GRACE}
-        for name in names:
-            self._touched[f"{namespace}/{name}"] = now
+        with self._touched_lock:
+            if len(self._touched) > 1000:  # a long-lived daemon: forget what no event can still be about
+                self._touched = {k: t for k, t in self._touched.items() if t > now - 10 * OWN_EVENT_GRACE}
+            for name in names:
+                self._touched[f"{namespace}/{name}"] = now
 
     def own_event(self, pod: str, received: float) -> bool:
         """Was a watch event about ``pod`` (``namespace/name``), received at ``received``
@@ -251,7 +290,7 @@ class KubernetesAdapter(GangOps, Adapter):
             if pod.deleting:
                 obs.terminating.setdefault(job_id, []).append(pod)
                 continue
-            if GANG_LABEL in pod.labels:
+            if GANG_LABEL in pod.labels or controller_of(raw) is not None:
                 gang_pods.setdefault(job_id, []).append(pod)
                 continue
             found.setdefault(job_id, []).append(pod)
@@ -265,13 +304,13 @@ class KubernetesAdapter(GangOps, Adapter):
                 self._unmanaged(obs, node_notes, primary, str(exc))
                 continue
             obs.placed[job_id] = Placed(primary, parsed, [p for p in others if p.live])
-            if self.logs is not None:
-                for going in obs.terminating.get(job_id, []):  # its last lines, e.g. up to its checkpoint
-                    self.logs.read(job_id, going, parsed.steps_per_epoch)
-                self.logs.read(job_id, primary, parsed.steps_per_epoch)
-                if job_id in self.logs.failed:
-                    obs.log_failed[job_id] = self.logs.failed[job_id]
-            jobs.append(self._job(job_id, primary, parsed, obs))
+        if self.logs is not None:  # the jobs' progress first (on the pool): the jobs are made of it
+            # a pod being deleted first: its last lines, e.g. up to its checkpoint
+            going = obs.terminating
+            self.logs.read_all([(j, [*going.get(j, []), p.pod], p.labels.steps_per_epoch) for j, p in obs.placed.items()])
+            obs.log_failed.update({job_id: self.logs.failed[job_id] for job_id in obs.placed if job_id in self.logs.failed})
+        for job_id, placed in obs.placed.items():
+            jobs.append(self._job(job_id, placed.pod, placed.labels, obs))
         jobs.extend(self._observe_gangs(gang_pods, obs, node_notes, held))
 
         nodes = []
@@ -343,9 +382,43 @@ class KubernetesAdapter(GangOps, Adapter):
     # -- apply -----------------------------------------------------------------------------------
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
-        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data
-        (a bug of ours too: it must not stop the other changes)."""
-        return apply_each(changes, self._apply_one, KubernetesAdapterError, log, catch_bugs=True)
+        """Carry out ``changes``, each on its own, up to ``workers`` at once, phase by phase and each
+        job's in order (module docstring); one outcome per change, in the order of ``changes``,
+        errors as data (a bug of ours too: it must not stop the other changes)."""
+        outcomes: dict[int, Outcome] = {}
+        for phase in self._phases(changes):
+            by_job: dict[str, list[tuple[int, Change]]] = {}
+            for i in phase:
+                by_job.setdefault(changes[i].job, []).append((i, changes[i]))
+            for run in self.pool.map(self._apply_run, list(by_job.values())):
+                outcomes.update(run)
+        return [outcomes[i] for i in range(len(changes))]
+
+    def _apply_run(self, run: list[tuple[int, Change]]) -> list[tuple[int, Outcome]]:
+        """One job's changes of a phase, one after the other (on one of the pool's threads)."""
+        return [(i, outcome_of(ch, self._apply_one, KubernetesAdapterError, log, catch_bugs=True)) for i, ch in run]
+
+    def _phases(self, changes: Sequence[Change]) -> list[list[int]]:
+        """The indices of ``changes`` cut into runs of one apply rank (:func:`planner.transitions.diff_order`);
+        a resize shrinks when it asks no more CPU or GPUs than each of the job's pods has now."""
+        phases: list[list[int]] = []
+        rank = None
+        for i, ch in enumerate(changes):
+            placed = self.last.placed.get(ch.job)
+            gang = self.last.gangs.get(ch.job)
+            pods = gang.members if gang is not None else [placed.pod] if placed is not None else []
+            try:
+                shrinks = bool(pods) and all(
+                    p.cpu_request is not None and ch.cpu_millis <= p.cpu_request and ch.gpus <= p.gpus for p in pods
+                )
+            except ValueError:  # a quantity the server took but we cannot read: the change says why
+                shrinks = False
+            now = diff_order(ch.kind, shrinks)
+            if now != rank:
+                phases.append([])
+                rank = now
+            phases[-1].append(i)
+        return phases
 
     def _apply_one(self, ch: Change) -> str:
         if self.fence is not None:
@@ -354,7 +427,8 @@ class KubernetesAdapter(GangOps, Adapter):
         if gang is not None:
             return self._apply_gang(ch, gang)
         if ch.replicas != 1 and ch.job in self.last.placed:
-            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); a gang is pods sharing the label {GANG_LABEL}"
+            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
+            why += f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
             raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
@@ -381,7 +455,9 @@ class KubernetesAdapter(GangOps, Adapter):
 
     def _start(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
-        pod = self._fresh(placed.pod)
+        # As observed this interval, not read again: a pod bound meanwhile makes the Binding a
+        # ``conflict``, and the pod is read then (below).
+        pod = placed.pod
         if pod.node is not None:
             # A start is for a pending job (planner/transitions.py): a pod already bound there as asked
             # is a repeat (ok); anywhere else or otherwise, moving or resizing it is another action.
@@ -398,18 +474,28 @@ class KubernetesAdapter(GangOps, Adapter):
                 )
         if pod.gpus != ch.gpus:
             return self._recreate(ch, placed, ch.node)
-        self._bind(pod, ch.node)
-        bound = f"bound {pod.namespace}/{pod.name} to {ch.node}"
-        pod = self._fresh(pod)
-        if self._in_effect(ch, placed, pod):
-            return bound
+        cpu = ""
+        if not self._in_effect(ch, placed, pod):
+            # The CPU first, while the pod is pending: the kubelet then admits it at the planned size,
+            # and no kubelet writes an unbound pod's status, so the observed resourceVersion holds.
+            cpu = "; " + self._set_cpu(ch, placed, pod, pending=True)
         try:
-            return f"{bound}; {self._set_cpu(ch, placed, pod)}"
+            already = self._bind(pod, ch.node)
         except KubernetesAdapterError as exc:
-            raise KubernetesAdapterError(exc.kind, f"{bound}, but its CPU was not set: {exc.message}") from exc
+            if not cpu:
+                raise
+            raise KubernetesAdapterError(exc.kind, f"job {ch.job}: {exc.message}; it stays pending{cpu}") from exc
+        if already is not None:  # bound there since it was observed: as a start of a bound pod (above)
+            if self._in_effect(ch, placed, already):
+                return f"already bound to {ch.node}"
+            raise KubernetesAdapterError(
+                "conflict", f"job {ch.job}: {pod.name} is already bound to {ch.node}; a start is for a pending job"
+            )
+        return f"bound {pod.namespace}/{pod.name} to {ch.node}{cpu}"
 
-    def _bind(self, pod: PodView, node: str) -> None:
-        """A Binding of ``pod`` to ``node`` (FlowPlan acting as its scheduler); a repeat is fine."""
+    def _bind(self, pod: PodView, node: str) -> PodView | None:
+        """A Binding of ``pod`` to ``node`` (FlowPlan acting as its scheduler); a repeat is fine:
+        ``None`` when this Binding placed it, the pod as read again when it was bound there already."""
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -424,12 +510,16 @@ class KubernetesAdapter(GangOps, Adapter):
             again = self._fresh(pod)  # bound meanwhile (by a previous attempt): fine if it is where asked
             if again.node != node:
                 raise
+            return again
+        return None
 
     def _bound_by(self) -> dict[str, str]:
         return {BOUND_BY: self.identity} if self.identity else {}
 
     def _resize(self, ch: Change, placed: Placed) -> str:
-        pod = self._fresh(placed.pod)
+        # As observed this interval, not read again: the patch carries its resourceVersion, and a
+        # stale one (the pod changed since) is a conflict that ``_set_cpu`` reads and retries.
+        pod = placed.pod
         if pod.node is None:
             why = f"job {ch.job}: {pod.name} is unbound: a pending job is started, not resized"
             raise KubernetesAdapterError("conflict", why)
@@ -456,12 +546,14 @@ class KubernetesAdapter(GangOps, Adapter):
     def _in_effect(self, ch: Change, placed: Placed, pod: PodView) -> bool:
         return (pod.cpu_request, pod.cpu_limit) == self._wanted(ch, placed, pod) and pod.gpus == ch.gpus
 
-    def _set_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str:
-        """Resize ``pod``'s CPU in place (the ``resize`` subresource, with its resourceVersion).
+    def _set_cpu(self, ch: Change, placed: Placed, pod: PodView, *, pending: bool = False) -> str:
+        """Resize ``pod``'s CPU in place (the ``resize`` subresource, with its resourceVersion);
+        ``pending``: the pod is unbound (a start sets its CPU before the Binding).
 
         A ``conflict`` (the pod changed since it was read: the kubelet writes its status often) is
         retried on a fresh read, a few times, as client-go's ``RetryOnConflict`` does; what the
         change means is worked out again from that read, so nobody else's change is overwritten.
+        A pending pod found bound meanwhile is left alone (a ``conflict``: a start is for a pending job).
         """
         for attempt in range(CONFLICT_RETRIES):
             try:
@@ -472,6 +564,9 @@ class KubernetesAdapter(GangOps, Adapter):
                 pod = self._fresh(pod)
                 if self._in_effect(ch, placed, pod):
                     return f"{pod.namespace}/{pod.name} already at {ch.cpu_millis}m"
+                if pending and pod.node is not None:
+                    why = f"job {ch.job}: {pod.name} was bound to {pod.node} meanwhile; a start is for a pending job"
+                    raise KubernetesAdapterError("conflict", why) from exc
         raise AssertionError("unreachable")
 
     def _patch_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str:
@@ -492,6 +587,8 @@ class KubernetesAdapter(GangOps, Adapter):
         )
         before = f"{pod.cpu_request}m" + (f" cap {pod.cpu_limit}m" if pod.cpu_limit is not None else "")
         after = f"{request}m" + (f" cap {limit}m" if limit is not None else "")
+        if pod.node is None:
+            return f"CPU of {pod.namespace}/{pod.name} set before its Binding: {before} -> {after}"
         return f"resized {pod.namespace}/{pod.name} in place: {before} -> {after}"
 
     def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None:
@@ -622,6 +719,7 @@ class KubernetesAdapter(GangOps, Adapter):
         return done
 
     def close(self) -> None:
+        self.pool.close()
         try:
             self.api.api_client.close()
         except Exception:  # closing is best effort

@@ -1,4 +1,4 @@
-"""Gangs on Kubernetes: the pods sharing a ``flowplan.io/gang`` label are one job, all or nothing.
+"""Gangs on Kubernetes: the pods sharing a ``flowplan.io/gang`` label, or an owner, are one job, all or nothing.
 
 A *gang* is the snapshot's job with ``replicas`` > 1: identical containers placed together on one
 node (a gang spanning nodes is another issue). On Kubernetes it is every FlowPlan pod of a
@@ -7,6 +7,15 @@ namespace whose label ``flowplan.io/gang`` has the same value:
 - **The job id is the label's value**; ``replicas`` is the number of the gang's pods. A
   ``flowplan.io/job`` label on a gang pod does not change the id. A single pod (no gang label) that
   claims the same id in the same namespace makes the gang unmanaged (the ids would collide).
+- **Or the pods share an owner**: FlowPlan pods *without* the gang label whose controller (the
+  ``metadata.ownerReferences`` entry with ``controller: true``: a Job, StatefulSet, ReplicaSet, or
+  any kind) is the same are one gang too, its id the owner's ``<kind>/<name>`` (``job/train``;
+  :func:`~adapters.kubernetes.pods.owner_job_id`). The label wins: a pod with it is in the label's
+  gang whatever owns it. Without the size annotation the size is the owner's desired count, read
+  once per owner per observe: a Job's ``spec.parallelism`` (at most its ``spec.completions``), a
+  StatefulSet's or ReplicaSet's ``spec.replicas``. An owner of another kind, or one that cannot be
+  read (forbidden, not found, the server failing), leaves the gang the pods seen, and
+  ``Observation.owner_fallback`` and the log say why. FlowPlan never changes the owner's count.
 - **The size may be declared**: the annotation ``flowplan.io/gang-size: "4"`` on the pods (the same
   on each) says how many pods the gang has. Until that many exist, the gang *waits*: it is not a job
   in the snapshot, so nothing plans for half a gang (``Observation.waiting`` and the log say why).
@@ -23,16 +32,18 @@ namespace whose label ``flowplan.io/gang`` has the same value:
   and some not (a start or an undo interrupted by a crash): ``pending`` with a note, so the plan
   starts it again and the start gathers it (below).
 - **Replacements**: a replacement pod keeps the old pod's labels (the gang label with them) and
-  names the pod it replaces (``flowplan.io/replaces``). A pod that a live pod of its gang replaces is
-  not a member but a *duplicate* (a migration interrupted after its replacements were created):
+  its ``ownerReferences`` (its owner with them), and names the pod it replaces
+  (``flowplan.io/replaces``). A pod that a live pod of its gang replaces is not a
+  member but a *duplicate* (a migration interrupted after its replacements were created):
   :meth:`GangOps.reconcile_gangs` deletes it.
 
 How each change is carried out (:class:`GangOps`; every change first lists the gang's pods afresh,
-one call with a label selector, and refuses as ``conflict`` when their number is not the plan's
-``replicas``):
+one call with a label selector (an owner's gang: the labels its pods share, then their owner), and
+refuses as ``conflict`` when their number is not the plan's ``replicas``):
 
-- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then the CPU of
-  each pod not at the planned figure, in place. **All or none**: if a Binding fails midway, the
+- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then, when any
+  pod was not at the planned CPU, the gang's pods listed again and the CPU of each such pod set in
+  place. **All or none**: if a Binding fails midway, the
   gang's pods bound to that node (by this start, or by an earlier one cut short) are deleted and
   re-created unbound (a bound pod cannot be unbound: Kubernetes has no call for it), so the gang is
   pending again, and the outcome is the Binding's error and what was undone. Pods of
@@ -67,7 +78,7 @@ from adapters.kubernetes.annotations import (
     WRITTEN,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError
-from adapters.kubernetes.pods import PodView, pod_view, requested
+from adapters.kubernetes.pods import PodView, controller_of, is_flowplan_pod, job_id_of, pod_view, requested
 
 if TYPE_CHECKING:
     from adapters.base import Change
@@ -93,6 +104,7 @@ class Gang:
     members: list[PodView]
     labels: JobLabels
     duplicates: list[PodView] = field(default_factory=list)
+    by_owner: bool = False  # the pods share a controller owner, not the gang label
 
     @property
     def size(self) -> int:
@@ -182,10 +194,13 @@ class GangOps:
         def _unmanaged(self, obs: Observation, notes: dict[str, dict[str, str]], pod: PodView, why: str) -> None: ...
         def _wanted(self, ch: Change, placed: Placed, pod: PodView) -> tuple[int, int | None]: ...
         def _in_effect(self, ch: Change, placed: Placed, pod: PodView) -> bool: ...
-        def _set_cpu(self, ch: Change, placed: Placed, pod: PodView) -> str: ...
+        def _set_cpu(self, ch: Change, placed: Placed, pod: PodView, *, pending: bool = False) -> str: ...
         def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
-        def _bind(self, pod: PodView, node: str) -> None: ...
+        def _bind(self, pod: PodView, node: str) -> PodView | None: ...
         def _bound_by(self) -> dict[str, str]: ...
+
+        batch: Any
+        apps: Any
 
     # -- observe ---------------------------------------------------------------------------------
 
@@ -222,10 +237,14 @@ class GangOps:
             ns = members[0].namespace
             raise GangError(f"gang {job_id}: pod {single} (no gang label) has the same job id in namespace {ns}")
         size = declared_size(job_id, members)
+        said_by = f"annotation {GANG_SIZE}"
+        owner = controller_of(members[0].raw) if not members[0].labels.get(GANG_LABEL) else None
+        if size is None and owner is not None:
+            size, said_by = self._owner_size(job_id, members, owner, obs)
         if size is not None and len(members) != size:
             if len(members) > size:
-                raise GangError(f"gang {job_id}: {len(members)} pods, but annotation {GANG_SIZE} says {size}")
-            why = f"{len(members)} of {size} pods exist ({GANG_SIZE}); waiting for the rest"
+                raise GangError(f"gang {job_id}: {len(members)} pods, but {said_by} says {size}")
+            why = f"{len(members)} of {size} pods exist ({said_by}); waiting for the rest"
             obs.waiting[job_id] = why
             log.info("gang %s waits: %s", job_id, why)
             return None
@@ -249,16 +268,64 @@ class GangOps:
             update.update(status="pending", node=None, allocation=None)
             obs.waiting[job_id] = note
             log.warning("gang %s is %s", job_id, note)
-        obs.gangs[job_id] = Gang(job_id, members[0].namespace, members, labels, [p for p in superseded if p.live])
+        duplicates = [p for p in superseded if p.live]
+        obs.gangs[job_id] = Gang(job_id, members[0].namespace, members, labels, duplicates, by_owner=owner is not None)
         return job.model_copy(update=update)
+
+    def _owner_size(self, job_id: str, members: list[PodView], owner: dict[str, Any], obs: Observation) -> tuple[int | None, str]:
+        """``(desired count, what says so)`` of an owner gang from its owner (one read per owner per
+        observe, kept in ``obs.owner_sizes``); ``(None, ...)`` when it cannot be read, with why in
+        ``obs.owner_fallback`` and the log: the gang is then the pods seen."""
+        kind, name, ns = str(owner["kind"]), str(owner["name"]), members[0].namespace
+        group = str(owner.get("apiVersion", "")).partition("/")[0]
+        field_name = {("batch", "Job"): "spec.parallelism"}.get((group, kind), "spec.replicas")
+        key = (ns, kind, name)
+        if key not in obs.owner_sizes:
+            obs.owner_sizes[key] = self._read_owner(group, kind, name, ns)
+        got = obs.owner_sizes[key]
+        if isinstance(got, int):
+            return got, f"{kind} {name} {field_name}"
+        why = f"owner {kind} {ns}/{name}: {got}; the gang is the {len(members)} pods seen"
+        obs.owner_fallback[job_id] = why
+        log.warning("gang %s: %s", job_id, why)
+        return None, ""
+
+    def _read_owner(self, group: str, kind: str, name: str, namespace: str) -> int | str:
+        """An owner's desired count of pods, or why it is not known (an API error never escapes)."""
+        reads = {
+            ("batch", "Job"): self.batch.read_namespaced_job,
+            ("apps", "StatefulSet"): self.apps.read_namespaced_stateful_set,
+            ("apps", "ReplicaSet"): self.apps.read_namespaced_replica_set,
+        }
+        read = reads.get((group, kind))
+        if read is None:
+            return f"kind {kind} ({group or 'core'}): its desired count is not read (Job, StatefulSet and ReplicaSet are)"
+        try:
+            body = self._json(read, name, namespace)
+        except KubernetesAdapterError as exc:
+            return f"{exc.kind}: {exc.message}"
+        spec = (body or {}).get("spec") or {}
+        count = spec.get("parallelism" if kind == "Job" else "replicas")
+        count = 1 if count is None else count  # the API's default for each
+        completions = spec.get("completions") if kind == "Job" else None
+        if isinstance(count, int) and isinstance(completions, int):  # never more pods at once than completions
+            count = min(count, completions)
+        return count if isinstance(count, int) else f"spec has no whole count ({count!r})"
 
     # -- apply -----------------------------------------------------------------------------------
 
     def _gang_now(self, ch: Change, gang: Gang) -> list[PodView]:
         """The gang's pods now (one list call), less those being deleted or superseded; ``conflict``
         when their number is not the plan's."""
-        data = self._json(self.api.list_namespaced_pod, gang.namespace, label_selector=f"{GANG_LABEL}={gang.job}")
-        pods = [v for v in (pod_view(raw) for raw in data["items"]) if not v.deleting]
+        if gang.by_owner:  # no selector for an owner: the labels its pods share, then the owner's job id
+            shared = set.intersection(*(set(p.labels.items()) for p in gang.members)) if gang.members else set()
+            selector = ",".join(f"{k}={v}" for k, v in sorted(shared))
+            data = self._json(self.api.list_namespaced_pod, gang.namespace, label_selector=selector)
+            raws = [r for r in data["items"] if is_flowplan_pod(r) and job_id_of(r) == gang.job]
+        else:
+            data = self._json(self.api.list_namespaced_pod, gang.namespace, label_selector=f"{GANG_LABEL}={gang.job}")
+            raws = data["items"]
+        pods = [v for v in (pod_view(raw) for raw in raws) if not v.deleting]
         members, _ = split_superseded(pods)
         if len(members) != ch.replicas:
             raise KubernetesAdapterError(
@@ -321,6 +388,7 @@ class GangOps:
         if any(p.gpus != ch.gpus for p in pods):
             return self._gang_replace(ch, gang, pods, ch.node)
         bound = [p for p in pods if p.node == ch.node]  # by an earlier, interrupted start: undone with the rest
+        at_cpu = all(self._in_effect(ch, self._placed(gang, p), p) for p in pods)  # a Binding changes no resources
         for p in pods:
             if p.node == ch.node:
                 continue
@@ -335,7 +403,7 @@ class GangOps:
             bound.append(p)
         said.append(f"bound the {len(bound)} pods of gang {gang.namespace}/{ch.job} to {ch.node}")
         resized = []
-        for p in self._gang_now(ch, gang):
+        for p in [] if at_cpu else self._gang_now(ch, gang):
             placed = self._placed(gang, p)
             if not self._in_effect(ch, placed, p):
                 try:
@@ -356,7 +424,7 @@ class GangOps:
         for p in pods:
             request = p.cpu_request if p.cpu_request is not None else int(gang.labels.fields["min_cpu_millis"])
             body = replacement(p, ch.job, None, request, p.cpu_limit, p.gpus)
-            body["metadata"]["labels"] = dict(p.labels)
+            same_gang(body, p)
             try:
                 created = self._json(self.api.create_namespaced_pod, p.namespace, body)
                 self._json(self.api.delete_namespaced_pod, p.name, p.namespace)
@@ -422,7 +490,7 @@ class GangOps:
             for p in olds:
                 request, limit = self._wanted(ch, self._placed(gang, p), p)
                 body = replacement(p, ch.job, target, request, limit, ch.gpus)
-                body["metadata"]["labels"] = dict(p.labels)
+                same_gang(body, p)
                 if target is not None:
                     body["metadata"]["annotations"].update(self._bound_by())
                 created.append(self._json(self.api.create_namespaced_pod, p.namespace, body))
@@ -459,6 +527,15 @@ class GangOps:
                     if exc.kind != "not_found":
                         done.append(f"{job_id}: could not delete superseded gang pod {other.name}: {exc.kind}: {exc.message}")
         return done
+
+
+def same_gang(body: dict[str, Any], old: PodView) -> None:
+    """A replacement stays in its gang: the old pod's labels (the gang label with them) and owners
+    (less ``blockOwnerDeletion``: setting it takes a right on the owner that FlowPlan is not given)."""
+    body["metadata"]["labels"] = dict(old.labels)
+    owners = (old.raw.get("metadata") or {}).get("ownerReferences")
+    if owners:
+        body["metadata"]["ownerReferences"] = [{k: v for k, v in o.items() if k != "blockOwnerDeletion"} for o in owners]
 
 
 def _now_text() -> str:

@@ -1,7 +1,9 @@
 """Training progress from pod logs: each FlowPlan pod's log read incrementally, with Docker's parsers.
 
 Every interval, for each job whose pod has a container (bound and ``Running``, or ended), the adapter
-asks the API server for the first container's log with ``timestamps=true``: lines as
+asks the API server for the first container's log with ``timestamps=true`` (one request per pod,
+up to the adapter's pool size at once, :mod:`adapters.kubernetes.pool`; a job's pods one after the
+other): lines as
 ``docker logs --timestamps`` prints them, so :class:`adapters.docker.progress.LogProgress` reads
 them exactly as the Docker adapter does (every format of :mod:`adapters.logs`; the SDK's ``declare``
 and ``delivered`` events; points merged into the job's history in the state store, one per epoch,
@@ -26,11 +28,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from adapters.docker.progress import LogProgress, parse_timestamp, to_seconds
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
 from adapters.kubernetes.pods import PodView
+from adapters.kubernetes.pool import CallPool
 
 log = logging.getLogger("flowplan.kubernetes")
 
@@ -43,14 +47,26 @@ LOGGED_PHASES = ("Running", "Succeeded", "Failed")
 class PodLogs:
     """Reads FlowPlan pods' logs into the state store (see the module docstring)."""
 
-    def __init__(self, api: Any, progress: LogProgress, *, timeout: float) -> None:
+    def __init__(self, api: Any, progress: LogProgress, *, timeout: float, pool: CallPool | None = None) -> None:
         self.api = api
         self.progress = progress
         self.timeout = timeout
+        self.pool = pool or CallPool(1)
         #: job -> why its pod's log was not read at the last observe (``kind: message``)
         self.failed: dict[str, str] = {}
         self._said: dict[str, str] = {}  # pod UID -> the failure already logged
         self._drained: set[str] = set()  # UIDs of ended pods whose whole log was read
+
+    def read_all(self, reads: Sequence[tuple[str, Sequence[PodView], float | None]]) -> None:
+        """:meth:`read` each ``(job id, its pods, steps per epoch)``: jobs on the pool's threads at
+        once, a job's pods one after the other, in the order given. Each job's progress is its own
+        (the state store's keys are the job id and the pod UID): the reads share nothing else."""
+        self.pool.map(self._read_job, reads)
+
+    def _read_job(self, read: tuple[str, Sequence[PodView], float | None]) -> None:
+        job_id, pods, steps_per_epoch = read
+        for pod in pods:
+            self.read(job_id, pod, steps_per_epoch)
 
     def read(self, job_id: str, pod: PodView, steps_per_epoch: float | None = None) -> None:
         """Read the new lines of ``pod``'s log into the job's progress; a failure is noted, never raised."""

@@ -10,7 +10,9 @@ job's guaranteed share, its CPU limit the cap, its ``nvidia.com/gpu`` limit the 
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -143,11 +145,37 @@ def is_flowplan_pod(raw: dict[str, Any]) -> bool:
     return spec.get("schedulerName") == SCHEDULER_NAME or JOB_LABEL in labels or GANG_LABEL in labels
 
 
+def controller_of(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's controller: its ``metadata.ownerReferences`` entry with ``controller: true``, or ``None``."""
+    for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("kind") and ref.get("name"):
+            return dict(ref)
+    return None
+
+
+def owner_job_id(ref: dict[str, Any]) -> str:
+    """The job id of the gang an owner's pods make: ``<kind>/<name>`` (``job/train``,
+    ``statefulset/web``). A label value or a pod name never holds a ``/``, so it cannot be the id of
+    a label gang or a single pod; a character the snapshot's ids do not allow becomes ``-``, and an
+    id past their 253 characters is cut, with a hash of the whole to keep it unique."""
+    text = f"{str(ref['kind']).lower()}/{ref['name']}"
+    text = re.sub(r"[^A-Za-z0-9._:/-]", "-", text).strip("._:/-") or "owner"
+    if len(text) > 253:
+        text = text[:244] + "-" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return text
+
+
 def job_id_of(raw: dict[str, Any]) -> str:
-    """The gang label (a gang's pods are one job, adapters/kubernetes/gangs.py), else the job label, else the name."""
+    """The gang label (a gang's pods are one job, adapters/kubernetes/gangs.py), else the controller
+    owner's ``<kind>/<name>`` (the owner's pods are a gang too), else the job label, else the name."""
     meta = raw.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return str(labels.get(GANG_LABEL) or labels.get(JOB_LABEL) or meta.get("name", ""))
+    if labels.get(GANG_LABEL):
+        return str(labels[GANG_LABEL])
+    owner = controller_of(raw)
+    if owner is not None:
+        return owner_job_id(owner)
+    return str(labels.get(JOB_LABEL) or meta.get("name", ""))
 
 
 def pod_view(raw: dict[str, Any]) -> PodView:

@@ -1,0 +1,78 @@
+"""``--state``, as every command that reads or writes the state store takes it: a SQLite file (the
+default) or a ``postgresql://`` URL that several daemons and service replicas share.
+
+A store that cannot be opened is one line naming ``--state`` and its value, the URL's password
+replaced by ``***`` (exit code 2 through :class:`flowplan.cli.UsageError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+#: The state store the daemon, the service and the operator commands share unless told otherwise.
+DEFAULT_STATE = "flowplan-state.db"
+
+STATE_METAVAR = "PATH|URL"
+
+
+def state_help(use: str, *, default: str | None = DEFAULT_STATE) -> str:
+    """``--state``'s help: ``use`` says what the command does with the store."""
+    tail = f" (default: {default})" if default else ""
+    return (
+        f"{use}: a SQLite file, or a postgresql://USER@HOST:PORT/DB URL that several daemons and service replicas "
+        f"share (the password from PGPASSWORD or ~/.pgpass keeps it off the command line){tail}"
+    )
+
+
+def add_state_argument(p: argparse.ArgumentParser, use: str, **kwargs: Any) -> None:
+    """Add ``--state`` to ``p`` (``kwargs``: argparse's, e.g. ``required=True`` or ``default=None``)."""
+    default = kwargs.pop("default", DEFAULT_STATE)
+    p.add_argument(
+        "--state",
+        default=default,
+        metavar=STATE_METAVAR,
+        help=state_help(use, default=None if kwargs.get("required") else default),
+        **kwargs,
+    )
+
+
+def shown(location: str) -> str:
+    """``location`` as it may be printed (a URL's password hidden)."""
+    from store import redact
+
+    return redact(location)
+
+
+def is_url(location: str) -> bool:
+    from store import is_url as url
+
+    return url(location)
+
+
+def exists(location: str) -> bool:
+    """Whether a store may be there to read: a URL (its server says), or a file that exists."""
+    return is_url(location) or location == ":memory:" or Path(location).is_file()
+
+
+def open_store(location: str, *, synchronous: str = "FULL", must_exist: bool = False) -> Any:
+    """The :class:`store.StateStore` at ``location``; a :class:`flowplan.cli.UsageError` when it cannot be
+    opened. ``must_exist``: a SQLite file that is not there is an error (readers), not created."""
+    from flowplan.cli import UsageError
+    from store import ConnectError, StateStore, StoreError
+
+    where = f"--state {shown(location)}"
+    if must_exist and not exists(location):
+        raise UsageError(f"{where}: no state store there (flowplan daemon or flowplan simulate --state writes one)")
+    if not is_url(location) and location != ":memory:" and not Path(location).parent.is_dir():
+        raise UsageError(f"{where}: directory {Path(location).parent} does not exist")
+    try:
+        return StateStore(location, synchronous="NORMAL" if synchronous == "NORMAL" else "FULL")
+    except ConnectError as exc:
+        raise UsageError(f"{where}: {exc.reason}") from None
+    except (StoreError, OSError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    except Exception as exc:  # the driver's: not a database file, no right to create the tables, ...
+        line = " ".join(str(exc).split()) or type(exc).__name__
+        raise UsageError(f"{where}: cannot open the state store ({line})") from None

@@ -1,0 +1,239 @@
+"""Planning in worker processes behind a bounded queue, over real HTTP: a uvicorn server on a loopback
+port (:class:`test_api_support.ThreadServer`, with its lifespan), real ``spawn`` worker processes.
+
+Cases:
+
+- **same plan through the pool**: each example snapshot, posted twice by concurrent clients to two
+  workers, comes back as ``planner.plan`` makes it in this process (all but the measured seconds),
+  checked, and stored as returned — from a cold worker and from a warm one;
+- **a full queue** (1 worker, a queue of 1): a held task takes the worker and a real plan request waits
+  for it; meanwhile ``/healthz`` and ``/metrics`` answer, and one more plan request, or a prediction,
+  gets 429 with ``Retry-After`` in the error body's shape, counted in ``flowplan_rejected_total``;
+  released, the waiting plan is the planner's;
+- **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503.
+
+What is not the product: the route ``POST /test/hold`` that :func:`held_app` adds to the real app. It
+runs :func:`test_api_support.hold_worker` through the pool exactly as a plan runs (admitted, then a
+worker); that task waits on a named pipe the test writes to, so the test, not a timer, decides when
+the worker is free. Waiting for the service to reach a state polls ``/metrics`` (no sleep decides
+an outcome, and nothing asserts on time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from test_api_support import ServeProcess, ThreadServer, hold_worker
+
+from api import ApiSettings, create_app
+from api.errors import ApiError
+from api.metrics import ServiceMetrics
+from api.pool import WorkerPool
+from planner import PlannerConfig, check_plan, parse_snapshot, plan
+from planner.plan import Plan
+from store import StateStore
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples" / "snapshots").glob("*.json"))
+JSON = {"content-type": "application/json"}
+NO_FILL = {"fill_from_store": "false"}
+STRIP = {"solver": {"seconds"}}
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait_for(client: httpx.Client, name: str, value: float) -> None:
+    """Poll ``/metrics`` until ``name`` reads ``value`` (a generous bound only against a hang)."""
+    deadline = time.monotonic() + 120
+    while metric(client, name) != value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}"
+        time.sleep(0.02)
+
+
+def held_app(store: StateStore, settings: ApiSettings) -> FastAPI:
+    """The real app plus ``POST /test/hold``: a task that holds a worker until the test releases it."""
+    app = create_app(store, settings)
+    pool: WorkerPool = app.state.pool
+
+    @app.post("/test/hold")
+    async def hold(body: dict[str, str]) -> dict[str, int]:
+        with pool.admit():
+            return {"pid": await pool.run(hold_worker, body["fifo"])}
+
+    return app
+
+
+@pytest.fixture()
+def store() -> Iterator[StateStore]:
+    s = StateStore(":memory:")
+    yield s
+    s.close()
+
+
+def test_the_pool_plans_what_the_planner_plans(store: StateStore) -> None:
+    expected = {}
+    for path in EXAMPLES:
+        snapshot = parse_snapshot(path.read_bytes())
+        expected[path.name] = plan(snapshot, PlannerConfig()).plan
+    bodies = [(path.name, path.read_bytes()) for path in EXAMPLES] * 2  # each twice: a cold and a warm worker
+    with ThreadServer(create_app(store, ApiSettings(plan_workers=2, plan_queue=len(bodies)))) as srv:
+
+        def post(item: tuple[str, bytes]) -> tuple[str, httpx.Response]:
+            with httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+                return item[0], http.post("/v1/plan", content=item[1], params=NO_FILL)
+
+        with ThreadPoolExecutor(len(bodies)) as clients:
+            answers = list(clients.map(post, bodies))
+        with httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+            again = [(name, http.post("/v1/plan", content=body, params=NO_FILL)) for name, body in bodies]
+    for name, resp in [*answers, *again]:
+        assert resp.status_code == 200, resp.text
+        got = Plan.model_validate_json(resp.content)
+        assert got.model_dump(exclude=STRIP) == expected[name].model_dump(exclude=STRIP), name
+        assert check_plan(parse_snapshot((REPO / "examples" / "snapshots" / name).read_bytes()), got) == []
+        stored = store.get_plan(int(resp.headers["FlowPlan-Plan-Id"]))
+        assert stored == got
+
+
+def release(fifo: Path) -> None:
+    """Let the held task end: write into its pipe (the open waits for the worker to open its end)."""
+    with open(fifo, "w") as fh:
+        fh.write("go")
+
+
+def test_a_full_queue_answers_429_while_health_and_metrics_answer(store: StateStore, tmp_path: Path) -> None:
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    body = EXAMPLES[0].read_bytes()
+    expected = plan(parse_snapshot(body), PlannerConfig()).plan
+    app = held_app(store, ApiSettings(plan_workers=1, plan_queue=1))
+    with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+        with ThreadPoolExecutor(2) as background:
+            held = background.submit(http.post, "/test/hold", json={"fifo": str(fifo)})
+            released = False
+            try:
+                wait_for(http, "flowplan_work_in_flight", 1)  # the held task has the only worker
+                waiting = background.submit(http.post, "/v1/plan", content=body, params=NO_FILL)
+                wait_for(http, "flowplan_work_in_flight", 2)  # a real plan request waits for it
+
+                assert http.get("/healthz").json()["status"] == "ok"
+                assert metric(http, "flowplan_workers") == 1
+                refused = http.post("/v1/plan", content=body, params=NO_FILL)
+                assert refused.status_code == 429, refused.text
+                assert int(refused.headers["Retry-After"]) >= 1
+                assert refused.headers["content-type"] == "application/json"
+                error = refused.json()["error"]
+                assert error["field"] == "" and "busy" in error["message"]
+                predicted = http.get("/v1/jobs/anything")  # predictions fit curves: the same queue
+                assert predicted.status_code == 429 and "Retry-After" in predicted.headers
+                assert metric(http, 'flowplan_rejected_total{reason="queue_full"}') == 2
+                assert metric(http, 'flowplan_errors_total{status="429"}') == 2
+                assert not waiting.done()
+
+                release(fifo)
+                released = True
+                assert held.result().status_code == 200
+                answer = waiting.result()
+            finally:
+                if not released:  # a failed check above must not leave the worker (and this test) waiting
+                    release(fifo)
+        assert answer.status_code == 200, answer.text
+        assert Plan.model_validate_json(answer.content).model_dump(exclude=STRIP) == expected.model_dump(exclude=STRIP)
+        wait_for(http, "flowplan_work_in_flight", 0)
+        assert http.post("/v1/plan", content=body, params=NO_FILL).status_code == 200  # room again
+
+
+def test_stopping_the_server_ends_its_workers(store: StateStore, tmp_path: Path) -> None:
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    with ThreadServer(held_app(store, ApiSettings(plan_workers=1))) as srv, httpx.Client(base_url=srv.url, timeout=300) as http:
+        with ThreadPoolExecutor(1) as background:
+            held = background.submit(http.post, "/test/hold", json={"fifo": str(fifo)})
+            release(fifo)
+            pid = held.result().json()["pid"]
+        os.kill(pid, 0)  # the worker is alive while the server runs
+        assert pid != os.getpid()
+    with pytest.raises(ProcessLookupError):  # joined by the lifespan's shutdown, not left behind
+        os.kill(pid, 0)
+
+
+def test_a_closing_pool_answers_503_with_retry_after() -> None:
+    metrics = ServiceMetrics()
+    pool = WorkerPool(2, 0, metrics)
+
+    async def closed_then_admit() -> ApiError:
+        await pool.close()
+        with pytest.raises(ApiError) as refused, pool.admit():
+            pass
+        return refused.value
+
+    error = asyncio.run(closed_then_admit())
+    assert error.status == 503 and error.headers is not None and int(error.headers["Retry-After"]) >= 1
+    assert metrics.rejected.labels(reason="shutting_down")._value.get() == 1
+
+
+def test_settings_name_the_variable_and_value() -> None:
+    for env, words in (
+        ({"FLOWPLAN_PLAN_WORKERS": "0"}, "FLOWPLAN_PLAN_WORKERS: must be between 1 and 256 (got 0)"),
+        ({"FLOWPLAN_PLAN_WORKERS": "two"}, "FLOWPLAN_PLAN_WORKERS: not an integer ('two')"),
+        ({"FLOWPLAN_PLAN_QUEUE": "-1"}, "FLOWPLAN_PLAN_QUEUE: must be between 0 and 100000 (got -1)"),
+    ):
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            ApiSettings.from_env(env)
+    settings = ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3"})
+    assert (settings.workers, settings.queue) == (3, 3)
+    assert ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3", "FLOWPLAN_PLAN_QUEUE": "0"}).queue == 0
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    """Processes whose parent is ``pid`` and whose command line contains ``marker`` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == pid and marker in cmdline:
+            out.append(int(entry.name))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")  # exited (a zombie waits for whoever reaps orphans here)
+
+
+def test_workers_of_a_killed_service_exit(tmp_path: Path) -> None:
+    """SIGKILL leaves the service no chance to stop its workers: they notice their parent is gone."""
+    server = ServeProcess(tmp_path / "state.db", {"FLOWPLAN_PLAN_WORKERS": "2"}).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=300, headers=JSON) as http:
+            assert http.post("/v1/plan", content=EXAMPLES[0].read_bytes()).status_code == 200
+        assert server.proc is not None
+        workers = _children(server.proc.pid, "multiprocessing.spawn")
+        assert len(workers) == 2, workers
+    finally:
+        server.kill()
+    deadline = time.monotonic() + 60
+    while not all(_gone(pid) for pid in workers):
+        assert time.monotonic() < deadline, [pid for pid in workers if not _gone(pid)]
+        time.sleep(0.05)
