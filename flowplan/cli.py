@@ -115,10 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         "predict",
         help="fit a learning curve to a history CSV and predict when it reaches a target",
         description="Fit a learning curve to HISTORY (CSV with columns epoch,metric[,time]) and predict "
-        "the epoch at which it reaches TARGET, with an 80% band, the plateau and the curve ahead. "
-        "The bands are calibrated to 80% on recorded tuning runs; on held-out runs without a schedule "
-        "the curve's band held 70-83% of the future points and the epoch's band 58-66% of the true "
-        "epochs (docs/models.md).",
+        "the epoch at which it reaches TARGET, with an 80% band, the plateau and the curve ahead.",
     )
     pr.add_argument("history", help="history CSV ('-' for standard input)")
     pr.add_argument("--target", type=finite, required=True, metavar="T", help="metric value to reach")

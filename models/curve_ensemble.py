@@ -1,50 +1,62 @@
-"""A model-averaged learning curve in which each job's own history chooses: the saturating families
-and two naive extrapolations, each weighted by how well it forecast the job's own later points in a
-rolling-origin backtest (used by :func:`models.curves.fit_learning_curve` when no prior, schedule or
-family restriction is given and there are at least :data:`MIN_ENSEMBLE_POINTS` points).
+"""A model-averaged learning curve: the cross-validated family and two naive extrapolations, each
+weighted by how well it forecast the job's own later points (used by
+:func:`models.curves.fit_learning_curve` when no prior, schedule or family restriction is given and
+there are enough points to cross-validate).
 
 Why: one family chosen by cross-validation is confidently wrong when every family is wrong. On
 training losses that keep falling nearly linearly for long stretches (the recorded runs of
 ``benchmarks/data/schedules/``) every saturating family levels off above the targets the run
-reaches, while a straight line through the last points is close; on a curve that bends into a
-plateau the line overshoots. Which one a job is cannot be known in general, but it can be tested on
-the job itself: fit every member on the first ``o`` points, score its forecast of the points after,
-for several ``o`` (a rolling-origin backtest, Tashman 2000), and weight the members by those errors
-(forecast combination, Bates & Granger 1969: weights inversely proportional to each forecaster's
-mean squared error, here raised to :data:`WEIGHT_POWER`).
+reaches, and the chosen one says "unreachable" (``python benchmarks/schedule_curves.py --why``),
+while a straight line through the last points is close. Averaging the members, with weights from the
+time-series cross-validation that used to pick one, moves the weight to whichever member forecast
+the job's own held-out points best and keeps some on the others (forecast combination, Bates &
+Granger 1969: weights inversely proportional to each forecaster's mean squared error).
 
 Members, all in the standardised badness coordinate ``u`` of :mod:`models.curves`:
 
 - the family the single-family fit would choose (among the four of :mod:`models.curve_families`,
-  those within ``LATE_TOLERANCE`` of the best backtest error, the one with the most improvement
-  left): it stands for the saturating shapes;
+  those within ``LATE_TOLERANCE`` of the best cross-validated error, the one with the most
+  improvement left): it stands for the saturating shapes;
 - ``line``: the least-squares line through the newest :data:`LINE_SHARE` of the points (at least
-  :data:`MIN_LINE_POINTS`), ``u(k) = max(a + b*k, c)`` with ``b <= 0`` [u-units per epoch];
-- ``log_line``: the same in log-epochs, ``u(k) = max(a + b*ln(k + 1), c)`` with ``b <= 0``
-  [u-units per e-folding of ``k + 1``]: it slows down like ``1/k``.
+  :data:`MIN_LINE_POINTS`), ``u(k) = a + b*k`` with ``b <= 0`` [u-units per epoch];
+- ``log_line``: the same in log-epochs, ``u(k) = a + b*ln(k + 1)`` with ``b <= 0`` [u-units per
+  e-folding of ``k + 1``]: it slows down like ``1/k`` and never levels off.
 
-Both lines end in a floor ``c`` [u-units]: the lowest plateau any family may have (the metric's
-floor, a loss at 0 or an accuracy at 1, and at most ``MAX_PLATEAU_GAP`` observed ranges beyond the
-best point, :mod:`models.curve_families`), so a line cannot promise a loss below what a saturating
-curve is allowed to reach. A line that rises (the points got worse) is flat at their mean.
+Both lines stop at the metric's floor (a loss at 0, an accuracy at 1): their parameter ``c`` is that
+floor (``-inf`` when there is none). A line that rises (the points got worse) is flat at their mean.
 
-The backtest (:func:`backtest_origins`): origins from :data:`FIRST_ORIGIN_SHARE` of the points (at
-least :data:`MIN_LINE_POINTS`, at most ``n - 1``) to the last but one, at most :data:`MAX_ORIGINS`
-of them, evenly spread. A member's score is the root of its mean squared forecast error pooled over
-every (origin, later point) pair. The origins are late (the newest fifth): a line refitted on the
-early bend of a curve says nothing about the line through its newest points, which is the member
-that forecasts; the backtest asks which member describes the job's *current* stretch.
+A member's weight is the product of two pieces of evidence from the job's own points:
 
-The band: ``sd(h)^2 = residual^2 + (drift*g(h))^2 + spread^2``. ``residual`` is the noise of the
-newest :data:`NOISE_SHARE` of the points about the averaged curve; ``drift`` how fast the averaged
-curve's own backtest errors grew with the horizon ``h``; ``g(h) = h`` up to the longest horizon the
-backtest measured and ``sqrt(H*h)`` beyond it (``CurveFit.drift_horizon``: a linear growth measured
-over a few epochs is not extrapolated linearly for hundreds); ``spread`` the members' weighted
-disagreement. The standard deviation is at most :data:`BAND_CAP_SHARE` of the observed range
-(``CurveFit.band_cap``): a band stays within what the job has shown, rather than growing for ever.
+1. *prior*: inversely proportional to its cross-validated error (the mean over the forecast origins
+   at ``CV_ORIGINS`` of its RMS error on every point after each, leads up to 40 % of the history):
+   Bates & Granger's inverse mean squared error (:data:`WEIGHT_POWER`); below
+   :data:`MIN_BACKTEST_POINTS` points, where those errors rest on two origins and a handful of
+   points, the inverse RMS error (:data:`SHORT_WEIGHT_POWER`), which shrinks noisy error differences
+   toward equal weights;
+2. *likelihood*, from :data:`MIN_BACKTEST_POINTS` points on: a rolling-origin backtest on the
+   newest points (origins from :data:`FIRST_ORIGIN_SHARE` of them to the last but one, Tashman
+   2000), which asks which member describes the job's *current* stretch. Its leads are short, so its
+   error differences are judged against the error level of the longer-lead cross-validation: the
+   factor is ``exp(-(mse_i - mse_best) / (2 * s2))``, ``mse`` the members' backtest mean squared
+   errors and ``s2`` the best member's cross-validated mean squared error (or the points' own noise
+   variance, :func:`noise_variance`, if larger), i.e. a Gaussian likelihood of one effective
+   observation (the backtest's pairs share their later points) whose variance is what the members
+   cannot forecast at the longer leads. Differences within that
+   level barely move the weights (the backtest is uninformative there: few points, members within
+   the noise of each other); a member that forecast the newest stretch far worse than the best
+   loses its weight. Shorter histories keep the prior alone: a backtest of one or two one-step
+   forecasts says nothing about the horizon being predicted.
 
-Constants chosen on the 21 tuning runs (``digits_mlp``) of ``benchmarks/data/schedules/`` only;
-the sweep is recorded in ``docs/models.md``.
+Scoring the members on the newest stretch alone, with inverse-error weights (branch ``backtest``,
+issue 13), moved weight to the lines on noisy curves that level off (the members forecast the next
+few noisy points about equally well) and regressed on the project's shared-data curves; scoring
+each member at a lead comparable to the extrapolation (error at the last point from origins at half
+to two thirds of the history) punished the lines for the early bend of curves that are straight
+later and regressed on the schedule runs. Both are recorded in ``docs/models.md``.
+The averaged curve is tabulated out to the search horizon of :class:`models.curves.CurveFit`
+(``table``). Its band adds the members' weighted disagreement (``spread``) to the residual and drift
+terms of every curve; its epochs-to-target interval reads the band at :data:`INTERVAL_Z`, calibrated
+on the tuning runs.
 """
 
 from __future__ import annotations
@@ -56,10 +68,12 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
-from models.curve_families import FAMILIES, MAX_PLATEAU_GAP, Fitted
+from models.curve_families import FAMILIES, Fitted
 from models.curves import (
     CV_ORIGINS,
     LATE_TOLERANCE,
+    MIN_POINTS,
+    MIN_POINTS_FOR_HOLDOUT,
     SEARCH_HORIZON_FACTOR,
     CurveFit,
     Direction,
@@ -68,38 +82,34 @@ from models.curves import (
 Arr = NDArray[np.float64]
 
 #: Share of the observed points (the newest) that the naive lines are fitted on.
-LINE_SHARE = 0.25
-#: The lines use at least this many points; the earliest backtest origin has at least this many.
+LINE_SHARE = 1.0 / 3.0
+#: The lines use at least this many points.
 MIN_LINE_POINTS = 3
-#: Fewest points for the averaged curve: one backtest origin of :data:`MIN_LINE_POINTS` points and
-#: one point to score.
-MIN_ENSEMBLE_POINTS = MIN_LINE_POINTS + 1
-#: The earliest backtest origin, as a share of the observed points (0.4, 0.6, 0.7, 0.8, 0.9 measured).
+#: Prior member weight ``∝ cv_rmse ** -WEIGHT_POWER``: 2 is inverse mean squared error (Bates & Granger).
+WEIGHT_POWER = 2.0
+#: The same below :data:`MIN_BACKTEST_POINTS` points: 1, the inverse RMS error (flatter weights for
+#: error estimates from a handful of points).
+SHORT_WEIGHT_POWER = 1.0
+#: A member's cross-validated error is floored at this share of the observed range (standardised
+#: units): a member that forecast the held-out points perfectly by luck must not take all the weight.
+CV_FLOOR = 1e-3
+#: Normal quantile of the band read for the epochs-to-target interval (``CurveFit.epoch_interval``):
+#: chosen on the tuning runs so that it holds the true epoch about 80 % of the time (split conformal
+#: calibration, ``docs/models.md``); the band itself stays at the usual quantile for values.
+INTERVAL_Z = 1.0
+#: Fewest points for the backtest likelihood (below: the prior weights alone).
+MIN_BACKTEST_POINTS = 10
+#: The earliest backtest origin, as a share of the observed points: the newest fifth is held out.
 FIRST_ORIGIN_SHARE = 0.8
 #: At most this many backtest origins (evenly spread); each costs one more row in every fit.
 MAX_ORIGINS = 6
-#: Share of the observed points (the newest, at least :data:`MIN_ENSEMBLE_POINTS`) whose residuals
-#: about the averaged curve give its noise (``residual_std``).
-NOISE_SHARE = 0.5
-#: Member weight ``∝ backtest_rmse ** -WEIGHT_POWER``: 1, inverse RMS error (2, the inverse mean squared
-#: error of Bates & Granger, measured worse on the tuning runs; 4 worse again).
-WEIGHT_POWER = 1.0
-#: A member's backtest error is floored at this share of the observed range (standardised units): a
-#: member that forecast the held-out points perfectly by luck must not take all the weight.
-CV_FLOOR = 1e-3
-#: The band's standard deviation is at most this share of the observed range (value units).
-BAND_CAP_SHARE = 1.0
-#: Normal quantile of the band read for the epochs-to-target interval (``CurveFit.epoch_interval``):
-#: chosen on the tuning runs so that it holds the true epoch about 80 % of the time; the band itself
-#: stays at the usual quantile for values.
-INTERVAL_Z = 0.8
 #: Points of the tabulated curve beyond the last observation (geometric out to the search horizon).
 TABLE_POINTS = 240
 
 
 def _naive_line(basis: Callable[[Arr], Arr]) -> Callable[[Arr, Arr, Arr, float], list[Fitted]]:
-    """A fitter (same signature as the families') of ``u = max(a + b*basis(k), c)`` on the newest
-    points of each weight row; ``c`` is the lowest plateau a family may have on that row."""
+    """A fitter (same signature as the families') of ``u = a + b*basis(k)`` on the newest points of
+    each weight row."""
 
     def fit(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
         out: list[Fitted] = []
@@ -116,11 +126,7 @@ def _naive_line(basis: Callable[[Arr], Arr]) -> Callable[[Arr, Arr, Arr, float],
             b = float(((x - xm) * (y - ym)).sum()) / var if var > 0 else 0.0
             b = min(b, 0.0)  # a member extrapolates improvement or nothing, never a worsening
             a = ym - b * xm
-            zs = z[seen]
-            c = float(zs.min()) - MAX_PLATEAU_GAP * max(float(np.ptp(zs)), 1e-12)
-            if math.isfinite(c_floor):
-                c = max(c, c_floor)
-            c = min(c, float(zs.min()))
+            c = c_floor if math.isfinite(c_floor) else -math.inf
             zhat = np.maximum(a + b * x_all[seen], c)
             out.append(({"a": a, "b": b, "c": c}, float((row[seen] * (z[seen] - zhat) ** 2).sum())))
         return out
@@ -159,25 +165,45 @@ def member_fitters() -> dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]
     return {**{name: fam.fit for name, fam in FAMILIES.items()}, **{name: NAIVE[name][0] for name in NAIVE_MEMBERS}}
 
 
-def weights(cv: dict[str, float]) -> dict[str, float]:
-    """Normalised member weights ``∝ cv ** -WEIGHT_POWER`` from backtest RMS errors (standardised
+def weights(cv: dict[str, float], power: float = WEIGHT_POWER) -> dict[str, float]:
+    """Normalised member weights ``∝ cv ** -power`` from cross-validated RMS errors (standardised
     units)."""
-    raw = {name: max(err, CV_FLOOR) ** -WEIGHT_POWER for name, err in cv.items() if math.isfinite(err)}
+    raw = {name: max(err, CV_FLOOR) ** -power for name, err in cv.items() if math.isfinite(err)}
     total = sum(raw.values())
     return {name: r / total for name, r in raw.items()}
 
 
 def backtest_origins(n: int) -> list[int]:
-    """Point counts the members are refitted on (each scored on the points after it): from
-    :data:`FIRST_ORIGIN_SHARE` of ``n`` (at least :data:`MIN_LINE_POINTS`) to ``n - 1``, at most
-    :data:`MAX_ORIGINS` of them, evenly spread."""
-    first = min(max(MIN_LINE_POINTS, math.ceil(FIRST_ORIGIN_SHARE * n)), n - 1)
-    if first >= n:
+    """Point counts the members are refitted on in the backtest (each scored on the points after
+    it): from :data:`FIRST_ORIGIN_SHARE` of ``n`` to ``n - 1``, at most :data:`MAX_ORIGINS` of them,
+    evenly spread; none below :data:`MIN_BACKTEST_POINTS` points."""
+    if n < MIN_BACKTEST_POINTS:
         return []
-    every = np.arange(first, n)
+    every = np.arange(min(math.ceil(FIRST_ORIGIN_SHARE * n), n - 1), n)
     if every.size > MAX_ORIGINS:
-        every = np.unique(np.round(np.linspace(first, n - 1, MAX_ORIGINS)).astype(int))
+        every = np.unique(np.round(np.linspace(every[0], n - 1, MAX_ORIGINS)).astype(int))
     return [int(o) for o in every]
+
+
+def noise_variance(z: Arr) -> float:
+    """Variance of the points' own noise (standardised units) from the second differences of the
+    newest half: for white noise of variance ``s^2`` about a locally straight curve,
+    ``E[(z[t+1] - 2 z[t] + z[t-1])^2] = 6 s^2``."""
+    recent = z[len(z) // 2 :]
+    return float(np.mean(np.diff(recent, 2) ** 2)) / 6.0 if recent.size >= 3 else 0.0
+
+
+def backtest_likelihood(backtest_rmse: dict[str, float], cv_rmse: dict[str, float], noise: float) -> dict[str, float]:
+    """Each member's likelihood factor ``exp(-(mse_i - mse_best) / (2 * s2))`` from its backtest RMS
+    error (standardised units). ``s2``: the smallest cross-validated mean squared error, or the
+    points' noise variance ``noise`` if larger (differences within the noise cannot be told apart),
+    floored at ``CV_FLOOR**2``. Members without a backtest error get none (they are left out)."""
+    mse = {name: e**2 for name, e in backtest_rmse.items() if math.isfinite(e)}
+    if not mse:
+        return {}
+    s2 = max(min((e**2 for e in cv_rmse.values() if math.isfinite(e)), default=0.0), noise, CV_FLOOR**2)
+    best = min(mse.values())
+    return {name: math.exp(-(m - best) / (2.0 * s2)) for name, m in mse.items()}
 
 
 def table_epochs(first: float, last: float, horizon: float, observed: Arr) -> Arr:
@@ -201,14 +227,12 @@ def mixture(members: dict[str, dict[str, float]], w: dict[str, float], k: Arr) -
 
 def _backtest(fits: dict[str, list[Fitted]], origins: list[int], k: Arr, z: Arr) -> dict[str, float]:
     """Each member's backtest error: the RMS forecast error pooled over every (origin, later point)
-    pair (standardised units). A member that failed to fit at some origin, or on every point, is
-    left out."""
+    pair (standardised units); a member that failed to fit at some origin is left out."""
     out: dict[str, float] = {}
     for name, got in fits.items():
-        if any(g is None for g in got):
-            continue
-        sq = [(z[o:] - member_z(name, g[0], k[o:])) ** 2 for o, g in zip(origins, got[:-1], strict=True) if g is not None]
-        out[name] = float(np.sqrt(np.mean(np.concatenate(sq))))
+        sq = [(z[o:] - member_z(name, g[0], k[o:])) ** 2 for o, g in zip(origins, got, strict=True) if g is not None]
+        if len(sq) == len(origins):
+            out[name] = float(np.sqrt(np.mean(np.concatenate(sq))))
     return out
 
 
@@ -224,15 +248,29 @@ def fit_ensemble(
     origin: float,
 ) -> CurveFit | None:
     """The model-averaged curve of one phase (``k`` counted from ``origin``, ``z`` standardised);
-    ``None`` when the points are too few to backtest (the caller then picks one family)."""
+    ``None`` when the points are too few to cross-validate (the caller then picks one family)."""
     n = int(k.size)
-    origins = backtest_origins(n)
-    if n < MIN_ENSEMBLE_POINTS or not origins:
+    origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
+    if n < MIN_POINTS_FOR_HOLDOUT or not origins:
         return None
-    seen = np.arange(n)[None, :] < np.array([*origins, n])[:, None]
+    late = [o for o in backtest_origins(n) if o not in origins]
+    seen = np.arange(n)[None, :] < np.array([*origins, n, *late])[:, None]
     rows = np.where(seen, w, 0.0)
-    fits: dict[str, list[Fitted]] = {name: fitter(k, z, rows, c_floor) for name, fitter in member_fitters().items()}
-    cv = _backtest(fits, origins, k, z)
+    every: dict[str, list[Fitted]] = {name: fitter(k, z, rows, c_floor) for name, fitter in member_fitters().items()}
+    # The rows: one per cross-validation origin, every point, then the backtest's own origins.
+    fits = {name: got[: len(origins) + 1] for name, got in every.items()}
+    at_origin = {name: dict(zip([*origins, n, *late], got, strict=True)) for name, got in every.items()}
+    # Each member's forecast error from every origin on the points after it: the mean over origins
+    # of the RMS error (standardised units).
+    cv: dict[str, float] = {}
+    for name, got in fits.items():
+        if any(g is None for g in got):
+            continue
+        rms = []
+        for o, g in zip(origins, got[:-1], strict=True):
+            assert g is not None
+            rms.append(float(np.sqrt(np.mean((z[o:] - member_z(name, g[0], k[o:])) ** 2))))
+        cv[name] = float(np.mean(rms))
     # The families compete as in the single-family fit (models.curves): among those that forecast
     # about as well as the best, the one with the most improvement left; it stands for them all.
     fam_cv = {name: e for name, e in cv.items() if name in FAMILIES}
@@ -242,35 +280,41 @@ def fit_ensemble(
     plateau = {name: full[0]["c"] for name in fam_cv if (full := fits[name][-1]) is not None}
     close = [name for name in sorted(plateau) if fam_cv[name] <= LATE_TOLERANCE * best]
     family = min(close, key=lambda name: (plateau[name], name))
-    wt = weights({name: e for name, e in cv.items() if name == family or name in NAIVE})
-    # The members' parameters at each backtest origin, then on every point.
+    bt_origins = backtest_origins(n)
+    power = WEIGHT_POWER if bt_origins else SHORT_WEIGHT_POWER
+    wt = weights({name: e for name, e in cv.items() if name == family or name in NAIVE}, power)
+    if bt_origins:
+        bt = _backtest({name: [at_origin[name][o] for o in bt_origins] for name in wt}, bt_origins, k, z)
+        like = backtest_likelihood(bt, {name: cv[name] for name in wt}, noise_variance(z))
+        raw = {name: wt[name] * like[name] for name in wt if name in like}
+        total = sum(raw.values())
+        if total > 0.0:
+            wt = {name: x / total for name, x in raw.items()}
+    # The members' parameters at each cross-validation origin, then on every point.
     at: list[dict[str, dict[str, float]]] = [{} for _ in range(len(origins) + 1)]
     for name in wt:
         for j, one in enumerate(fits[name]):
             if one is not None:
                 at[j][name] = one[0]
-    # The averaged curve's own backtest errors and their horizons: how fast the band widens.
+    # The averaged curve's own forecast errors and their horizons: how fast the band widens.
     errs_h: list[tuple[Arr, Arr]] = []
+    own: list[float] = []
     for j, o in enumerate(origins):
-        errs_h.append((z[o:] - mixture(at[j], wt, k[o:])[0], k[o:] - k[o - 1]))
+        err = z[o:] - mixture(at[j], wt, k[o:])[0]
+        errs_h.append((err, k[o:] - k[o - 1]))
+        own.append(float(np.sqrt(np.mean(err**2))))
     err_all = np.concatenate([e for e, _ in errs_h])
     h_all = np.concatenate([h for _, h in errs_h])
-    # The noise about the curve, from the newest points (the stretch every member describes; the
-    # lines were not fitted on the early bend and would count it as noise).
-    recent = slice(n - max(MIN_ENSEMBLE_POINTS, math.ceil(NOISE_SHARE * n)), n)
-    resid = (z - mixture(at[-1], wt, k)[0])[recent]
-    sd_u = math.sqrt(float((resid**2).sum()) / max(resid.size - 2, 1))
-    drift_u = math.sqrt(float(np.mean(np.maximum(err_all**2 - sd_u**2, 0.0) / np.maximum(h_all, 1.0) ** 2)))
-    drift = scale * drift_u
-    own = scale * float(np.sqrt(np.mean(err_all**2)))
-    # The band never exceeds a share of what the job has shown (value units; ``scale`` is the range).
-    cap = max(BAND_CAP_SHARE * scale, scale * sd_u)
+    dof = max(n - 3, 1)
+    resid = z - mixture(at[-1], wt, k)[0]
+    sd_u = math.sqrt(float((w * resid**2).sum()) / float(w.sum()) * n / dof)
+    drift = scale * math.sqrt(float(np.mean(np.maximum(err_all**2 - sd_u**2, 0.0) / np.maximum(h_all, 1.0) ** 2)))
+    # The band never exceeds what the job has shown: its standard deviation is at most the observed
+    # range (value units; ``scale`` is that range), or the noise if that is larger.
+    cap = max(scale, scale * sd_u)
     first = float(k[0] + origin)
     span = max(float(k[-1] - k[0]), 1.0)
     horizon = float(k[-1] + origin) + SEARCH_HORIZON_FACTOR * span
-    # The refits whose spread gives the convergence interval: the origins nearest the usual
-    # cross-validation shares (refits on a handful of early points say little about convergence).
-    late = sorted({min(range(len(origins)), key=lambda j: (abs(origins[j] - n * f), j)) for f in CV_ORIGINS})
 
     def build(members: dict[str, dict[str, float]], upto: int) -> CurveFit:
         last = float(k[upto - 1] + origin)
@@ -284,7 +328,7 @@ def fit_ensemble(
             params=params,
             residual_std=scale * sd_u,
             drift_std=drift,
-            holdout_error=own,
+            holdout_error=scale * float(np.mean(own)),
             n_points=upto,
             first_epoch=first,
             last_epoch=last,
@@ -296,8 +340,7 @@ def fit_ensemble(
             spread=tuple((scale * spread_u).tolist()),
             interval_z=INTERVAL_Z,
             band_cap=cap,
-            drift_horizon=float(h_all.max()),
         )
 
     main = build(at[-1], n)
-    return replace(main, variants=tuple(build(at[j], origins[j]) for j in late))
+    return replace(main, variants=tuple(build(at[j], o) for j, o in enumerate(origins)))

@@ -59,8 +59,9 @@ convergence epoch gets an interval from the refits at the cross-validation origi
 With no prior, no schedule and no ``families`` restriction, and enough points to cross-validate, the
 result is the *model-averaged* curve of :mod:`models.curve_ensemble` (family ``"ensemble"``): the
 family chosen above averaged with two naive extrapolations (a line in epochs and in log-epochs),
-weighted by their cross-validated errors, so that a job whose curve no family describes is not
-declared to have levelled off (``docs/models.md``).
+weighted by their cross-validated errors (and, from 10 points, a backtest on the newest points),
+so that a job whose curve no family describes is not declared to have levelled off
+(``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -160,11 +161,8 @@ class CurveFit:
     #: :data:`INTERVAL_Z`; the ensemble carries its own, calibrated on the tuning runs).
     interval_z: float = INTERVAL_Z
     #: Largest standard deviation of the band (value units), whatever the horizon; ``None``: no cap.
-    #: The ensemble's band is bounded by a share of the observed range (:mod:`models.curve_ensemble`).
+    #: The ensemble's band is bounded by the observed range (:mod:`models.curve_ensemble`).
     band_cap: float | None = None
-    #: Longest horizon (epochs) at which ``drift_std`` was measured; beyond it the drift term of the
-    #: band grows like the square root of the horizon (``None``: linearly for ever).
-    drift_horizon: float | None = None
 
     # -- the curve in z (badness) space ------------------------------------------------------
     def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -196,10 +194,6 @@ class CurveFit:
         distance beyond the last observed epoch, at most :attr:`band_cap`."""
         k = np.asarray(epochs, dtype=float)
         h = np.maximum(k - self.last_epoch, 0.0)
-        if self.drift_horizon is not None:
-            # Beyond the longest horizon the backtest measured, the variance grows linearly rather
-            # than quadratically (a random walk from there): sd ~ sqrt(h), not h.
-            h = np.sqrt(h * np.minimum(h, self.drift_horizon))
         with np.errstate(over="ignore"):  # huge metrics: an infinite variance, then the cap
             var = np.float64(self.residual_std) ** 2 + (self.drift_std * h) ** 2
             if self.spread is not None and self.table is not None:

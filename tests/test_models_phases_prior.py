@@ -165,12 +165,11 @@ def test_prior_foresees_the_imagenet_drop() -> None:
             assert fit.predict([90.0])[0] == pytest.approx(acc[-1], rel=0.05), bsz
             good.append(bsz)
         # Without the prior nothing in the prefix shows the drop: the model-averaged curve reaches
-        # 0.65 only by extrapolating the slow pre-drop trend, later than the drop brings it (the
-        # lines weighted by the backtest get there soonest: 1.46x the true epoch on batch 200).
+        # 0.65 only by extrapolating the slow pre-drop trend, far later than the drop brings it.
         without = fit_learning_curve(k, acc[:22], "higher")
         assert isinstance(without, CurveFit)
         late = without.epoch_reaching(0.65)
-        assert late is None or late > 1.3 * true_epoch, (bsz, late, true_epoch)
+        assert late is None or late > 1.5 * true_epoch, (bsz, late, true_epoch)
     assert len(good) >= 6, good
 
 
@@ -206,8 +205,7 @@ def test_convergence_interval() -> None:
     lo, hi = fit.convergence_interval(1e-3)
     point = fit.convergence_epoch(1e-3)
     assert lo is not None and hi is not None and lo <= point <= hi
-    # Three points: nothing to backtest (four are enough since issue 13's averaged curve).
-    short = fit_learning_curve([1, 2, 3], acc[:3], "higher")
+    short = fit_learning_curve([1, 2, 3, 4], acc[:4], "higher")
     assert isinstance(short, CurveFit) and short.convergence_interval(1e-3) == (None, None)
 
 
