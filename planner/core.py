@@ -261,7 +261,9 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
     assignments, unserved, terms = decode(problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem))
     node_cpu = [n.cpu_millis for n in snapshot.nodes]
     profile = snapshot.settings.objective
-    assignments, terms = apply_split(problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu)
+    assignments, terms = apply_split(
+        problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack
+    )
     return Plan(
         time=snapshot.time,
         snapshot_digest=snapshot_digest(snapshot),
