@@ -1,5 +1,6 @@
-"""Step time across placements (``models/placement.py``, Pollux's form) on the measured tables, and a
-Coach-style table of where extra workers stop paying.
+"""Step time across placements (models/placement.py) on the measured tables; where extra workers stop paying.
+
+The placement model is Pollux's form; the second table is Coach-style.
 
 Prints tables; asserts nothing; under a minute. Data: ``traces/<model>/placements.csv`` (1-4 nodes,
 1-16 replicas, every placement) and ``scalability.csv`` (6-16 nodes, 6-64 replicas, spread not
@@ -20,8 +21,8 @@ every model found there.
 1b. **Online, with the prior** (semi-synthetic): the job runs on a cluster whose links are
    ``SHIFT_LINK`` x slower and whose compute takes ``SHIFT_COMPUTE`` x the time; its truth is the
    table prior (fitted on both tables) so changed. It reports 3 placements (``1``, ``4``, ``22``, at
-   the median local batch, with sync times); the error over every measured placement and 8, 16 and
-   6x2 nodes at that batch and half of it, for the prior alone, the prior + 3 observations, and the 3
+   the median local batch, with sync times); the error over every measured placement and 8 or 16 full nodes and 12
+   nodes of 2 at that batch and half of it, for the prior alone, the prior + 3 observations, and the 3
    observations without a prior.
 2. **Where extra workers pay** (weak scaling: the local batch is held, so the global batch grows
    with the replicas). Per model, at the median local batch measured in both tables, with ``F`` free
