@@ -234,7 +234,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from flowplan.tables import for_stream
 
         rich = args.out is None and for_stream()  # a file gets plain text
-        shown = snapshot.settings.objective
+        shown: str = snapshot.settings.objective
         if snapshot.settings.makespan_slack is not None and shown == "deadlines>mean-jct>makespan":
             shown += f" (makespan within {100 * snapshot.settings.makespan_slack:g} % of the reachable)"
         text = render_table(result.plan, source, objective=shown, rich=rich)
