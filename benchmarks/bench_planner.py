@@ -9,6 +9,14 @@ Prints figures; asserts nothing about time. For each size ``<jobs>x<nodes>``:
     python benchmarks/bench_planner.py --sizes 100x10,1000x100 --reference-limit 10 --out bench.json
 
 Cold and warm calls are repeated ``--repeat`` times (default 3) and the median run is shown.
+
+Quality against a long solve: the default-budget plan's objective terms next to those of the
+reference (long) solve of the same snapshot, printed per size and seed after the timing table:
+deadlines met and missed, the remaining objective (everything but the deadline term), makespan and
+total completion. With a weighted objective the solver's own relative gap is dominated by its
+largest term; comparing the terms with a long solve's says what the short budget gives up.
+
+    python benchmarks/bench_planner.py --sizes 1000x100 --seeds 0,1,2,3,4 --repeat 1 --reference-limit 30
 """
 
 from __future__ import annotations
@@ -112,11 +120,11 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
     return str(x)
 
 
-def bench_size(n_jobs: int, n_nodes: int, args: argparse.Namespace) -> dict[str, Any]:
-    row: dict[str, Any] = {"size": f"{n_jobs}x{n_nodes}", "jobs": n_jobs, "nodes": n_nodes}
-    log(f"{n_jobs} jobs x {n_nodes} nodes: building snapshot (seed {args.seed}) ...")
+def bench_size(n_jobs: int, n_nodes: int, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    row: dict[str, Any] = {"size": f"{n_jobs}x{n_nodes}", "jobs": n_jobs, "nodes": n_nodes, "seed": seed}
+    log(f"{n_jobs} jobs x {n_nodes} nodes: building snapshot (seed {seed}) ...")
     t0 = time.perf_counter()
-    snap = make_snapshot(n_jobs, n_nodes, seed=args.seed)
+    snap = make_snapshot(n_jobs, n_nodes, seed=seed)
     row["build_snapshot_s"] = time.perf_counter() - t0
     row["snapshot"] = describe(snap)
     log(f"  snapshot built in {row['build_snapshot_s']:.2f}s: {row['snapshot']}")
@@ -137,10 +145,79 @@ def bench_size(n_jobs: int, n_nodes: int, args: argparse.Namespace) -> dict[str,
         row["reference"] = {"skipped": f"more than {REFERENCE_MAX_JOBS} jobs (use --reference-all)"}
         log(f"  reference: skipped ({row['reference']['skipped']})")
 
+    row["quality"] = quality(row["cold"], row["reference"])
     fast_obj = row["cold"].get("solver", {}).get("objective")
     ref_bound = row["reference"].get("solver", {}).get("bound")
     row["gap_vs_reference"] = (fast_obj - ref_bound) / fast_obj if (fast_obj and ref_bound is not None) else None
     return row
+
+
+#: Objective terms compared with the long solve: (label, key in ObjectiveTerms or "remaining").
+QUALITY_TERMS = (
+    ("tier-1 deadlines met", "tier1_met"),
+    ("tier-1 deadlines missed", "tier1_missed"),
+    ("tier-2 deadlines met", "tier2_met"),
+    ("tier-2 deadlines missed", "tier2_missed"),
+    ("objective total", "total"),
+    ("deadline (QoE) term", "qoe_cost"),
+    ("remaining objective (total - QoE term)", "remaining"),
+    ("unserved term", "unserved_cost"),
+    ("completion term", "completion_cost"),
+    ("makespan term", "makespan_cost"),
+    ("churn term", "churn_cost"),
+    ("makespan (s)", "makespan_seconds"),
+    ("total completion (s)", "total_completion_seconds"),
+)
+
+
+def quality(fast: dict[str, Any], long: dict[str, Any]) -> dict[str, Any] | None:
+    """The fast plan's objective terms against the long solve's: both values and the relative
+    difference ``(fast - long) / |long|`` of each (positive: the fast plan is worse for a cost)."""
+    if "objective_terms" not in fast or "objective_terms" not in long:
+        return None
+    out: dict[str, Any] = {}
+    for _, key in QUALITY_TERMS:
+        a, b = (_term(fig["objective_terms"], key) for fig in (fast, long))
+        out[key] = {"fast": a, "long": b, "rel": (a - b) / abs(b) if (a is not None and b) else None}
+    met = ("tier1_met", "tier2_met")
+    out["deadlines_met_equal"] = all(out[k]["fast"] == out[k]["long"] for k in met)
+    # The long solve's bound is below every plan's total, so the fast plan is at most (total - bound)
+    # above the optimum (over the candidate options): said as a share of its remaining objective.
+    bound = long.get("solver", {}).get("bound")
+    remaining = out["remaining"]["fast"]
+    over = fast["objective_terms"]["total"] - bound if bound is not None else None
+    out["remaining_vs_bound"] = max(over, 0.0) / remaining if (over is not None and remaining) else None
+    return out
+
+
+def _term(terms: dict[str, Any], key: str) -> float | None:
+    if key == "remaining":
+        return terms["total"] - terms["qoe_cost"]
+    return terms.get(key)
+
+
+def print_quality(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    for r in rows:
+        q = r.get("quality")
+        if q is None:
+            continue
+        ref = r["reference"]["solver"]
+        print(
+            f"\n{r['size']} seed {r['seed']}: {args.time_limit:g}-s plan (cold, {r['cold']['wall']:.2f} s, "
+            f"{r['cold']['solver']['status']}) against the {args.reference_limit:g}-s solve "
+            f"({ref['status']}, bound {_fmt(ref['bound'], '.0f')}); deadlines met equal: "
+            f"{'yes' if q['deadlines_met_equal'] else 'NO'}; remaining objective "
+            f"{_fmt(q['remaining']['rel'], '+.4%')}; at most {_fmt(q['remaining_vs_bound'], '.4%')} of the remaining "
+            "objective above the optimum (the long solve's bound)"
+        )
+        width = max(len(label) for label, _ in QUALITY_TERMS)
+        print(f"  {'term'.ljust(width)}  {'fast':>16}  {'long':>16}  {'fast vs long':>12}")
+        for label, key in QUALITY_TERMS:
+            t = q[key]
+            print(
+                f"  {label.ljust(width)}  {_fmt(t['fast'], '.1f'):>16}  {_fmt(t['long'], '.1f'):>16}  "
+                f"{_fmt(t['rel'], '+.4%'):>12}"
+            )
 
 
 def _t(fig: dict[str, Any], key: str) -> str:
@@ -175,7 +252,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         cs = c.get("solver", {})
         table.append(
             [
-                r["size"],
+                f"{r['size']} s{r['seed']}",
                 f"{r['snapshot']['running']}/{r['snapshot']['pending']}",
                 _fmt(r["build_snapshot_s"]),
                 lat(c),
@@ -198,7 +275,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
     print(
         f"FlowPlan planner benchmark: solver={args.solver} time_limit={args.time_limit}s "
-        f"reference_limit={args.reference_limit}s seed={args.seed} "
+        f"reference_limit={args.reference_limit}s seed={args.seeds or args.seed} "
         f"({platform.python_implementation()} {platform.python_version()}, {platform.machine()})"
     )
     print(line(header))
@@ -230,16 +307,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference-all", action="store_true", help=f"also run the reference above {REFERENCE_MAX_JOBS} jobs")
     ap.add_argument("--solver", default="cpsat", choices=["cpsat", "pulp"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", help="comma-separated workload seeds, each size planned for each (overrides --seed)")
     ap.add_argument("--repeat", type=int, default=3, help="cold and warm calls per size; the median is shown")
     ap.add_argument("--out", type=Path, help="write all figures as JSON here")
     args = ap.parse_args(argv)
 
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     rows = []
     for n_jobs, n_nodes in parse_sizes(args.sizes):
-        rows.append(bench_size(n_jobs, n_nodes, args))
-        if args.out:  # keep partial results if a later size is interrupted
-            args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2))
+        for seed in seeds:
+            rows.append(bench_size(n_jobs, n_nodes, seed, args))
+            if args.out:  # keep partial results if a later size is interrupted
+                args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2))
     print_table(rows, args)
+    print_quality(rows, args)
     if args.out:
         log(f"figures written to {args.out}")
     return 0
