@@ -137,7 +137,9 @@ def bench_size(n_jobs: int, n_nodes: int, seed: int, args: argparse.Namespace) -
     row["snapshot"] = describe(snap)
     log(f"  snapshot built in {row['build_snapshot_s']:.2f}s: {row['snapshot']}")
 
-    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
+    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit, fit_processes=args.fit_processes)
+    if args.profile:
+        profile_cold(snap, config, args.profile)
     row["cold"], cold = run_repeated("cold", snap, config, args.repeat)
     if cold is not None:
         row["warm"], _ = run_repeated("warm", snap, config, args.repeat, previous=cold)
@@ -160,6 +162,22 @@ def bench_size(n_jobs: int, n_nodes: int, seed: int, args: argparse.Namespace) -
     ref_bound = row["reference"].get("solver", {}).get("bound")
     row["gap_vs_reference"] = (fast_obj - ref_bound) / fast_obj if (fast_obj and ref_bound is not None) else None
     return row
+
+
+def profile_cold(snapshot: Any, config: PlannerConfig, top: int) -> None:
+    """One cold plan under cProfile; the ``top`` functions by cumulative and by own time, to stderr.
+    cProfile inflates code that makes many small NumPy calls: read it for where, not how long."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    result = planner.plan(snapshot, config)
+    prof.disable()
+    log(f"  profiled cold plan: {result.timings}")
+    stats = pstats.Stats(prof, stream=sys.stderr)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
 
 
 def full_solve(snapshot: Any, config: PlannerConfig, cold: Any, limit: float) -> dict[str, Any]:
@@ -368,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", help="comma-separated workload seeds, each size planned for each (overrides --seed)")
     ap.add_argument("--repeat", type=int, default=3, help="cold and warm calls per size; the median is shown")
     ap.add_argument("--out", type=Path, help="write all figures as JSON here")
+    ap.add_argument("--fit-processes", type=int, default=0, help="PlannerConfig.fit_processes (0: every usable CPU)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="first profile one cold plan: top N functions")
     args = ap.parse_args(argv)
 
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
