@@ -114,7 +114,7 @@ class PlannerConfig:
     #: CP-SAT search workers (more than one run interleaved in one thread, still deterministic).
     cpsat_workers: int = 1
     #: Processes that fit the jobs' models when many jobs need a fit (``planner.fanout``): 0 (the
-    #: default) uses every CPU this process may run on, 1 fits in this process only. The plan does
+    #: default) uses every CPU this process may run on, 1 (or less) fits in this process only. The plan does
     #: not depend on it. A caller that already runs one plan per core (the service's workers) may
     #: set 1 so that plans do not compete for the cores.
     fit_processes: int = 0

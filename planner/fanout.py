@@ -53,8 +53,12 @@ def _child(fn: Callable[[Any], Any], items: list[Any], conn: Connection) -> None
         payload = pickle.dumps(("ok", [fn(x) for x in items]), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001  (the parent computes the group itself; the reason is kept)
         payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
-    conn.send_bytes(payload)
-    conn.close()
+    try:
+        conn.send_bytes(payload)
+    except OSError:  # the parent is gone (interrupted): nobody to tell
+        pass
+    finally:
+        conn.close()
 
 
 def _can_fork() -> bool:
