@@ -225,7 +225,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     objective = objective_arg(args.objective)
     snapshot = with_objective(_read_snapshot(args.snapshot), objective)
-    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
+    # One thread here: the model fits may fork (planner.fanout; plans are the same either way).
+    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit, fit_processes=0)
     result = plan(snapshot, config)
     if args.format == "json":
         text = result.plan.model_dump_json(indent=2) + "\n"
