@@ -236,14 +236,19 @@ def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float)
     lo = np.array([jobs[j].lo for j in idx.tolist()], dtype=float)
     hi = np.array([jobs[j].hi for j in idx.tolist()], dtype=float)
     rep = np.array([jobs[j].replicas for j in idx.tolist()], dtype=float)
-    a, b = 0.0, float(hi.max())
-    for _ in range(40):  # bisection on the common level
-        mid = (a + b) / 2
-        if float(np.sum(np.clip(mid, lo, hi) * rep)) > capacity:
-            b = mid
-        else:
-            a = mid
-    share[idx] = np.clip(a, lo, hi)
+    # The common level L with sum(clip(L, lo, hi) * replicas) = capacity: that sum is linear between
+    # the jobs' bounds, so it is found exactly on the segment where it crosses the capacity (all at
+    # their max when the node holds them, all at their min when it cannot).
+    level = np.unique(np.concatenate(([0.0], lo, hi)))
+    used = (np.clip(level[:, None], lo, hi) * rep).sum(axis=1)
+    k = int(np.searchsorted(used, capacity, side="right"))
+    if k >= level.size:
+        common = float(level[-1])
+    elif k == 0:
+        common = 0.0
+    else:
+        common = float(level[k - 1] + (capacity - used[k - 1]) * (level[k] - level[k - 1]) / (used[k] - used[k - 1]))
+    share[idx] = np.clip(common, lo, hi)
     return share
 
 
