@@ -49,7 +49,6 @@ real, noisy data; it does not validate the forms for PS training.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import platform
@@ -63,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from models.speed import PSSpeedObservation, SpeedObservation, fit_ps_speed_model, fit_speed_model
+from models.step_tables import read_model_steps
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
@@ -93,15 +93,10 @@ class Point:
 
 
 def load_points(data: Path, model: str) -> list[Point]:
-    folder = data / TRACES / model
-    pts: list[Point] = []
-    with (folder / "placements.csv").open() as fh:
-        for r in csv.DictReader(fh):
-            p = r["placement"]
-            pts.append(Point(int(r["local_bsz"]), sum(int(c) for c in p), len(p), p, float(r["step_time"])))
-    with (folder / "scalability.csv").open() as fh:
-        for r in csv.DictReader(fh):
-            pts.append(Point(int(r["local_bsz"]), int(r["num_replicas"]), int(r["num_nodes"]), None, float(r["step_time"])))
+    pts = [
+        Point(s.local_batch, s.replicas, s.nodes, None if s.placement is None else "".join(map(str, s.placement)), s.step_seconds)
+        for s in read_model_steps(data, model)
+    ]
     return [p for p in pts if math.isfinite(p.step_time) and p.step_time > 0]
 
 

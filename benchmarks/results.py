@@ -92,6 +92,11 @@ def policy_rows(sc: Scenario) -> list[str]:
 
 
 def build_policy(row: str, priors: dict[str, Any] | None) -> Any:
+    """The policy of a row: a policy's name, ``flowplan[makespan]``, or ``flowplan[slack=F]`` /
+    ``oracle[slack=F]`` (the default profile with ``Settings.makespan_slack`` F)."""
+    if row.endswith("]") and "[slack=" in row:
+        name, _, slack = row[:-1].partition("[slack=")
+        return make_policy(name, curve_priors=priors, makespan_slack=float(slack))
     if row == "flowplan":
         return make_policy("flowplan", curve_priors=priors)
     if row == FLOWPLAN_MAKESPAN:

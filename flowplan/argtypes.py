@@ -64,6 +64,14 @@ def positive(text: str) -> float:
     return v
 
 
+def fraction_0_10(text: str) -> float:
+    """A fraction in [0, 10] (0.05: 5 %)."""
+    v = finite(text)
+    if not (0 <= v <= 10):
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10 (0.05 = 5 %), got {text}")
+    return v
+
+
 def positive_epochs(text: str) -> float:
     """Epochs in (0, 1,000,000]."""
     v = finite(text)

@@ -225,7 +225,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     objective = objective_arg(args.objective)
     snapshot = with_objective(_read_snapshot(args.snapshot), objective)
-    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit)
+    # One thread here: the model fits may fork (planner.fanout; plans are the same either way).
+    config = PlannerConfig(solver=args.solver, time_limit=args.time_limit, fit_processes=0)
     result = plan(snapshot, config)
     if args.format == "json":
         text = result.plan.model_dump_json(indent=2) + "\n"
@@ -234,7 +235,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from flowplan.tables import for_stream
 
         rich = args.out is None and for_stream()  # a file gets plain text
-        text = render_table(result.plan, source, objective=snapshot.settings.objective, rich=rich)
+        shown: str = snapshot.settings.objective
+        if snapshot.settings.makespan_slack is not None and shown == "deadlines>mean-jct>makespan":
+            shown += f" (makespan within {100 * snapshot.settings.makespan_slack:g} % of the reachable)"
+        text = render_table(result.plan, source, objective=shown, rich=rich)
     _write(text, args.out)
     if args.out:
         print(f"wrote {args.format} plan to {args.out}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Prediction models: learning curves (when will a job reach its target?) and speed (how fast on an allocation?).
+"""Prediction models: learning curves (when will a job reach its target?) and speed (how fast on an
+allocation, or on a placement across nodes?).
 
 The lowest layer: imports nothing from the rest of FlowPlan and no I/O framework.
 """
@@ -7,6 +8,14 @@ from models.changepoint import detect_drops
 from models.curve_prior import CurvePrior, ReferenceCurve
 from models.curves import FAMILIES, CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.growth import growth_efficiency
+from models.placement import (
+    PlacementError,
+    PlacementObservation,
+    PlacementParams,
+    PlacementSpeedModel,
+    fit_placement_model,
+    table_prior,
+)
 from models.schedule import SCHEDULE_KINDS, LRSchedule
 from models.speed import PSSpeedModel, PSSpeedObservation, SpeedModel, SpeedObservation, fit_ps_speed_model, fit_speed_model
 
@@ -17,6 +26,10 @@ __all__ = [
     "Direction",
     "FAMILIES",
     "LRSchedule",
+    "PlacementError",
+    "PlacementObservation",
+    "PlacementParams",
+    "PlacementSpeedModel",
     "PSSpeedModel",
     "PSSpeedObservation",
     "ReferenceCurve",
@@ -25,7 +38,9 @@ __all__ = [
     "SpeedObservation",
     "detect_drops",
     "fit_learning_curve",
+    "fit_placement_model",
     "fit_ps_speed_model",
     "fit_speed_model",
     "growth_efficiency",
+    "table_prior",
 ]

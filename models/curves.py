@@ -111,6 +111,60 @@ class CannotPredict:
 
 
 @dataclass(frozen=True)
+class _Piece:
+    """One straight piece ``[k0, k1)`` of a tabulated curve (and of its spread), for scalar evaluation.
+
+    ``z_at`` and ``spread_at`` repeat np.interp's arithmetic for a point inside the piece
+    (``slope * (k - k0) + z0``), so they give the same floats as the array path.
+    """
+
+    k0: float
+    k1: float
+    z0: float
+    z_slope: float
+    s0: float | None
+    s_slope: float | None
+
+    def holds(self, k: float) -> bool:
+        return self.k0 <= k < self.k1
+
+    def z_at(self, k: float) -> float:
+        return self.z_slope * (k - self.k0) + self.z0
+
+    def spread_at(self, k: float) -> float | None:
+        return None if self.s_slope is None or self.s0 is None else self.s_slope * (k - self.k0) + self.s0
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """A tabulated curve as arrays: epochs, badness, and the ensemble's spread (``None`` without one)."""
+
+    epochs: NDArray[np.float64]
+    z: NDArray[np.float64]
+    spread: NDArray[np.float64] | None
+
+    def piece(self, lo: float, hi: float) -> _Piece | None:
+        """The straight piece holding ``[lo, hi]``; ``None`` when a table epoch lies inside, the
+        interval reaches past the table, or a value is not finite (then numpy evaluates)."""
+        j = int(np.searchsorted(self.epochs, lo, side="right")) - 1
+        if j < 0 or j + 1 >= self.epochs.size or hi > self.epochs[j + 1]:
+            return None
+        k0, k1 = float(self.epochs[j]), float(self.epochs[j + 1])
+        z0, z1 = float(self.z[j]), float(self.z[j + 1])
+        s0 = s1 = None
+        if self.spread is not None:
+            s0, s1 = float(self.spread[j]), float(self.spread[j + 1])
+        values = [k0, k1, z0, z1] + ([s0, s1] if s0 is not None and s1 is not None else [])
+        if not all(math.isfinite(x) for x in values) or k1 <= k0:
+            return None
+        z_slope = (z1 - z0) / (k1 - k0)
+        s_slope = (s1 - s0) / (k1 - k0) if s0 is not None and s1 is not None else None
+        if not math.isfinite(z_slope) or (s_slope is not None and not math.isfinite(s_slope)):
+            return None
+        return _Piece(k0, k1, z0, z_slope, s0, s_slope)
+
+
+@dataclass(frozen=True)
 class CurveFit:
     """A fitted learning curve with its diagnostics.
 
@@ -165,11 +219,18 @@ class CurveFit:
     band_cap: float | None = None
 
     # -- the curve in z (badness) space ------------------------------------------------------
-    def _z(self, k: NDArray[np.float64]) -> NDArray[np.float64]:
+    def _z(self, k: NDArray[np.float64], tab: _Tables | None = None) -> NDArray[np.float64]:
         k = np.asarray(k, dtype=float)
         if self.table is not None:
-            return np.interp(k, self.table[0], self.table[1])
+            tab = tab or self._tables()
+            return np.interp(k, tab.epochs, tab.z)
         return FAMILIES[self.family].z(self.params, np.maximum(k - self.origin, 0.0))
+
+    def _tables(self) -> _Tables:
+        """``table`` and ``spread`` as arrays (callers that evaluate many times convert them once)."""
+        assert self.table is not None
+        spread = np.asarray(self.spread, dtype=float) if self.spread is not None else None
+        return _Tables(np.asarray(self.table[0], dtype=float), np.asarray(self.table[1], dtype=float), spread)
 
     def _sign(self) -> float:
         return 1.0 if self.direction == "lower" else -1.0
@@ -189,7 +250,7 @@ class CurveFit:
         """Whether the fitted curve ever gets to ``target`` (strictly better than the plateau)."""
         return self._sign() * target > self.params["c"]
 
-    def band(self, epochs: ArrayLike) -> NDArray[np.float64]:
+    def band(self, epochs: ArrayLike, tab: _Tables | None = None) -> NDArray[np.float64]:
         """Standard deviation of the prediction at each epoch: the residual spread, growing with the
         distance beyond the last observed epoch, at most :attr:`band_cap`."""
         k = np.asarray(epochs, dtype=float)
@@ -197,7 +258,9 @@ class CurveFit:
         with np.errstate(over="ignore"):  # huge metrics: an infinite variance, then the cap
             var = np.float64(self.residual_std) ** 2 + (self.drift_std * h) ** 2
             if self.spread is not None and self.table is not None:
-                var = var + np.interp(k, self.table[0], self.spread) ** 2
+                tab = tab or self._tables()
+                assert tab.spread is not None
+                var = var + np.interp(k, tab.epochs, tab.spread) ** 2
         sd = np.sqrt(var)
         return sd if self.band_cap is None else np.minimum(sd, self.band_cap)
 
@@ -226,15 +289,15 @@ class CurveFit:
                 return None
             return max(k, self.first_epoch)
         q = 0.0 if exact else quantile_z
+        tab = self._tables() if self.table is not None else None
 
         # A tabulated curve, or a band that widens over the horizon: no closed form; scan, then bisect.
         def gap(kk: NDArray[np.float64]) -> NDArray[np.float64]:
-            return self._z(kk) + q * self.band(kk) - zt
+            return self._z(kk, tab) + q * self.band(kk, tab) - zt
 
         grid = self.first_epoch + (horizon - self.first_epoch + 1.0) ** np.linspace(0.0, 1.0, 600) - 1.0
-        if self.table is not None:  # the steps of a tabulated curve must not fall between grid points
-            tab = np.asarray(self.table[0])
-            grid = np.union1d(grid, tab[(tab > self.first_epoch) & (tab < horizon)])
+        if tab is not None:  # the steps of a tabulated curve must not fall between grid points
+            grid = np.union1d(grid, tab.epochs[(tab.epochs > self.first_epoch) & (tab.epochs < horizon)])
         below = np.flatnonzero(gap(grid) <= 0)
         if below.size == 0:
             return None
@@ -242,9 +305,21 @@ class CurveFit:
         if i == 0:
             return self.first_epoch
         lo, hi = float(grid[i - 1]), float(grid[i])
+        # Between two neighbouring grid points a tabulated curve is one straight piece (every table
+        # epoch is a grid point): the bisection evaluates it with scalar arithmetic, the same
+        # operations in the same order as np.interp and band (so the same bits), elsewhere with numpy.
+        piece = tab.piece(lo, hi) if tab is not None else None
+        res2 = self.residual_std**2
         for _ in range(40):
             mid = 0.5 * (lo + hi)
-            if gap(np.array([mid]))[0] <= 0:
+            if piece is not None and piece.holds(mid):
+                dh = self.drift_std * max(mid - self.last_epoch, 0.0)
+                s = piece.spread_at(mid)
+                sd = math.sqrt(res2 + dh * dh + s * s) if s is not None else math.sqrt(res2 + dh * dh)
+                g = piece.z_at(mid) + q * sd - zt
+            else:
+                g = float(gap(np.array([mid]))[0])
+            if g <= 0:
                 hi = mid
             else:
                 lo = mid

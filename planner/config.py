@@ -113,6 +113,12 @@ class PlannerConfig:
     wall_clock_factor: float = 3.0
     #: CP-SAT search workers (more than one run interleaved in one thread, still deterministic).
     cpsat_workers: int = 1
+    #: Processes that fit the jobs' models when many jobs need a fit (``planner.fanout``, forked
+    #: children): 0 uses every CPU this process may run on, 1 (the default) fits in this process only.
+    #: The plan does not depend on it. The default is 1 because forking is safe only from a process
+    #: with no other threads (the daemon has its adapter's thread pool; the service already runs one
+    #: plan per core); ``flowplan plan``, single-threaded, uses 0.
+    fit_processes: int = 1
     #: Assumed remaining epochs for a job whose curve cannot be fitted yet and has no max_epochs.
     unknown_remaining_epochs: float = 30.0
     #: Curves of earlier runs per task (``Job.task``): a job naming a task found here is fitted with

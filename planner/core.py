@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
+from models.curves import MIN_POINTS, MIN_POINTS_FOR_HOLDOUT
 from planner.backends import Backend, CpSatBackend, PulpBackend, SolveResult
 from planner.build import build_problem
 from planner.check import check_plan
@@ -22,6 +24,7 @@ from planner.config import PlannerConfig
 from planner.decode import decode
 from planner.decompose import parts_needed, split
 from planner.errors import PlanCheckError
+from planner.fanout import fan_out, usable_cpus
 from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
@@ -52,26 +55,59 @@ def _job_digest(settings_json: str, job: Job, config: PlannerConfig) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
+#: Below this many jobs to fit (with enough points for a curve), the fits stay in this process:
+#: starting a second one (a few milliseconds) and sending the fits back would cost more than it saves.
+PARALLEL_MIN_FITS = 64
+
+
+def _fit_cost(job: Job) -> float:
+    """Rough relative cost of a job's fit, to balance the processes: a cross-validated fit (enough
+    points) costs several single fits; a job with too few points for a curve costs almost nothing."""
+    n = len(job.history)
+    return 0.1 + (1.0 if n >= MIN_POINTS else 0.0) + (3.0 if n >= MIN_POINTS_FOR_HOLDOUT else 0.0)
+
+
+def _fitted_outlooks(jobs: list[Job], snapshot: Snapshot, config: PlannerConfig) -> list[JobOutlook]:
+    """``build_outlook`` for every job, spread over ``config.fit_processes`` processes when there are
+    enough fits to pay for it (:mod:`planner.fanout`; the outlooks do not depend on where they ran)."""
+    processes = config.fit_processes or usable_cpus()
+    if processes <= 1 or sum(1 for j in jobs if len(j.history) >= MIN_POINTS) < PARALLEL_MIN_FITS:
+        return [build_outlook(job, snapshot.settings, config) for job in jobs]
+    names = [f.name for f in fields(JobOutlook) if f.name != "job"]
+
+    def fit(job: Job) -> tuple[Any, ...]:
+        # The job is the caller's already: only the rest travels back from a child process.
+        got = build_outlook(job, snapshot.settings, config)
+        return tuple(getattr(got, name) for name in names)
+
+    rows = fan_out(fit, jobs, [_fit_cost(j) for j in jobs], processes)
+    return [JobOutlook(job=job, **dict(zip(names, row, strict=True))) for job, row in zip(jobs, rows, strict=True)]
+
+
 def _outlooks(
     snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | None, truth: Mapping[str, JobTruth] | None
 ) -> dict[str, tuple[str, JobOutlook]]:
     cache = previous.outlooks if previous is not None else {}
-    out: dict[str, tuple[str, JobOutlook]] = {}
     settings_json = snapshot.settings.model_dump_json()
+    # In the snapshot's order: (job id, digest, the outlook, or None for a job to fit below).
+    entries: list[tuple[str, str, JobOutlook | None]] = []
+    misses: list[Job] = []
     for job in snapshot.jobs:
         if job.status == "finished":
             continue
         known = truth.get(job.id) if truth is not None else None
         if known is not None:
-            out[job.id] = ("truth", outlook_from_truth(job, known))  # never reused: the truth changes
+            entries.append((job.id, "truth", outlook_from_truth(job, known)))  # never reused: the truth changes
             continue
         digest = _job_digest(settings_json, job, config)
         hit = cache.get(job.id)
         if hit is not None and hit[0] == digest:
-            out[job.id] = hit
+            entries.append((job.id, digest, hit[1]))
         else:
-            out[job.id] = (digest, build_outlook(job, snapshot.settings, config))
-    return out
+            entries.append((job.id, digest, None))
+            misses.append(job)
+    fitted = iter(_fitted_outlooks(misses, snapshot, config))
+    return {job_id: (digest, got if got is not None else next(fitted)) for job_id, digest, got in entries}
 
 
 #: Problems up to this many options are solved whole by the integer backend; larger ones go
@@ -261,7 +297,9 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
     assignments, unserved, terms = decode(problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem))
     node_cpu = [n.cpu_millis for n in snapshot.nodes]
     profile = snapshot.settings.objective
-    assignments, terms = apply_split(problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu)
+    assignments, terms = apply_split(
+        problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack
+    )
     return Plan(
         time=snapshot.time,
         snapshot_digest=snapshot_digest(snapshot),

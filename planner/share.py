@@ -129,7 +129,7 @@ def _rule(
     # exactly (as much of it as fits): rounded down to the grid it would leave a guarded job a little
     # below the equal split's pace at every moment, which adds up to a longer makespan than the
     # default's.
-    wants: list[tuple[int, float, float, int, int]] = []
+    wants: list[tuple[int, float, float, int, int, bool]] = []
     for j in idx.tolist():
         job, r = jobs[j], rates[j]
         start = max(job.blocked - now, 0.0)
@@ -139,38 +139,40 @@ def _rule(
             if k is None and job.tier1_assumed and job.deadline > now:
                 k = len(job.grid) - 1
             if k is not None and k > 0:
-                wants.append((0, -job.weight, span, j, k))
+                wants.append((0, -job.weight, span, j, k, False))
         if floor[j] > 0:
             k = min(int(np.searchsorted(job.grid, floor[j] - 1e-6, side="left")), len(job.grid) - 1)
             if k > 0:
-                wants.append((1, 0.0, -left[j] / r[-1], j, k))
+                wants.append((1, 0.0, -left[j] / r[-1], j, k, True))
         if math.isfinite(guard[j]) and left[j] > 0:
             span = guard[j] - now - start
             k = _level_for_rate(r, left[j] / span) if span > 0 else None
             k = len(job.grid) - 1 if k is None else k
             if k > 0:
-                wants.append((1, 0.0, -left[j] / r[-1], j, k))
-    for cls, _, _, j, k in sorted(wants):
+                wants.append((1, 0.0, -left[j] / r[-1], j, k, False))
+    for cls, _, _, j, k, is_floor in sorted(wants):
         g = jobs[j].grid
         have = int(level[j])
         if k <= have:
             continue
-        if cls == 1 and floor[j] > 0:
+        if is_floor:
             want = min(float(floor[j]), float(g[have]) + room / jobs[j].replicas)
             if want > g[have]:
                 room -= (want - float(g[have])) * jobs[j].replicas
                 level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
                 exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
             continue
-        extra = float(g[k] - g[have]) * jobs[j].replicas
+        # What it holds: its step, or a floor met between two steps (raised now by its guard).
+        base = float(g[have]) if math.isnan(exact[j]) else float(exact[j])
+        extra = (float(g[k]) - base) * jobs[j].replicas
         if extra <= room + 1e-9:
-            level[j] = k
+            level[j], exact[j] = k, math.nan
             room -= extra
             continue
         if cls == 0 and not jobs[j].tier1_assumed:
             continue  # a deadline share that does not fit would not meet the deadline either
         # The guard's, or an assumed deadline's: all the room there is.
-        want = float(g[have]) + room / jobs[j].replicas
+        want = base + room / jobs[j].replicas
         level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
         exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
         room = 0.0
@@ -234,14 +236,19 @@ def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float)
     lo = np.array([jobs[j].lo for j in idx.tolist()], dtype=float)
     hi = np.array([jobs[j].hi for j in idx.tolist()], dtype=float)
     rep = np.array([jobs[j].replicas for j in idx.tolist()], dtype=float)
-    a, b = 0.0, float(hi.max())
-    for _ in range(40):  # bisection on the common level
-        mid = (a + b) / 2
-        if float(np.sum(np.clip(mid, lo, hi) * rep)) > capacity:
-            b = mid
-        else:
-            a = mid
-    share[idx] = np.clip(a, lo, hi)
+    # The common level L with sum(clip(L, lo, hi) * replicas) = capacity: that sum is linear between
+    # the jobs' bounds, so it is found exactly on the segment where it crosses the capacity (all at
+    # their max when the node holds them, all at their min when it cannot).
+    level = np.unique(np.concatenate(([0.0], lo, hi)))
+    used = (np.clip(level[:, None], lo, hi) * rep).sum(axis=1)
+    k = int(np.searchsorted(used, capacity, side="right"))
+    if k >= level.size:
+        common = float(level[-1])
+    elif k == 0:
+        common = 0.0
+    else:
+        common = float(level[k - 1] + (capacity - used[k - 1]) * (level[k] - level[k - 1]) / (used[k] - used[k - 1]))
+    share[idx] = np.clip(common, lo, hi)
     return share
 
 
@@ -313,8 +320,9 @@ def _rollout(
     return finish, tier1, first
 
 
-def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeSplit:
-    """Shares for the jobs of one node (``capacity``: the CPU they may share, millicores); see the module docstring."""
+def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan_slack: float | None = None) -> NodeSplit:
+    """Shares for the jobs of one node (``capacity``: the CPU they may share, millicores; ``makespan_slack``:
+    the mean-JCT profile's makespan budget over the reachable one, None: none); see the module docstring."""
     J = len(jobs)
     if J == 0:
         return NodeSplit(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
@@ -346,20 +354,46 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str) -> NodeS
             floor = np.where(critical & active, np.where(at > 0, at, [j.hi for j in jobs]), 0.0)
         return _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
 
-    if profile == MAKESPAN_FIRST:
-        # Makespan first, lexicographically: (1) every job reserved what finishes it by the node's
-        # makespan lower bound (longest first when that does not fit) gives the makespan reachable
-        # here; (2) every job is then reserved only what meets *that* makespan, and the rest goes
-        # shortest-first, so short jobs still end early when it costs the makespan nothing.
-        left0 = [max(j.remaining, 0.0) for j in jobs]
-        alone = max((j.blocked + w / r[-1] for j, w, r in zip(jobs, left0, rates, strict=True) if w > 0), default=0.0)
-        work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left0, strict=True) if w > 0)
-        guard[:] = max(alone, work / max(capacity, 1.0))
-        reach, _, _ = _rollout(jobs, rates, allocate)
-        done = reach[np.isfinite(reach)]
-        guard[:] = float(done.max()) if done.size else math.inf
+    def reachable(target: float | None = None) -> float:
+        # Every job reserved what finishes it by ``target`` (default: the node's makespan lower
+        # bound, the slowest job alone at its max or the total work at each job's most efficient
+        # share over the node; longest first when that does not fit), no floors: a makespan
+        # reachable here.
+        if target is None:
+            left0 = [max(j.remaining, 0.0) for j in jobs]
+            alone = max((j.blocked + w / r[-1] for j, w, r in zip(jobs, left0, rates, strict=True) if w > 0), default=0.0)
+            work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left0, strict=True) if w > 0)
+            target = max(alone, work / max(capacity, 1.0))
+        guard[:] = target
+        zero = np.zeros(J)
 
+        def free_of_floors(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
+            return _rule(jobs, rates, active, left, left1, now, guard, zero, capacity)
+
+        reach, _, _ = _rollout(jobs, rates, free_of_floors)
+        guard[:] = math.inf
+        done = reach[np.isfinite(reach)]
+        return float(done.max()) if done.size else math.inf
+
+    if profile == MAKESPAN_FIRST:
+        # Makespan first, lexicographically: every job is reserved only what meets the reachable
+        # makespan, and the rest goes shortest-first, so short jobs still end early when it costs
+        # the makespan nothing.
+        guard[:] = reachable()
     finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
+    if profile != MAKESPAN_FIRST and makespan_slack is not None and J > 1:
+        # Mean completion first within a makespan budget: a job that would end past (1 + slack)
+        # times the reachable makespan is reserved what ends it there (if that is sooner than the
+        # equal split's makespan, which the floors below hold anyway), one more job a round.
+        # The makespan-first profile's: the lower bound's rollout, then one that aims at what it reached.
+        reach = reachable()
+        budget = min(reach, reachable(reach)) * (1.0 + makespan_slack)
+        for _ in range(J if budget < float(finite.max()) else 0):
+            late = np.isfinite(finish) & (finish > budget * (1.0 + 1e-3) + 1e-6) & ~np.isfinite(guard)
+            if not late.any():
+                break
+            guard[late] = budget
+            finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
     if profile != MAKESPAN_FIRST:
         # Nobody past the equal split's makespan: a job that shortest-first would push past it
         # (another long job held back behind the critical one, which then ends last) is guarded

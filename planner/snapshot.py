@@ -397,6 +397,12 @@ class Settings(Input):
         "completion time or the makespan (the other one next). A tail guard keeps any job from starving.",
     )
 
+    makespan_slack: Annotated[float | None, Field(ge=0, le=10, allow_inf_nan=False)] = Field(
+        None,
+        description="With the mean-JCT profile: hold each node's predicted makespan within this fraction over the "
+        "shortest one reachable there (0.05: at most 5 % longer), at the cost of a longer mean JCT. "
+        "Unset: only the tail guard's bound (no later than the equal split, Docker's default).",
+    )
     interval_seconds: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
     migration_budget: Annotated[int, Field(ge=0, le=10**6)] = Field(
         4, description="Most checkpoint-restarts per interval: migrations, restarts in place and pauses together."

@@ -58,9 +58,11 @@ def apply_split(
     profile: str,
     config: PlannerConfig,
     node_cpu: Sequence[int],
+    makespan_slack: float | None = None,
 ) -> tuple[list[Assignment], ObjectiveTerms]:
     """The assignments with every node's CPU split (see the module docstring); ``node_cpu``: each
-    node's real CPU (the problem's may be raised where jobs that cannot move overfill a node)."""
+    node's real CPU (the problem's may be raised where jobs that cannot move overfill a node);
+    ``makespan_slack``: the snapshot's ``Settings.makespan_slack``."""
     N = len(problem.node_names)
     flexible: list[list[int]] = [[] for _ in range(N)]
     fixed = np.zeros(N, dtype=np.int64)
@@ -85,7 +87,7 @@ def apply_split(
         ]
         if sum(s.lo * s.replicas for s in share_jobs) > capacity:
             continue  # an overfull node the plan could not relieve: keep the program's levels
-        split = split_node(share_jobs, capacity, profile)
+        split = split_node(share_jobs, capacity, profile, makespan_slack)
         for i, j in enumerate(jobs):
             out[j] = _rewrite(
                 problem.menus[j], problem, int(choice[j]), out[j], int(split.shares[i]), split.finish[i], split.tier1[i], now

@@ -18,7 +18,11 @@ Case matrix:
   ones re-created unbound, naming what they replace), and the outcome says so;
 - a split gang (pods bound to two nodes) is pending, and a start gathers all its pods on one node;
 - a migration of the gang replaces every pod; an interrupted one (old and new pods both live) is
-  settled by ``reconcile``, which deletes the superseded old pods.
+  settled by ``reconcile``, which deletes the superseded old pods;
+- a migration binds no replacement while an old pod of the gang still terminates (its checkpoint):
+  one old pod with a 30 s grace period (kwok removes a deleted pod at its deletionTimestamp, as a
+  kubelet whose container takes its whole grace period to checkpoint would) against the adapter's
+  1 s wait leaves every replacement unbound, and a start once that pod has ended binds them all.
 """
 
 from __future__ import annotations
@@ -245,3 +249,33 @@ def test_a_gang_migrates_whole_and_an_interrupted_one_is_settled(k8s_sandbox: An
     done = ad.reconcile()
     assert done == ["mig: deleted superseded gang pod mig-0-r1"], done
     wait_for(lambda: get_pod(api, "mig-0-r1") is None, 30, "superseded pod deleted")
+
+
+@pytest.mark.slow
+def test_a_gang_migration_binds_no_replacement_before_every_old_pod_has_ended(k8s_sandbox: Any, api: Any) -> None:
+    n0, n1, _ = k8s_sandbox.nodes
+    create_pod(api, gang_pod("ck-0", "ck", node=n0))
+    slow = gang_pod("ck-1", "ck", node=n0)
+    slow["spec"]["terminationGracePeriodSeconds"] = 30
+    create_pod(api, slow)
+    for name in ("ck-0", "ck-1"):  # kwok runs them: a deleted pod then goes at its grace period, not at once
+        wait_for(lambda n=name: (get_pod(api, n).get("status") or {}).get("phase") == "Running", 30, f"{name} Running")
+    ad = adapter_for(k8s_sandbox)
+    ad.checkpoint_timeout = 1.0
+    ad.observe()
+    [outcome] = ad.apply([Change("ck", "migrate", n1, 1500, 0, replicas=2, from_node=n0)])
+    assert (outcome.ok, outcome.error) == (False, "transient"), outcome
+    # ck-1 for sure (ck-0 too on a machine too busy to let kwok remove it within the second)
+    assert "still terminating after 1 s" in outcome.message and "wait unbound" in outcome.message, outcome.message
+    assert nodes_of(api, "ck") == [None, None]  # both replacements, neither bound
+    old = get_pod(api, "ck-1")
+    assert old is not None and old["metadata"].get("deletionTimestamp") and old["spec"]["nodeName"] == n0
+
+    api.delete_namespaced_pod("ck-1", NAMESPACE, grace_period_seconds=0, _preload_content=False)  # its checkpoint is done
+    wait_for(lambda: get_pod(api, "ck-1") is None and get_pod(api, "ck-0") is None, 30, "old pods gone")
+    [job] = ad.observe().jobs
+    assert (job.id, job.status, job.replicas) == ("ck", "pending", 2)
+    [started] = ad.apply([Change("ck", "start", n1, 1500, 0, replicas=2)])
+    assert started.ok, started
+    assert nodes_of(api, "ck") == [n1, n1]
+    assert [p["metadata"]["name"] for p in members(api, "ck")] == ["ck-0-r1", "ck-1-r1"]

@@ -157,6 +157,41 @@ def test_a_deadline_comes_before_the_tail_guards_floor() -> None:
     assert split.tier1[0] <= 200.0 + 1e-6
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.floats(min_value=1.0, max_value=60.0), min_size=2, max_size=6),
+    slack=st.sampled_from([0.0, 0.02, 0.05, 0.2]),
+)
+def test_a_makespan_budget_holds_the_batch_within_it_and_costs_mean_completion(sizes: list[float], slack: float) -> None:
+    """Mean completion first within a makespan budget: with concave speed-ups (where the equal split
+    ends the batch later than need be) no job ends past ``(1 + slack)`` times the makespan reachable
+    on the node (the makespan-first profile's; 1 % tolerance, as for the tail guard), never past the
+    budget-free plan's makespan, and the mean completion is never shorter than the budget-free plan's
+    (the budget only ever takes from it)."""
+    jobs = [_sqrt(250, 6000, s, 60.0) for s in sizes]
+    free = split_node(jobs, 8000, MEAN)
+    reach = float(np.max(split_node(jobs, 8000, SPAN).finish))
+    held = split_node(jobs, 8000, MEAN, makespan_slack=slack)
+    assert int(held.shares.sum()) == 8000
+    budget = min(reach * (1.0 + slack), float(np.max(free.finish)))
+    assert float(np.max(held.finish)) <= budget * 1.01 + 1e-6
+    assert float(np.mean(held.finish)) >= float(np.mean(free.finish)) * (1 - 1e-9) - 1e-6
+
+
+def test_a_makespan_budget_gives_the_long_job_more_than_its_equal_share() -> None:
+    """Hand-computed: on 8 cores, a long square-root job (60 epochs) and a short one (6): the equal
+    split gives each 4 cores and the long job then runs alone at its max of 6, leaving 2 idle. With a
+    0 % budget the long job gets more than 4 cores from the start, and the batch ends sooner; unset,
+    the long job keeps its equal share (the short one goes first)."""
+    jobs = [_sqrt(500, 6000, 60, 60.0), _sqrt(500, 6000, 6, 60.0)]
+    free = split_node(jobs, 8000, MEAN)
+    held = split_node(jobs, 8000, MEAN, makespan_slack=0.0)
+    assert free.shares.tolist() == [4000, 4000]
+    assert held.shares[0] > 4000
+    assert held.finish[0] < free.finish[0] - 1.0
+    assert held.finish[1] > free.finish[1]
+
+
 def _one_host(jobs: list[dict], cpu: int = 8000) -> Snapshot:
     return Snapshot.model_validate({"time": 10_000.0, "nodes": [{"name": "h", "cpu_millis": cpu}], "jobs": jobs})
 

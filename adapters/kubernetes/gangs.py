@@ -54,9 +54,12 @@ refuses as ``conflict`` when their number is not the plan's ``replicas``):
   the same node) when the GPUs change, the job is not resizable, or the kubelet found any pod's
   last resize ``Infeasible``.
 - ``migrate`` / ``pause``: every (bound) pod gets ``flowplan.io/checkpoint-requested``; then all the
-  replacements are created (bound to the target at creation; for a pause, unbound); only when every
-  one exists are the old pods deleted. If a replacement cannot be created, those already created
-  are deleted, the requests withdrawn, and the gang keeps running where it was.
+  replacements are created, unbound; only when every one exists are the old pods deleted. If a
+  replacement cannot be created, those already created are deleted, the requests withdrawn, and the
+  gang keeps running where it was. For a migration, the replacements are bound to the target once
+  every old pod has ended (its checkpoint written; within the adapter's checkpoint timeout, shared
+  by the gang), as for a single pod: no replacement starts while an old pod still trains. Past the
+  timeout they wait unbound (the job is pending) and a later ``start`` binds them.
 - ``deliver``: ``flowplan.io/deliver-requested`` on every pod that lacks it; the job is reported
   ``delivered`` once every pod carries it.
 """
@@ -64,6 +67,7 @@ refuses as ``conflict`` when their number is not the plan's ``replicas``):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -198,7 +202,10 @@ class GangOps:
         def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
         def _bind(self, pod: PodView, node: str) -> PodView | None: ...
         def _bound_by(self) -> dict[str, str]: ...
+        def _wait_gone(self, pod: PodView) -> float | None: ...
 
+        fence: Callable[[], None] | None
+        checkpoint_timeout: float
         batch: Any
         apps: Any
 
@@ -459,8 +466,11 @@ class GangOps:
         return f"resized {len(done)} pods of gang {gang.namespace}/{ch.job} in place to {ch.cpu_millis}m"
 
     def _gang_replace(self, ch: Change, gang: Gang, olds: list[PodView], target: str | None) -> str:
-        """Checkpoint requests → every replacement (bound to ``target``, or pending) → old pods deleted;
-        all replacements or none (those made are deleted again if one cannot be)."""
+        """Checkpoint requests → every replacement, unbound → old pods deleted → once every old pod is
+        gone (its checkpoint written), the replacements bound to ``target`` (none for a pause), as a
+        single pod's migration does; all replacements or none (those made are deleted again if one
+        cannot be). Bound at creation, a replacement could start before its old pod had written its
+        checkpoint: two copies of the gang training at once."""
         from adapters.kubernetes.adapter import replacement
 
         asked: list[PodView] = []
@@ -489,10 +499,9 @@ class GangOps:
                 asked.append(p)
             for p in olds:
                 request, limit = self._wanted(ch, self._placed(gang, p), p)
-                body = replacement(p, ch.job, target, request, limit, ch.gpus)
+                # Unbound (``schedulerName: flowplan``): it cannot start before it is bound below.
+                body = replacement(p, ch.job, None, request, limit, ch.gpus)
                 same_gang(body, p)
-                if target is not None:
-                    body["metadata"]["annotations"].update(self._bound_by())
                 created.append(self._json(self.api.create_namespaced_pod, p.namespace, body))
         except KubernetesAdapterError as exc:
             raise KubernetesAdapterError(exc.kind, f"job {ch.job}: gang not re-created ({exc.message}); {undo()}") from exc
@@ -507,9 +516,41 @@ class GangOps:
             except KubernetesAdapterError as exc:
                 if exc.kind != "not_found":
                     left.append(f"{p.name} ({exc.kind}: {exc.message})")
-        where = f"on {target}" if target is not None else "pending (paused)"
         gone = f"old pods not deleted: {', '.join(left)}; reconcile deletes them" if left else f"deleted {len(olds)} old pods"
-        return f"re-created {len(news)} pods of gang {gang.namespace}/{ch.job} {where} at {ch.cpu_millis}m/{ch.gpus}g; {gone}"
+        made = f"re-created {len(news)} pods of gang {gang.namespace}/{ch.job} at {ch.cpu_millis}m/{ch.gpus}g; {gone}"
+        if target is None:
+            return f"{made}; pending (paused)"
+        if left:
+            raise KubernetesAdapterError("transient", f"job {ch.job}: {made}; the replacements wait unbound")
+        return self._gang_bind_after(ch, olds, news, target, made)
+
+    def _gang_bind_after(self, ch: Change, olds: list[PodView], news: list[PodView], target: str, made: str) -> str:
+        """Bind ``news`` to ``target`` once every one of ``olds`` is gone (within the checkpoint timeout,
+        shared by the gang); past it, the replacements wait unbound and a later ``start`` binds them."""
+        began = time.monotonic()
+        for p in olds:
+            if self._wait_gone(p) is None or time.monotonic() - began > self.checkpoint_timeout:
+                raise KubernetesAdapterError(
+                    "transient",
+                    f"job {ch.job}: {made}; {p.name} still terminating after {self.checkpoint_timeout:g} s (its "
+                    "checkpoint): the replacements wait unbound and are started once the old pods have ended",
+                )
+        waited = time.monotonic() - began
+        bound: list[str] = []
+        try:
+            if self.fence is not None:  # the wait may have outlasted this daemon's Lease
+                self.fence()
+            for p in news:
+                self._bind(p, target)
+                bound.append(p.name)
+        except KubernetesAdapterError as exc:
+            some = f"{len(bound)} of {len(news)} bound" if bound else "none bound"
+            raise KubernetesAdapterError(
+                exc.kind,
+                f"job {ch.job}: {made}; old pods gone, but binding to {target} failed ({exc.message}); {some}, "
+                "the next start gathers the gang",
+            ) from exc
+        return f"{made}; the old pods ended within {waited:.1f} s (checkpoint), then the {len(news)} were bound to {target}"
 
     # -- reconcile -------------------------------------------------------------------------------
 

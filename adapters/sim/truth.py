@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from models.curve_prior import CurvePrior
+from models.step_tables import read_placements
 from planner.snapshot import Direction
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "traces.json"
@@ -101,11 +102,9 @@ class TraceLibrary:
                 per_epoch = statistics.median(b - a for a, b in zip([0, *its], its, strict=False))
                 curves[model][batch] = Curve(model, batch, float(per_epoch), tuple(vals))
             table: dict[int, list[tuple[float, float]]] = {}
-            with (mdir / "placements.csv").open(newline="") as fh:
-                for r in csv.DictReader(fh):
-                    p = r["placement"]
-                    if len(p) == 1:
-                        table.setdefault(int(p), []).append((float(r["local_bsz"]), float(r["step_time"])))
+            for row in read_placements(mdir / "placements.csv"):
+                if row.nodes == 1:
+                    table.setdefault(row.replicas, []).append((float(row.local_batch), row.step_seconds))
             steps[model] = {k: sorted(v) for k, v in sorted(table.items())}
         return cls(curves, steps, str(data))
 

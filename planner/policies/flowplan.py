@@ -41,17 +41,24 @@ def resolve_objective(name: str) -> ObjectiveProfile:
     return cast(ObjectiveProfile, full)
 
 
-def with_objective(snapshot: Snapshot, objective: ObjectiveProfile | None) -> Snapshot:
-    """``snapshot`` with ``Settings.objective`` set to ``objective`` (unchanged when ``None`` or already so)."""
-    if objective is None or snapshot.settings.objective == objective:
+def with_objective(snapshot: Snapshot, objective: ObjectiveProfile | None, makespan_slack: float | None = None) -> Snapshot:
+    """``snapshot`` with ``Settings.objective`` set to ``objective`` and ``Settings.makespan_slack`` to
+    ``makespan_slack`` (each unchanged when ``None``)."""
+    update: dict[str, object] = {}
+    if objective is not None and snapshot.settings.objective != objective:
+        update["objective"] = objective
+    if makespan_slack is not None and snapshot.settings.makespan_slack != makespan_slack:
+        update["makespan_slack"] = makespan_slack
+    if not update:
         return snapshot
-    return snapshot.model_copy(update={"settings": snapshot.settings.model_copy(update={"objective": objective})})
+    return snapshot.model_copy(update={"settings": snapshot.settings.model_copy(update=update)})
 
 
 class FlowPlanPolicy:
     """FlowPlan's integer program; ``solver`` (cpsat, pulp, greedy), ``time_limit`` (seconds of search),
     ``curve_priors`` (curves of earlier runs per ``Job.task``, see :class:`planner.PlannerConfig`) and
-    ``objective`` (a profile that overrides each snapshot's ``Settings.objective``)."""
+    ``objective`` (a profile that overrides each snapshot's ``Settings.objective``) and ``makespan_slack``
+    (overrides ``Settings.makespan_slack``, the mean-JCT profile's makespan budget)."""
 
     name = "flowplan"
 
@@ -61,6 +68,7 @@ class FlowPlanPolicy:
         time_limit: float = 1.0,
         curve_priors: Mapping[str, CurvePrior] | None = None,
         objective: str | None = None,
+        makespan_slack: float | None = None,
     ) -> None:
         if solver not in ("cpsat", "pulp", "greedy"):
             raise ValueError(f"solver: unknown solver {solver!r} (known: cpsat, pulp, greedy)")
@@ -70,9 +78,12 @@ class FlowPlanPolicy:
             self.objective: ObjectiveProfile | None = None if objective is None else resolve_objective(objective)
         except ValueError as exc:
             raise ValueError(f"objective: {exc}") from None
+        if makespan_slack is not None and not 0 <= makespan_slack <= 10:
+            raise ValueError(f"makespan_slack: must be between 0 and 10, got {makespan_slack!r}")
+        self.makespan_slack = makespan_slack
         self.config = PlannerConfig(solver=solver, time_limit=time_limit, curve_priors=dict(curve_priors or {}))
         self.previous: PlanResult | None = None
 
     def __call__(self, snapshot: Snapshot) -> Plan:
-        self.previous = plan(with_objective(snapshot, self.objective), self.config, previous=self.previous)
+        self.previous = plan(with_objective(snapshot, self.objective, self.makespan_slack), self.config, previous=self.previous)
         return self.previous.plan

@@ -54,5 +54,7 @@ class OraclePolicy(FlowPlanPolicy):
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise OracleError(f"oracle: the ground truth lacks active job(s) {shown}")
-        self.previous = plan(with_objective(snapshot, self.objective), self.config, previous=self.previous, truth=truth)
+        self.previous = plan(
+            with_objective(snapshot, self.objective, self.makespan_slack), self.config, previous=self.previous, truth=truth
+        )
         return self.previous.plan
