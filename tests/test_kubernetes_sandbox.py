@@ -217,7 +217,10 @@ class PodEvents:
     def stop(self) -> None:
         self.w.stop()
         if self.w._resp is not None:
-            self.w._resp.shutdown()
+            try:
+                self.w._resp.shutdown()
+            except OSError:  # the stream's socket is closed already (the server ended the watch): stopped
+                pass
 
     def first(self, cond: Any) -> int:
         return next(i for i, e in enumerate(self.events) if cond(e))

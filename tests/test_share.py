@@ -162,12 +162,12 @@ def test_a_deadline_comes_before_the_tail_guards_floor() -> None:
     sizes=st.lists(st.floats(min_value=1.0, max_value=60.0), min_size=2, max_size=6),
     slack=st.sampled_from([0.0, 0.02, 0.05, 0.2]),
 )
-def test_a_makespan_budget_holds_the_batch_within_it_and_costs_mean_completion(sizes: list[float], slack: float) -> None:
+def test_a_makespan_budget_holds_the_batch_within_it(sizes: list[float], slack: float) -> None:
     """Mean completion first within a makespan budget: with concave speed-ups (where the equal split
     ends the batch later than need be) no job ends past ``(1 + slack)`` times the makespan reachable
-    on the node (the makespan-first profile's; 1 % tolerance, as for the tail guard), never past the
-    budget-free plan's makespan, and the mean completion is never shorter than the budget-free plan's
-    (the budget only ever takes from it)."""
+    on the node (the makespan-first profile's; 1 % tolerance, as for the tail guard), nor past the
+    budget-free plan's makespan. (Nothing is claimed of the mean: the rule is greedy, and a budget
+    that reserves for a long job early can leave a shorter mean too; CI found such a case.)"""
     jobs = [_sqrt(250, 6000, s, 60.0) for s in sizes]
     free = split_node(jobs, 8000, MEAN)
     reach = float(np.max(split_node(jobs, 8000, SPAN).finish))
@@ -175,7 +175,6 @@ def test_a_makespan_budget_holds_the_batch_within_it_and_costs_mean_completion(s
     assert int(held.shares.sum()) == 8000
     budget = min(reach * (1.0 + slack), float(np.max(free.finish)))
     assert float(np.max(held.finish)) <= budget * 1.01 + 1e-6
-    assert float(np.mean(held.finish)) >= float(np.mean(free.finish)) * (1 - 1e-9) - 1e-6
 
 
 def test_a_makespan_budget_gives_the_long_job_more_than_its_equal_share() -> None:
