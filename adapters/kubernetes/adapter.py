@@ -685,14 +685,16 @@ class KubernetesAdapter(GangOps, Adapter):
             raise
         return again.uid != pod.uid
 
-    def _wait_gone(self, pod: PodView) -> float | None:
-        """Wait up to ``checkpoint_timeout`` seconds for ``pod`` to be gone; the seconds it took, or None."""
+    def _wait_gone(self, pod: PodView, timeout: float | None = None) -> float | None:
+        """Wait up to ``timeout`` (default ``checkpoint_timeout``) seconds for ``pod`` to be gone; the
+        seconds it took, or None."""
+        limit = self.checkpoint_timeout if timeout is None else timeout
         began = time.monotonic()
         while True:
             if self._gone(pod):
                 self._touch(pod.namespace, pod.name)  # its DELETED event is our doing
                 return time.monotonic() - began
-            if time.monotonic() - began >= self.checkpoint_timeout:
+            if time.monotonic() - began >= limit:
                 return None
             time.sleep(POLL_SECONDS)
 

@@ -202,7 +202,7 @@ class GangOps:
         def _annotate(self, pod: PodView, annotations: dict[str, str | None]) -> None: ...
         def _bind(self, pod: PodView, node: str) -> PodView | None: ...
         def _bound_by(self) -> dict[str, str]: ...
-        def _wait_gone(self, pod: PodView) -> float | None: ...
+        def _wait_gone(self, pod: PodView, timeout: float | None = None) -> float | None: ...
 
         fence: Callable[[], None] | None
         checkpoint_timeout: float
@@ -529,7 +529,8 @@ class GangOps:
         shared by the gang); past it, the replacements wait unbound and a later ``start`` binds them."""
         began = time.monotonic()
         for p in olds:
-            if self._wait_gone(p) is None or time.monotonic() - began > self.checkpoint_timeout:
+            left = self.checkpoint_timeout - (time.monotonic() - began)  # one timeout for the whole gang
+            if self._wait_gone(p, max(left, 0.0)) is None:
                 raise KubernetesAdapterError(
                     "transient",
                     f"job {ch.job}: {made}; {p.name} still terminating after {self.checkpoint_timeout:g} s (its "
