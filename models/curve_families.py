@@ -166,6 +166,10 @@ class _Family:
     epoch_at: Callable[[dict[str, float], float], float]  # epoch where z = zt (for zt > c)
     flat_from: Callable[[dict[str, float], float], float]  # first epoch with |dz/dk| < tol
     rescale: Callable[[dict[str, float], float, float], dict[str, float]]  # params for z = shift + scale*u
+    #: Each weight row's fit depends on that row alone, bit for bit (elementwise arithmetic and sums
+    #: along the points axis), so rows may be fitted in separate calls. Not so for the families
+    #: fitted through matrix products (BLAS gives bits that depend on how many rows share the call).
+    separable: bool = False
 
 
 def _hyperbola_flat(p: dict[str, float], tol: float) -> float:
@@ -223,6 +227,7 @@ FAMILIES: dict[str, _Family] = {
         flat_from=_hyperbola_flat,
         # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
         rescale=lambda p, sh, sc: {"a": p["a"] / sc, "b": p["b"] / sc, "c": sh + sc * p["c"]},
+        separable=True,
     ),
     "exponential": _Family(
         fit=_fit_exponential,
@@ -230,6 +235,7 @@ FAMILIES: dict[str, _Family] = {
         epoch_at=lambda p, zt: -math.log((zt - p["c"]) / p["d"]) / p["r"],
         flat_from=_exponential_flat,
         rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "r": p["r"]},
+        separable=True,
     ),
     "power": _Family(
         fit=_fit_power,
