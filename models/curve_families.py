@@ -38,14 +38,11 @@ def _observed_stats(z: Arr, obs: NDArray[np.bool_]) -> tuple[Arr, Arr]:
 
 def _pick(sse: Arr, params: dict[str, Arr]) -> list[Fitted]:
     """Best grid row per weight row (``sse`` and every parameter are (O, G) arrays)."""
-    out: list[Fitted] = []
-    for o in range(sse.shape[0]):
-        i = int(np.argmin(sse[o]))
-        if not math.isfinite(float(sse[o, i])):
-            out.append(None)
-        else:
-            out.append(({name: float(v[o, i]) for name, v in params.items()}, float(sse[o, i])))
-    return out
+    rows = np.arange(sse.shape[0])
+    best = np.argmin(sse, axis=1)
+    err = sse[rows, best].tolist()
+    picked = {name: v[rows, best].tolist() for name, v in params.items()}
+    return [({name: got[o] for name, got in picked.items()}, e) if math.isfinite(e) else None for o, e in enumerate(err)]
 
 
 def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
