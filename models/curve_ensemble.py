@@ -62,8 +62,9 @@ on the tuning runs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +78,7 @@ from models.curves import (
     SEARCH_HORIZON_FACTOR,
     CurveFit,
     Direction,
+    LazyFits,
 )
 
 Arr = NDArray[np.float64]
@@ -107,33 +109,6 @@ MAX_ORIGINS = 6
 TABLE_POINTS = 240
 
 
-def _naive_line(basis: Callable[[Arr], Arr]) -> Callable[[Arr, Arr, Arr, float], list[Fitted]]:
-    """A fitter (same signature as the families') of ``u = a + b*basis(k)`` on the newest points of
-    each weight row."""
-
-    def fit(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
-        out: list[Fitted] = []
-        x_all = basis(k)
-        for row in W:
-            seen = np.flatnonzero(row > 0)
-            if seen.size < 2:
-                out.append(None)
-                continue
-            use = seen[-max(MIN_LINE_POINTS, math.ceil(LINE_SHARE * seen.size)) :]
-            x, y = x_all[use], z[use]
-            xm, ym = float(x.mean()), float(y.mean())
-            var = float(((x - xm) ** 2).sum())
-            b = float(((x - xm) * (y - ym)).sum()) / var if var > 0 else 0.0
-            b = min(b, 0.0)  # a member extrapolates improvement or nothing, never a worsening
-            a = ym - b * xm
-            c = c_floor if math.isfinite(c_floor) else -math.inf
-            zhat = np.maximum(a + b * x_all[seen], c)
-            out.append(({"a": a, "b": b, "c": c}, float((row[seen] * (z[seen] - zhat) ** 2).sum())))
-        return out
-
-    return fit
-
-
 def _epochs(k: Arr) -> Arr:
     return k
 
@@ -142,27 +117,63 @@ def _log_epochs(k: Arr) -> Arr:
     return np.log(np.maximum(k, 0.0) + 1.0)
 
 
-#: The naive members: name -> (fitter, basis).
-NAIVE: dict[str, tuple[Callable[[Arr, Arr, Arr, float], list[Fitted]], Callable[[Arr], Arr]]] = {
-    "line": (_naive_line(_epochs), _epochs),
-    "log_line": (_naive_line(_log_epochs), _log_epochs),
-}
+#: The naive members: name -> basis (``u = a + b*basis(k)``).
+NAIVE: dict[str, Callable[[Arr], Arr]] = {"line": _epochs, "log_line": _log_epochs}
 
 
 #: The naive members that take part.
 NAIVE_MEMBERS: tuple[str, ...] = ("line", "log_line")
 
 
+def fit_lines(k: Arr, z: Arr, W: Arr, c_floor: float) -> dict[str, list[Fitted]]:
+    """Each naive member's fit (:data:`NAIVE_MEMBERS`, one per weight row, as the families' fitters
+    return them): the least-squares ``u = a + b*basis(k)`` through the newest points of the row, then
+    its weighted squared error over every point of the row.
+
+    The members share each row's points, so they are fitted together; a row that holds a prefix of
+    the points (every row of :func:`fit_ensemble`) is read through slices instead of index arrays.
+    Every sum is numpy's own over the same elements as one fit per member and row would take.
+    """
+    c = c_floor if math.isfinite(c_floor) else -math.inf
+    bases = {name: NAIVE[name](k) for name in NAIVE_MEMBERS}
+    out: dict[str, list[Fitted]] = {name: [] for name in NAIVE_MEMBERS}
+    add = np.add.reduce
+    for row in W:
+        seen = np.flatnonzero(row > 0)
+        m = int(seen.size)
+        if m < 2:
+            for got in out.values():
+                got.append(None)
+            continue
+        take = max(MIN_LINE_POINTS, math.ceil(LINE_SHARE * m))
+        use: slice | NDArray[np.intp]
+        every: slice | NDArray[np.intp]
+        if int(seen[-1]) == m - 1:  # the first m points
+            use, every = slice(max(m - take, 0), m), slice(0, m)
+        else:
+            use, every = seen[-take:], seen
+        y = z[use]
+        ym = float(add(y)) / y.size
+        dy = y - ym
+        z_seen, w_seen = z[every], row[every]
+        for name, x_all in bases.items():
+            x = x_all[use]
+            xm = float(add(x)) / x.size
+            dx = x - xm
+            var = float(add(dx**2))
+            b = float(add(dx * dy)) / var if var > 0 else 0.0
+            b = min(b, 0.0)  # a member extrapolates improvement or nothing, never a worsening
+            a = ym - b * xm
+            zhat = np.maximum(a + b * x_all[every], c)
+            out[name].append(({"a": a, "b": b, "c": c}, float(add(w_seen * (z_seen - zhat) ** 2))))
+    return out
+
+
 def member_z(name: str, params: dict[str, float], k: Arr) -> Arr:
     """Member ``name``'s curve (standardised units) at epochs ``k`` (counted from the phase origin)."""
     if name in NAIVE:
-        return np.maximum(params["a"] + params["b"] * NAIVE[name][1](np.asarray(k, dtype=float)), params["c"])
+        return np.maximum(params["a"] + params["b"] * NAIVE[name](np.asarray(k, dtype=float)), params["c"])
     return FAMILIES[name].z(params, np.asarray(k, dtype=float))
-
-
-def member_fitters() -> dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]]:
-    """Every member's fitter: the families, then the naive lines."""
-    return {**{name: fam.fit for name, fam in FAMILIES.items()}, **{name: NAIVE[name][0] for name in NAIVE_MEMBERS}}
 
 
 def weights(cv: dict[str, float], power: float = WEIGHT_POWER) -> dict[str, float]:
@@ -225,6 +236,11 @@ def mixture(members: dict[str, dict[str, float]], w: dict[str, float], k: Arr) -
     return mean, spread
 
 
+def _mean(a: Arr) -> float:
+    """``float(np.mean(a))`` of a 1-D float array (the same sum and division) without its wrapper."""
+    return float(np.add.reduce(a)) / a.size
+
+
 def _backtest(fits: dict[str, list[Fitted]], origins: list[int], k: Arr, z: Arr) -> dict[str, float]:
     """Each member's backtest error: the RMS forecast error pooled over every (origin, later point)
     pair (standardised units); a member that failed to fit at some origin is left out."""
@@ -232,7 +248,7 @@ def _backtest(fits: dict[str, list[Fitted]], origins: list[int], k: Arr, z: Arr)
     for name, got in fits.items():
         sq = [(z[o:] - member_z(name, g[0], k[o:])) ** 2 for o, g in zip(origins, got, strict=True) if g is not None]
         if len(sq) == len(origins):
-            out[name] = float(np.sqrt(np.mean(np.concatenate(sq))))
+            out[name] = math.sqrt(_mean(np.concatenate(sq)))
     return out
 
 
@@ -253,13 +269,20 @@ def fit_ensemble(
     origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
     if n < MIN_POINTS_FOR_HOLDOUT or not origins:
         return None
-    late = [o for o in backtest_origins(n) if o not in origins]
+    bt_origins = backtest_origins(n)
+    late = [o for o in bt_origins if o not in origins]
     seen = np.arange(n)[None, :] < np.array([*origins, n, *late])[:, None]
     rows = np.where(seen, w, 0.0)
-    every: dict[str, list[Fitted]] = {name: fitter(k, z, rows, c_floor) for name, fitter in member_fitters().items()}
-    # The rows: one per cross-validation origin, every point, then the backtest's own origins.
-    fits = {name: got[: len(origins) + 1] for name, got in every.items()}
-    at_origin = {name: dict(zip([*origins, n, *late], got, strict=True)) for name, got in every.items()}
+    # The rows: one per cross-validation origin, every point, then the backtest's own origins. Only
+    # the chosen family is backtested: a family whose rows are fitted independently (``separable``)
+    # gets the backtest's rows once it is chosen; the others take every row in one call as always
+    # (their matrix products give bits that depend on the rows sharing the call).
+    n_cv = len(origins) + 1
+    every: dict[str, list[Fitted]] = {
+        name: fam.fit(k, z, rows[:n_cv] if fam.separable else rows, c_floor) for name, fam in FAMILIES.items()
+    }
+    every.update(fit_lines(k, z, rows, c_floor))
+    fits = {name: got[:n_cv] for name, got in every.items()}
     # Each member's forecast error from every origin on the points after it: the mean over origins
     # of the RMS error (standardised units).
     cv: dict[str, float] = {}
@@ -269,8 +292,8 @@ def fit_ensemble(
         rms = []
         for o, g in zip(origins, got[:-1], strict=True):
             assert g is not None
-            rms.append(float(np.sqrt(np.mean((z[o:] - member_z(name, g[0], k[o:])) ** 2))))
-        cv[name] = float(np.mean(rms))
+            rms.append(math.sqrt(_mean((z[o:] - member_z(name, g[0], k[o:])) ** 2)))
+        cv[name] = _mean(np.array(rms))
     # The families compete as in the single-family fit (models.curves): among those that forecast
     # about as well as the best, the one with the most improvement left; it stands for them all.
     fam_cv = {name: e for name, e in cv.items() if name in FAMILIES}
@@ -280,10 +303,12 @@ def fit_ensemble(
     plateau = {name: full[0]["c"] for name in fam_cv if (full := fits[name][-1]) is not None}
     close = [name for name in sorted(plateau) if fam_cv[name] <= LATE_TOLERANCE * best]
     family = min(close, key=lambda name: (plateau[name], name))
-    bt_origins = backtest_origins(n)
     power = WEIGHT_POWER if bt_origins else SHORT_WEIGHT_POWER
     wt = weights({name: e for name, e in cv.items() if name == family or name in NAIVE}, power)
     if bt_origins:
+        if len(every[family]) < len(rows):
+            every[family] = every[family] + FAMILIES[family].fit(k, z, rows[n_cv:], c_floor)
+        at_origin = {name: dict(zip([*origins, n, *late], every[name], strict=True)) for name in wt}
         bt = _backtest({name: [at_origin[name][o] for o in bt_origins] for name in wt}, bt_origins, k, z)
         like = backtest_likelihood(bt, {name: cv[name] for name in wt}, noise_variance(z))
         raw = {name: wt[name] * like[name] for name in wt if name in like}
@@ -302,7 +327,7 @@ def fit_ensemble(
     for j, o in enumerate(origins):
         err = z[o:] - mixture(at[j], wt, k[o:])[0]
         errs_h.append((err, k[o:] - k[o - 1]))
-        own.append(float(np.sqrt(np.mean(err**2))))
+        own.append(math.sqrt(_mean(err**2)))
     err_all = np.concatenate([e for e, _ in errs_h])
     h_all = np.concatenate([h for _, h in errs_h])
     dof = max(n - 3, 1)
@@ -312,35 +337,82 @@ def fit_ensemble(
     # The band never exceeds what the job has shown: its standard deviation is at most the observed
     # range (value units; ``scale`` is that range), or the noise if that is larger.
     cap = max(scale, scale * sd_u)
-    first = float(k[0] + origin)
     span = max(float(k[-1] - k[0]), 1.0)
-    horizon = float(k[-1] + origin) + SEARCH_HORIZON_FACTOR * span
+    tab = _Tabulate(
+        k=k,
+        v=v,
+        wt=wt,
+        direction=direction,
+        shift=shift,
+        scale=scale,
+        origin=origin,
+        first=float(k[0] + origin),
+        horizon=float(k[-1] + origin) + SEARCH_HORIZON_FACTOR * span,
+        n=n,
+        residual_std=scale * sd_u,
+        drift_std=drift,
+        holdout_error=scale * float(np.mean(own)),
+        candidates={name: scale * e for name, e in cv.items()},
+        band_cap=cap,
+    )
+    # The cross-validation refits are read only by ``convergence_interval``: tabulated on first use.
+    variants = LazyFits(partial(_tabulate_variants, tab, tuple(at[:-1]), tuple(origins)), len(origins))
+    return tab.curve(at[-1], n, variants)
 
-    def build(members: dict[str, dict[str, float]], upto: int) -> CurveFit:
+
+@dataclass(frozen=True)
+class _Tabulate:
+    """What tabulating the averaged curve of one phase needs, for the fit and (later, on demand) its
+    cross-validation refits: module-level and plain data, so that a fit pickles without its tables."""
+
+    k: Arr
+    v: Arr
+    wt: dict[str, float]
+    direction: Direction
+    shift: float
+    scale: float
+    origin: float
+    first: float
+    horizon: float
+    n: int
+    residual_std: float
+    drift_std: float
+    holdout_error: float
+    candidates: dict[str, float]
+    band_cap: float
+
+    def curve(self, members: dict[str, dict[str, float]], upto: int, variants: Sequence[CurveFit] = ()) -> CurveFit:
+        """The averaged curve of ``members`` (fitted on the first ``upto`` points), tabulated."""
+        k, origin = self.k, self.origin
         last = float(k[upto - 1] + origin)
-        grid = table_epochs(first, last, horizon, k[:upto] + origin)
-        mean_u, spread_u = mixture(members, wt, grid - origin)
-        zz = shift + scale * mean_u
-        params = {"c": float(zz[-1]), **{f"w_{name}": float(x) for name, x in wt.items()}}
+        grid = table_epochs(self.first, last, self.horizon, k[:upto] + origin)
+        mean_u, spread_u = mixture(members, self.wt, grid - origin)
+        zz = self.shift + self.scale * mean_u
+        params = {"c": float(zz[-1]), **{f"w_{name}": float(x) for name, x in self.wt.items()}}
         return CurveFit(
             family="ensemble",
-            direction=direction,
+            direction=self.direction,
             params=params,
-            residual_std=scale * sd_u,
-            drift_std=drift,
-            holdout_error=scale * float(np.mean(own)),
+            residual_std=self.residual_std,
+            drift_std=self.drift_std,
+            holdout_error=self.holdout_error,
             n_points=upto,
-            first_epoch=first,
+            first_epoch=self.first,
             last_epoch=last,
-            last_value=float(v[v.size - n + upto - 1]),
-            candidates={name: scale * e for name, e in cv.items()},
+            last_value=float(self.v[self.v.size - self.n + upto - 1]),
+            candidates=dict(self.candidates),
             # The table is in absolute epochs; origin only says where the fitted phase starts.
             origin=origin,
             table=(tuple(grid.tolist()), tuple(zz.tolist())),
-            spread=tuple((scale * spread_u).tolist()),
+            spread=tuple((self.scale * spread_u).tolist()),
             interval_z=INTERVAL_Z,
-            band_cap=cap,
+            band_cap=self.band_cap,
+            variants=variants,
         )
 
-    main = build(at[-1], n)
-    return replace(main, variants=tuple(build(at[j], o) for j, o in enumerate(origins)))
+
+def _tabulate_variants(
+    tab: _Tabulate, at: tuple[dict[str, dict[str, float]], ...], origins: tuple[int, ...]
+) -> tuple[CurveFit, ...]:
+    """The averaged curve refitted at each cross-validation origin (:class:`models.curves.LazyFits`)."""
+    return tuple(tab.curve(members, o) for members, o in zip(at, origins, strict=True))

@@ -38,14 +38,11 @@ def _observed_stats(z: Arr, obs: NDArray[np.bool_]) -> tuple[Arr, Arr]:
 
 def _pick(sse: Arr, params: dict[str, Arr]) -> list[Fitted]:
     """Best grid row per weight row (``sse`` and every parameter are (O, G) arrays)."""
-    out: list[Fitted] = []
-    for o in range(sse.shape[0]):
-        i = int(np.argmin(sse[o]))
-        if not math.isfinite(float(sse[o, i])):
-            out.append(None)
-        else:
-            out.append(({name: float(v[o, i]) for name, v in params.items()}, float(sse[o, i])))
-    return out
+    rows = np.arange(sse.shape[0])
+    best = np.argmin(sse, axis=1)
+    err = sse[rows, best].tolist()
+    picked = {name: v[rows, best].tolist() for name, v in params.items()}
+    return [({name: got[o] for name, got in picked.items()}, e) if math.isfinite(e) else None for o, e in enumerate(err)]
 
 
 def _fit_hyperbola(k: Arr, z: Arr, W: Arr, c_floor: float) -> list[Fitted]:
@@ -166,6 +163,10 @@ class _Family:
     epoch_at: Callable[[dict[str, float], float], float]  # epoch where z = zt (for zt > c)
     flat_from: Callable[[dict[str, float], float], float]  # first epoch with |dz/dk| < tol
     rescale: Callable[[dict[str, float], float, float], dict[str, float]]  # params for z = shift + scale*u
+    #: Each weight row's fit depends on that row alone, bit for bit (elementwise arithmetic and sums
+    #: along the points axis), so rows may be fitted in separate calls. Not so for the families
+    #: fitted through matrix products (BLAS gives bits that depend on how many rows share the call).
+    separable: bool = False
 
 
 def _hyperbola_flat(p: dict[str, float], tol: float) -> float:
@@ -223,6 +224,7 @@ FAMILIES: dict[str, _Family] = {
         flat_from=_hyperbola_flat,
         # z = shift + scale*(c + 1/(a k + b)) = (shift + scale c) + 1/((a/scale) k + b/scale)
         rescale=lambda p, sh, sc: {"a": p["a"] / sc, "b": p["b"] / sc, "c": sh + sc * p["c"]},
+        separable=True,
     ),
     "exponential": _Family(
         fit=_fit_exponential,
@@ -230,6 +232,7 @@ FAMILIES: dict[str, _Family] = {
         epoch_at=lambda p, zt: -math.log((zt - p["c"]) / p["d"]) / p["r"],
         flat_from=_exponential_flat,
         rescale=lambda p, sh, sc: {"c": sh + sc * p["c"], "d": sc * p["d"], "r": p["r"]},
+        separable=True,
     ),
     "power": _Family(
         fit=_fit_power,

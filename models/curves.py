@@ -67,9 +67,9 @@ so that a job whose curve no family describes is not declared to have levelled o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -164,6 +164,62 @@ class _Tables:
         return _Piece(k0, k1, z0, z_slope, s0, s_slope)
 
 
+class LazyFits(Sequence["CurveFit"]):
+    """A sequence of fits built on first use: ``count`` of them, by ``build()`` (a picklable callable,
+    e.g. a :func:`functools.partial` of a module-level function), each with ``changes`` applied
+    (:func:`dataclasses.replace`).
+
+    Why: the cross-validation refits of the model-averaged curve (``CurveFit.variants``) are read only
+    by :meth:`CurveFit.convergence_interval`, while tabulating them cost a third of the fit; the planner
+    fits every job on each cold call and never reads them. The length is known without building; a
+    pickle carries the recipe, not the tables (the planner's fit processes send fits back pickled).
+    """
+
+    __slots__ = ("_build", "_changes", "_count", "_got")
+
+    def __init__(self, build: Callable[[], tuple[CurveFit, ...]], count: int, changes: dict[str, Any] | None = None):
+        self._build = build
+        self._count = count
+        self._changes = dict(changes or {})
+        self._got: tuple[CurveFit, ...] | None = None
+
+    def _fits(self) -> tuple[CurveFit, ...]:
+        if self._got is None:
+            got = self._build()
+            if self._changes:
+                got = tuple(replace(x, **self._changes) for x in got)
+            self._got = got
+        return self._got
+
+    def replaced(self, **changes: Any) -> LazyFits:
+        """The same fits with ``changes`` applied to each (still built on first use)."""
+        return LazyFits(self._build, self._count, {**self._changes, **changes})
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> CurveFit: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[CurveFit, ...]: ...
+    def __getitem__(self, i: int | slice) -> CurveFit | tuple[CurveFit, ...]:
+        return self._fits()[i]
+
+    def __iter__(self) -> Iterator[CurveFit]:
+        return iter(self._fits())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and not isinstance(other, str) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # like a list: equal by content, built on demand
+
+    def __repr__(self) -> str:
+        return f"LazyFits({self._count} fits, {'built' if self._got is not None else 'not built yet'})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LazyFits, (self._build, self._count, self._changes))
+
+
 @dataclass(frozen=True)
 class CurveFit:
     """A fitted learning curve with its diagnostics.
@@ -181,7 +237,8 @@ class CurveFit:
     Family ``"prior"`` is a curve taken from earlier runs (:mod:`models.curve_prior`), tabulated in
     ``table`` as (epochs, badness); ``params`` then holds its ``warp``, ``scale``, ``offset`` and
     plateau ``c``. ``variants`` are the same family refitted at each cross-validation origin: their
-    spread gives :meth:`convergence_interval`.
+    spread gives :meth:`convergence_interval` (the model-averaged curve builds them on first use,
+    :class:`LazyFits`).
     """
 
     family: Literal["hyperbola", "exponential", "power", "log_power", "prior", "schedule", "ensemble"]
@@ -207,7 +264,7 @@ class CurveFit:
     #: Tabulated curve (epochs, badness) for the ``prior`` and ``schedule`` families; ``None`` for parametric families.
     table: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     #: The chosen family refitted at the cross-validation origins (empty when not cross-validated).
-    variants: tuple[CurveFit, ...] = ()
+    variants: Sequence[CurveFit] = ()
     #: For the ``ensemble`` family: the members' weighted disagreement (value units, one per
     #: ``table`` epoch), added to the band; ``None`` otherwise.
     spread: tuple[float, ...] | None = None
@@ -490,12 +547,12 @@ def fit_learning_curve(
             got = _fit(kp, z, w, direction, v, shift, scale, c_floor, chosen, prior_rows, origin)
     if isinstance(got, CurveFit):
         drop_epochs = tuple(float(k[i]) for i in found)
-        got = replace(
-            got,
-            value_range=value_range,
-            drops=drop_epochs,
-            variants=tuple(replace(x, value_range=value_range, drops=drop_epochs) for x in got.variants),
-        )
+        variants = got.variants
+        if isinstance(variants, LazyFits):
+            variants = variants.replaced(value_range=value_range, drops=drop_epochs)
+        else:
+            variants = tuple(replace(x, value_range=value_range, drops=drop_epochs) for x in variants)
+        got = replace(got, value_range=value_range, drops=drop_epochs, variants=variants)
     return got
 
 

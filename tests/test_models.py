@@ -16,6 +16,7 @@ Cases:
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from conftest import real_curve
 
 from models import FAMILIES, CannotPredict, CurveFit, SpeedObservation, fit_learning_curve, fit_speed_model, growth_efficiency
 from models.curve_ensemble import MIN_BACKTEST_POINTS, backtest_likelihood, backtest_origins
+from models.curves import LazyFits
 
 
 def _noisy(values: np.ndarray, sd: float, seed: int = 0) -> np.ndarray:
@@ -184,6 +186,43 @@ def test_default_fit_is_the_model_averaged_curve() -> None:
     assert isinstance(short, CurveFit) and short.family != "ensemble"
     one = fit_learning_curve(k, loss, "lower", families=("hyperbola",))
     assert isinstance(one, CurveFit) and one.family == "hyperbola"
+
+
+def test_averaged_fit_tabulates_its_refits_on_first_use_and_pickles_without_them() -> None:
+    """The cross-validation refits (read only by ``convergence_interval``) are built when first read,
+    carry the fit's value range and drops, and are the same whether built before or after a pickle
+    round trip (the planner's fit processes send fits back pickled)."""
+    k = np.arange(1, 41, dtype=float)
+    acc = _noisy(0.9 - 0.5 / (0.2 * k + 1.0), 0.004)
+    fit = fit_learning_curve(k, acc, "higher")
+    assert isinstance(fit, CurveFit) and fit.family == "ensemble"
+    assert isinstance(fit.variants, LazyFits) and len(fit.variants) == 2
+    assert "not built" in repr(fit.variants)
+    again = pickle.loads(pickle.dumps(fit))
+    got = fit.convergence_interval(1e-3)
+    assert "not built" not in repr(fit.variants)
+    assert got[0] is not None and got[1] is not None and got[0] <= got[1]
+    assert again.convergence_interval(1e-3) == got
+    assert [v.table for v in again.variants] == [v.table for v in fit.variants]
+    assert [v.n_points for v in fit.variants] == [24, 32]  # the origins at 60 % and 80 % of 40 points
+    assert all(v.value_range == fit.value_range == (0.0, 1.0) and v.drops == fit.drops for v in fit.variants)
+    assert again.variants == fit.variants and fit.variants != fit.variants[:1]
+
+
+@pytest.mark.parametrize("name", [n for n, fam in FAMILIES.items() if fam.separable])
+def test_separable_families_fit_each_weight_row_alone(name: str) -> None:
+    """A family marked ``separable`` gives every weight row the same bits whether the row is fitted
+    alone or with others (the averaged curve fits the backtest's rows of the chosen family only)."""
+    rng = np.random.default_rng(3)
+    for n in (7, 12, 25, 48):
+        k = np.arange(1, n + 1, dtype=float)
+        z = np.exp(-3.0 * k / n) + 0.03 * rng.standard_normal(n)
+        z = (z - z.mean()) / np.ptp(z)
+        counts = sorted({max(4, round(0.6 * n)), max(5, round(0.8 * n)), n - 1, n})
+        rows = np.where(np.arange(n)[None, :] < np.array(counts)[:, None], 0.1 + 0.9 * (k - 1) / (n - 1), 0.0)
+        together = FAMILIES[name].fit(k, z, rows, -0.6)
+        alone = [got for i in range(len(counts)) for got in FAMILIES[name].fit(k, z, rows[i : i + 1], -0.6)]
+        assert repr(alone) == repr(together)
 
 
 @pytest.mark.parametrize("seed", range(6))
