@@ -38,6 +38,10 @@ import numpy as np
 from planner.config import PlannerConfig
 from planner.menu import MOVE, STAY, JobMenu
 
+#: How far the completion weights lean towards short jobs: ``(median / own) ** tilt`` within
+#: [1/LEAN_CLIP, LEAN_CLIP]; the ageing of a long GPU job can make up for all of it (LEAN_CLIP ** 2).
+LEAN_CLIP = 8.0
+
 #: Longest horizon the integer model represents (10 years); predictions beyond are clipped.
 MAX_HORIZON_SECONDS = 10 * 365 * 86400.0
 
@@ -126,9 +130,10 @@ def _completion_weights(menus: Sequence[JobMenu], tilt: float, now: float | None
     """Integer completion weights: the priority weight leaned towards jobs with less work left.
 
     A job's work left is its fastest predicted finish over its options; the lean is
-    ``(median / own) ** tilt`` clipped to [1/8, 8], so the weights stay within 64x of each other.
-    A GPU job priced with the phase model is also aged: times ``(1 + time in the system / work
-    left) ** age_exponent``, at most 8.
+    ``(median / own) ** tilt`` clipped to [1/8, 8] (``LEAN_CLIP``). A GPU job priced with the phase
+    model is also aged: times ``(1 + time in the system / work left) ** age_exponent``, at most
+    ``LEAN_CLIP ** 2``, so that a long job that has waited long enough weighs as much as the
+    shortest new job (a cap of ``LEAN_CLIP`` left it at most at the median job's weight for ever).
     """
     if tilt <= 0 or not menus:
         return [m.weight for m in menus]
@@ -142,12 +147,12 @@ def _completion_weights(menus: Sequence[JobMenu], tilt: float, now: float | None
     mid = float(np.median(finite))
     out = []
     for m, x in zip(menus, left, strict=True):
-        lean = 1.0 if not math.isfinite(x) else min(8.0, max(1.0 / 8.0, (mid / max(x, 1e-9)) ** tilt))
+        lean = 1.0 if not math.isfinite(x) else min(LEAN_CLIP, max(1.0 / LEAN_CLIP, (mid / max(x, 1e-9)) ** tilt))
         sub = m.outlook.job.submitted
         if age_exponent > 0 and m.phase_seconds > 0 and now is not None and sub is not None and math.isfinite(x):
             # Ageing (the response ratio of highest-response-ratio-next): a job that has been in
             # the system long against the work it has left gains weight, so shortest-first
             # does not starve it.
-            lean *= min(8.0, (1.0 + max(now - sub, 0.0) / max(x, 1e-9)) ** age_exponent)
+            lean *= min(LEAN_CLIP**2, (1.0 + max(now - sub, 0.0) / max(x, 1e-9)) ** age_exponent)
         out.append(max(1, int(round(m.weight * lean))))
     return out

@@ -138,3 +138,23 @@ def test_ageing_weighs_a_job_that_waited_long(age_exponent: float) -> None:
         assert aged > fresh
     else:
         assert aged == fresh
+
+
+def test_ageing_can_make_up_for_the_shortest_first_lean() -> None:
+    """Ageing is capped at the square of the lean's clip: a job 64x longer than a fresh short one
+    that has been in the system long enough weighs at least as much as it (with the cap at the
+    lean's clip, it never weighed more than the median job: the Pollux tail waited behind every
+    new short job)."""
+    from planner.build import build_problem
+
+    snap = _snap(
+        [
+            _job("long", 640.0, submitted=10_000.0 - 10**7),
+            _job("short", 10.0, submitted=10_000.0),
+            _job("mid", 80.0, submitted=10_000.0),
+        ]
+    )
+    config = _config()
+    problem, _ = build_problem(snap, _outlooks(snap, config), config)
+    weight = {m.outlook.job.id: m.completion_weight for m in problem.menus}
+    assert weight["long"] >= weight["short"] > weight["mid"]
