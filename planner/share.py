@@ -132,10 +132,10 @@ class _Node:
     def __init__(self, jobs: Sequence[ShareJob], rates: list[np.ndarray]) -> None:
         self.J = J = len(jobs)
         self.grid = [j.grid.tolist() for j in jobs]  # ints
-        self.gridf = [[float(x) for x in g] for g in self.grid]
+        self.gridf = [j.grid.astype(float).tolist() for j in jobs]
         self.rates = [r.tolist() for r in rates]
         self.top = [len(g) - 1 for g in self.grid]
-        self.monotone = [all(a <= b for a, b in zip(r, r[1:], strict=False)) for r in self.rates]
+        self.monotone = [bool(np.all(r[1:] >= r[:-1])) for r in rates]
         self.lo = [j.lo for j in jobs]
         self.hi = [j.hi for j in jobs]
         self.rep = [j.replicas for j in jobs]
@@ -163,8 +163,9 @@ class _Node:
             self.cost[j, :n] = np.diff(job.grid.astype(float)) * job.replicas
             if job.current is not None:
                 self.hold[j, :n] = np.where(job.grid[1:] <= job.current, 1.0 + HOLD_BONUS, 1.0)
+        self.floor_cost = np.maximum(self.cost, 1e-9)
         self.col = np.arange(S)
-        self.top_arr = np.array(self.top)
+        self.in_range = self.col < np.array(self.top)[:, None]
 
     def level_for_rate(self, j: int, need: float) -> int | None:
         """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
@@ -260,50 +261,53 @@ def _rule(
 
     # The rest by marginal value per millicore (made non-increasing per job: a concave envelope,
     # so every job's taken steps are a prefix and one global sort gives the greedy's answer). All
-    # jobs at once: row j holds job j's steps above its level (the ones below are +inf, which the
-    # running minimum passes over), in the order the jobs and steps come.
+    # jobs at once: row j holds job j's steps (column k - 1: step k); those at or below its level
+    # are +inf, which the running minimum passes over, and are left out of the sort.
     below = [j for j in idx if level[j] < node.top[j]]
     if not below or not room > 0:
         return node.shares(level, exact)
-    start_col = np.full(J, node.steps)
-    milestone = np.ones(J)
+    S = node.steps
+    first_col, milestone = [S] * J, [1.0] * J
     for j in below:
-        start_col[j] = level[j]
+        first_col[j] = level[j]
         milestone[j] = max(left1[j] if left1[j] > 0 else left[j], 1e-9)
-    gain = node.gain / milestone[:, None]
-    cost = node.cost
+    gain = node.gain / np.array(milestone)[:, None]
+    cost, floor_cost = node.cost, node.floor_cost
     patched = [j for j in below if not math.isnan(exact[j])]
-    if patched:
-        cost = cost.copy()
+    if patched:  # a job between two steps: its first step starts from its exact share
+        cost, floor_cost = cost.copy(), floor_cost.copy()
         for j in patched:
             k0, g, r = level[j], node.gridf[j], node.rates[j]
-            base_rate = _interp(exact[j], g, r)
-            gain[j, k0] = (r[k0 + 1] - base_rate) * node.weight[j] / milestone[j]
+            gain[j, k0] = (r[k0 + 1] - _interp(exact[j], g, r)) * node.weight[j] / milestone[j]
             cost[j, k0] = (g[k0 + 1] - exact[j]) * node.rep[j]
+            floor_cost[j, k0] = max(cost[j, k0], 1e-9)
     if now == 0.0:
         gain = gain * node.hold
-    density = np.maximum(gain, 0.0) / np.maximum(cost, 1e-9)
-    col = node.col[None, :]
-    density[col < start_col[:, None]] = math.inf
+    density = np.maximum(gain, 0.0) / floor_cost
+    held = node.col < np.array(first_col)[:, None]
+    density[held] = math.inf
     density = np.minimum.accumulate(density, axis=1)
-    valid = (col >= start_col[:, None]) & (col < node.top_arr[:, None])
-    jj, c = np.nonzero(valid)
-    kk, dd, cc = c + 1, density[valid], cost[valid]
-    order = np.lexsort((kk, jj, -dd))
-    taken = np.cumsum(cc[order]) <= room + 1e-9
-    for j, k in zip(jj[order][taken].tolist(), kk[order][taken].tolist(), strict=True):
-        if k > level[j]:
-            level[j], exact[j] = k, math.nan
+    steps = np.flatnonzero(node.in_range & ~held)  # j * S + k - 1, in the order of (j, k)
+    # Best first, ties to the lower job and step: a stable sort keeps the (j, k) order of ties.
+    order = np.argsort(-density.ravel()[steps], kind="stable")
+    steps, costs = steps[order], cost.ravel()[steps][order]
+    # The longest prefix that fits (the running total of costs, all >= 0, only grows).
+    n = int(np.searchsorted(np.cumsum(costs), room + 1e-9, side="right"))
+    if n:
+        for j, count in enumerate(np.bincount(steps[:n] // S, minlength=J).tolist()):
+            if count:
+                level[j], exact[j] = level[j] + count, math.nan
     # What is left is less than any next step: part of the best next step, so the rollout
     # hands out all of the node as the kernel would (a few millicores kept back from a short
     # job make it, and the job waiting for its share, end later than under the equal split).
     share = node.shares(level, exact)
-    rest = room - float(np.sum(cc[order][taken]))
-    for j, k in zip(jj[order][~taken].tolist(), kk[order][~taken].tolist(), strict=True):
+    rest = room - float(np.sum(costs[:n]))
+    for at in steps[n:].tolist():
         if rest <= 1e-6:
             break
-        if k == level[j] + 1:
-            exact[j] = share[j] + min(rest / node.rep[j], node.gridf[j][k] - share[j])
+        j, k = divmod(at, S)
+        if k == level[j]:  # step k + 1: the job's next one
+            exact[j] = share[j] + min(rest / node.rep[j], node.gridf[j][k + 1] - share[j])
             rest -= (exact[j] - share[j]) * node.rep[j]
     return node.shares(level, exact)
 
@@ -318,9 +322,10 @@ def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[floa
     lo, hi, rep = node.lo_arr[idx], node.hi_arr[idx], node.rep_arr[idx]
     # The common level L with sum(clip(L, lo, hi) * replicas) = capacity: that sum is linear between
     # the jobs' bounds, so it is found exactly on the segment where it crosses the capacity (all at
-    # their max when the node holds them, all at their min when it cannot).
-    level = np.unique(np.concatenate(([0.0], lo, hi)))
-    used = (np.clip(level[:, None], lo, hi) * rep).sum(axis=1)
+    # their max when the node holds them, all at their min when it cannot). (Bounds are whole
+    # millicores: a set sorts them as np.unique would; minimum(maximum()) is np.clip's selection.)
+    level = np.array(sorted({0.0, *(float(node.lo[j]) for j in idx), *(float(node.hi[j]) for j in idx)}))
+    used = (np.minimum(np.maximum(level[:, None], lo), hi) * rep).sum(axis=1)
     k = int(np.searchsorted(used, capacity, side="right"))
     if k >= level.size:
         common = float(level[-1])
@@ -328,8 +333,8 @@ def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[floa
         common = 0.0
     else:
         common = float(level[k - 1] + (capacity - used[k - 1]) * (level[k] - level[k - 1]) / (used[k] - used[k - 1]))
-    for j, x in zip(idx, np.clip(common, lo, hi).tolist(), strict=True):
-        share[j] = x
+    for j in idx:
+        share[j] = min(max(common, float(node.lo[j])), float(node.hi[j]))
     return share
 
 
