@@ -42,6 +42,7 @@ job (a node holds a handful), NumPy where one operation serves all the jobs of a
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
@@ -88,12 +89,18 @@ class NodeSplit:
     fair_finish: np.ndarray  # (J,) finish under the equal split, seconds from now (the tail guard's reference)
 
 
+@functools.lru_cache(maxsize=4096)
 def share_grid(lo: int, hi: int, min_step: int) -> np.ndarray:
-    """Shares from ``lo`` to ``hi`` in equal steps of at least ``min_step`` (both ends exact)."""
+    """Shares from ``lo`` to ``hi`` in equal steps of at least ``min_step`` (both ends exact).
+    Read-only, and kept per (lo, hi, min_step): jobs started from one template share their bounds,
+    and a plan asks for every placed job's grid."""
     if hi <= lo:
-        return np.array([lo], dtype=np.int64)
-    n = max(1, min(MAX_STEPS, (hi - lo) // max(min_step, 1)))
-    return np.unique(np.round(np.linspace(lo, hi, n + 1)).astype(np.int64))
+        grid = np.array([lo], dtype=np.int64)
+    else:
+        n = max(1, min(MAX_STEPS, (hi - lo) // max(min_step, 1)))
+        grid = np.unique(np.round(np.linspace(lo, hi, n + 1)).astype(np.int64))
+    grid.setflags(write=False)
+    return grid
 
 
 def _interp(x: float, xs: list[float], ys: list[float]) -> float:
