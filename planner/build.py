@@ -279,7 +279,7 @@ def _options(
     zero = np.zeros(1, dtype=np.int64)
 
     def gather(table: list[np.ndarray], at: np.ndarray, waiting: np.ndarray) -> np.ndarray:
-        flat = np.concatenate([np.ravel(t) for t in table] + [zero]).astype(np.int64)
+        flat = np.concatenate([*table, zero], axis=None).astype(np.int64)  # each table flattened in C order
         return np.where(wait, waiting, flat[at])
 
     zeros = np.zeros(opt_job.size, dtype=np.int64)
