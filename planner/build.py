@@ -210,9 +210,13 @@ def _options(
     node_index: dict[str, int],
     budget: int,
 ) -> Problem:
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("job", "node", "level", "way", "cpu", "gpu", "mem", "fq", "cost")}
-    job_start = [0]
-    count = 0
+    # Per job, which (node, way, level) rows it gets; what each option costs and demands is then
+    # gathered for all jobs at once from the menus' tables laid end to end.
+    no_node, no_way = np.array([-1], dtype=np.int64), np.array([WAIT_WAY], dtype=np.int64)
+    nodes_of: list[np.ndarray] = []
+    ways_of: list[np.ndarray] = []
+    levels_of: list[np.ndarray] = []
+    counts: list[int] = []
     for j, m in enumerate(menus):
         assert m.finish_q is not None and m.cost is not None
         job: Job = m.outlook.job
@@ -250,57 +254,63 @@ def _options(
             r_idx, lv = np.nonzero(np.stack(row_mask))
         else:
             r_idx = lv = np.zeros(0, dtype=np.int64)
-        node_of = np.asarray(row_node, dtype=np.int64)[r_idx]
-        way_of = np.asarray(row_way, dtype=np.int64)[r_idx]
-        fq = m.finish_q[way_of, lv]
-        cost = m.cost[way_of, lv]
-        cpu, gpu, mem = m.dem_cpu[lv], m.dem_gpu[lv], np.full(lv.size, m.dem_mem)
-        if job.status == "pending" or job.migratable:  # the no-node option: wait, or pause
-            node_of = np.append(node_of, -1)
-            way_of = np.append(way_of, WAIT_WAY)
-            lv = np.append(lv, -1)
-            fq = np.append(fq, m.wait_q)
-            cost = np.append(cost, m.wait_cost)
-            cpu, gpu, mem = np.append(cpu, 0), np.append(gpu, 0), np.append(mem, 0)
+        nodes_of.append(np.asarray(row_node, dtype=np.int64)[r_idx])
+        ways_of.append(np.asarray(row_way, dtype=np.int64)[r_idx])
+        levels_of.append(lv)
         k = lv.size
-        for key, arr in (
-            ("job", np.full(k, j)),
-            ("node", node_of),
-            ("level", lv),
-            ("way", way_of),
-            ("cpu", cpu),
-            ("gpu", gpu),
-            ("mem", mem),
-            ("fq", fq),
-            ("cost", cost),
-        ):
-            cols[key].append(arr)
-        count += k
-        job_start.append(count)
+        if job.status == "pending" or job.migratable:  # the no-node option: wait, or pause
+            nodes_of.append(no_node)
+            ways_of.append(no_way)
+            levels_of.append(no_node)
+            k += 1
+        counts.append(k)
+    job_start = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
 
-    def cat(k: str) -> np.ndarray:
-        return np.concatenate(cols[k]).astype(np.int64) if cols[k] else np.zeros(0, dtype=np.int64)
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
-    way = cat("way")
+    opt_job = np.repeat(np.arange(len(menus), dtype=np.int64), counts)
+    opt_node, way, opt_level = cat(nodes_of), cat(ways_of), cat(levels_of)
+    wait = way == WAIT_WAY
+    sizes = np.array([m.cpu.size for m in menus], dtype=np.int64)
+    start1 = np.concatenate(([0], np.cumsum(sizes)))[:-1]  # each job's first level in the (L,) tables
+    at1 = np.where(wait, 0, start1[opt_job] + opt_level)
+    at3 = np.where(wait, 0, 3 * start1[opt_job] + way * sizes[opt_job] + opt_level)  # in the (3, L) tables
+    zero = np.zeros(1, dtype=np.int64)
+
+    def gather(table: list[np.ndarray], at: np.ndarray, waiting: np.ndarray) -> np.ndarray:
+        flat = np.concatenate([*table, zero], axis=None).astype(np.int64)  # each table flattened in C order
+        return np.where(wait, waiting, flat[at])
+
+    zeros = np.zeros(opt_job.size, dtype=np.int64)
+    finish_q = gather(
+        [m.finish_q for m in menus if m.finish_q is not None], at3, np.array([m.wait_q for m in menus], dtype=np.int64)[opt_job]
+    )
+    cost = gather(
+        [m.cost for m in menus if m.cost is not None], at3, np.array([m.wait_cost for m in menus], dtype=np.int64)[opt_job]
+    )
+    dem_cpu = gather([m.dem_cpu for m in menus], at1, zeros)
+    dem_gpu = gather([m.dem_gpu for m in menus], at1, zeros)
+    dem_mem = np.where(wait, 0, np.array([m.dem_mem for m in menus], dtype=np.int64)[opt_job])
     running = np.array([m.outlook.job.status == "running" for m in menus], dtype=bool)
-    running_of_option = running[cat("job")] if way.size else np.zeros(0, dtype=bool)
+    running_of_option = running[opt_job]
     return Problem(
         node_names=list(node_index),
         cap_cpu=cap[0].copy(),
         cap_gpu=cap[1].copy(),
         cap_mem=cap[2].copy(),
         menus=list(menus),
-        job_start=np.array(job_start, dtype=np.int64),
-        opt_job=cat("job"),
-        opt_node=cat("node"),
-        opt_level=cat("level"),
+        job_start=job_start,
+        opt_job=opt_job,
+        opt_node=opt_node,
+        opt_level=opt_level,
         opt_way=way,
-        dem_cpu=cat("cpu"),
-        dem_gpu=cat("gpu"),
-        dem_mem=cat("mem"),
-        moves=((way == MOVE) | ((way == WAIT_WAY) & running_of_option)).astype(np.int64),
-        finish_q=cat("fq"),
-        cost=cat("cost"),
+        dem_cpu=dem_cpu,
+        dem_gpu=dem_gpu,
+        dem_mem=dem_mem,
+        moves=((way == MOVE) | (wait & running_of_option)).astype(np.int64),
+        finish_q=finish_q,
+        cost=cost,
         makespan_weight=pricing.makespan_weight,
         migration_budget=budget,
         quantum_seconds=pricing.quantum_seconds,

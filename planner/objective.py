@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,13 +59,28 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     """Fill every menu's integer costs in place and return the pricing constants."""
     w = config.weights
     R = w.time_resolution
-    horizon = 1.0
-    for m in menus:
-        # Clip before anything becomes an integer: a bounded snapshot stays finite, this keeps it so.
-        cap = MAX_HORIZON_SECONDS
-        m.finish_s = np.minimum(np.nan_to_num(m.finish_s, nan=cap, posinf=cap), cap)
+    # Every menu's (3, L) tables side by side, (3, sum of L): the arithmetic below is elementwise,
+    # with each job's constants repeated over its columns, so each entry is computed exactly as
+    # job by job, in one NumPy operation for all jobs. Each menu gets its own columns back.
+    J = len(menus)
+    sizes = [m.cpu.size for m in menus]
+    bounds = np.cumsum([0, *sizes]).tolist()
+    col = np.repeat(np.arange(J), sizes)
+
+    def side_by_side(tables: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(tables, axis=1) if tables else np.zeros((3, 0))
+
+    def per_column(values: list[Any], dtype: type) -> np.ndarray:
+        return np.array(values, dtype=dtype)[col] if values else np.zeros(0, dtype=dtype)
+
+    # Clip before anything becomes an integer: a bounded snapshot stays finite, this keeps it so.
+    cap = MAX_HORIZON_SECONDS
+    finish_s = np.minimum(np.nan_to_num(side_by_side([m.finish_s for m in menus]), nan=cap, posinf=cap), cap)
+    horizon = max(1.0, float(np.max(finish_s)) if finish_s.size else 1.0)
+    for m, lo, hi in zip(menus, bounds, bounds[1:], strict=False):
+        m.finish_s = finish_s[:, lo:hi]
         m.wait_finish_s = min(m.wait_finish_s, MAX_HORIZON_SECONDS) if math.isfinite(m.wait_finish_s) else MAX_HORIZON_SECONDS
-        horizon = max(horizon, float(np.max(m.finish_s)), m.wait_finish_s)
+        horizon = max(horizon, m.wait_finish_s)
     horizon = min(horizon, MAX_HORIZON_SECONDS)
     q = horizon / R
     total_w = int(sum(m.weight for m in menus))
@@ -74,47 +90,58 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
     latew = [int(round(w.lateness_factor * c)) if m.t1_slack_s is not None else 0 for m, c in zip(menus, cw, strict=True)]
     qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w)) + int(sum(latew))) * R / w1
-    for m, c, c1, cl in zip(menus, cw, t1w, latew, strict=True):
-        fq = np.minimum(np.ceil(m.finish_s / q), R).astype(np.int64)
-        # Time to tier 1 (unreachable or unknown: the finish), in quanta.
-        t1q = np.where(np.isfinite(m.t1_s), np.minimum(np.ceil(np.nan_to_num(m.t1_s, nan=0.0) / q), R), fq).astype(np.int64)
-        t2_cost = int(math.ceil(qoe_unit * m.weight))
-        t1_cost = int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2))
-        qoe = (m.t1_met == 0) * t1_cost + (m.t2_met == 0) * t2_cost
-        churn = np.zeros_like(fq)
-        move_q = max(w.migration_quanta, math.ceil(w.migration_margin * float(m.lost[MOVE]) / q))
-        if w.cpu_jobs_move_when_forced and m.outlook.job.max_gpus == 0:
-            move_q = R
-        churn[MOVE, :] = m.weight * move_q
-        if m.current_level is not None:
-            churn[STAY, :] = m.weight * w.resize_quanta
-            churn[STAY, m.current_level] = 0
-        m.finish_q = fq
-        m.qoe_cost = qoe.astype(np.int64)
-        m.churn_cost = churn
+
+    fq = np.minimum(np.ceil(finish_s / q), R).astype(np.int64)
+    # Time to tier 1 (unreachable or unknown: the finish), in quanta.
+    t1_s = side_by_side([m.t1_s for m in menus])
+    t1q = np.where(np.isfinite(t1_s), np.minimum(np.ceil(np.nan_to_num(t1_s, nan=0.0) / q), R), fq).astype(np.int64)
+    t2_cost = [int(math.ceil(qoe_unit * m.weight)) for m in menus]
+    t1_cost = [int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2)) for m in menus]
+    t1_met = side_by_side([m.t1_met for m in menus])
+    t2_met = side_by_side([m.t2_met for m in menus])
+    qoe = ((t1_met == 0) * per_column(t1_cost, np.int64) + (t2_met == 0) * per_column(t2_cost, np.int64)).astype(np.int64)
+    move_q = [max(w.migration_quanta, math.ceil(w.migration_margin * float(m.lost[MOVE]) / q)) for m in menus]
+    if w.cpu_jobs_move_when_forced:
+        move_q = [R if m.outlook.job.max_gpus == 0 else x for m, x in zip(menus, move_q, strict=True)]
+    churn = np.zeros_like(fq)
+    churn[MOVE, :] = per_column([m.weight * x for m, x in zip(menus, move_q, strict=True)], np.int64)
+    resize = [m.weight * w.resize_quanta if m.current_level is not None else 0 for m in menus]
+    churn[STAY, :] = per_column(resize, np.int64)
+    held = [lo + m.current_level for m, lo in zip(menus, bounds, strict=False) if m.current_level is not None]
+    churn[STAY, np.array(held, dtype=np.int64)] = 0  # keeping the current level costs no churn
+    # Lateness past the tier-1 deadline, for jobs with an open one and a lateness weight.
+    late = [m.t1_slack_s is not None and cl > 0 for m, cl in zip(menus, latew, strict=True)]
+    slack_q = per_column(
+        [m.t1_slack_s / q if on and m.t1_slack_s is not None else 0.0 for m, on in zip(menus, late, strict=True)], float
+    )
+    late_q = np.where(per_column(late, bool), np.minimum(np.maximum(np.ceil(t1q - slack_q), 0), R).astype(np.int64), 0)
+    time_cost = per_column(cw, np.int64) * fq + per_column(t1w, np.int64) * t1q + per_column(latew, np.int64) * late_q
+    cost = qoe + time_cost + churn
+
+    for m, c, c1, cl, on, mq, t1c, t2c, lo, hi in zip(
+        menus, cw, t1w, latew, late, move_q, t1_cost, t2_cost, bounds, bounds[1:], strict=False
+    ):
+        m.finish_q = fq[:, lo:hi]
+        m.qoe_cost = qoe[:, lo:hi]
+        m.churn_cost = churn[:, lo:hi]
         m.completion_weight = c
-        late_q = np.zeros_like(fq)
+        m.time_cost = time_cost[:, lo:hi]
+        m.cost = cost[:, lo:hi]
         wait_late = 0
-        if m.t1_slack_s is not None and cl > 0:
-            slack_q = m.t1_slack_s / q
-            late_q = np.minimum(np.maximum(np.ceil(t1q - slack_q), 0), R).astype(np.int64)
-            wait_late = int(min(max(math.ceil(min(math.ceil(m.wait_finish_s / q), R) - slack_q), 0), R))
-        m.time_cost = c * fq + c1 * t1q + cl * late_q
-        m.cost = m.qoe_cost + m.time_cost + churn
+        if on and m.t1_slack_s is not None:
+            wait_late = int(min(max(math.ceil(min(math.ceil(m.wait_finish_s / q), R) - m.t1_slack_s / q), 0), R))
         m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
         # Waiting misses every deadline still open (conservative: it might still make a late one).
-        m.wait_qoe = (t1_cost if m.outlook.tier1_deadline is not None else 0) + (
-            t2_cost if m.outlook.tier2_deadline is not None else 0
-        )
+        m.wait_qoe = (t1c if m.outlook.tier1_deadline is not None else 0) + (t2c if m.outlook.tier2_deadline is not None else 0)
         # Every active job is served whenever capacity allows (work conservation covers admission):
         # only a job at its max_epochs (about to end by itself) loses nothing by waiting.
         done = m.outlook.remaining_finish <= 0
         # A GPU job priced with the phase model waits at the cost of its time alone: there a
         # short job may hold GPUs a long one waits for, as shortest-remaining-first would.
         free = done or m.phase_seconds > 0
-        m.wait_unserved = 0 if free else int(math.ceil(t1_cost * w.unserved_over_tier1))
+        m.wait_unserved = 0 if free else int(math.ceil(t1c * w.unserved_over_tier1))
         pausing = m.outlook.job.status == "running"
-        m.wait_churn = m.weight * move_q if pausing else 0
+        m.wait_churn = m.weight * mq if pausing else 0
         m.wait_time_cost = (c + c1) * m.wait_q + cl * wait_late
         m.wait_cost = m.wait_unserved + m.wait_qoe + m.wait_time_cost + m.wait_churn
     return Pricing(quantum_seconds=q, makespan_weight=A, total_weight=total_w, qoe_unit=qoe_unit)

@@ -36,12 +36,15 @@ finish and hand their share on:
 **The rollout.** The rule is applied now, then again at every predicted event (a job finishes, a
 restarting job resumes), as the control loop re-plans when things change; the first allocation is
 the plan, and the rollout's completion times are the plan's predictions (which therefore see that
-capacity frees up when short jobs finish). Pure numpy, deterministic, O(events × jobs × steps).
+capacity frees up when short jobs finish). Deterministic, O(events × jobs × steps): plain Python per
+job (a node holds a handful), NumPy where one operation serves all the jobs of an event.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -86,43 +89,128 @@ class NodeSplit:
     fair_finish: np.ndarray  # (J,) finish under the equal split, seconds from now (the tail guard's reference)
 
 
+@functools.lru_cache(maxsize=4096)
 def share_grid(lo: int, hi: int, min_step: int) -> np.ndarray:
-    """Shares from ``lo`` to ``hi`` in equal steps of at least ``min_step`` (both ends exact)."""
+    """Shares from ``lo`` to ``hi`` in equal steps of at least ``min_step`` (both ends exact).
+    Read-only, and kept per (lo, hi, min_step): jobs started from one template share their bounds,
+    and a plan asks for every placed job's grid."""
     if hi <= lo:
-        return np.array([lo], dtype=np.int64)
-    n = max(1, min(MAX_STEPS, (hi - lo) // max(min_step, 1)))
-    return np.unique(np.round(np.linspace(lo, hi, n + 1)).astype(np.int64))
+        grid = np.array([lo], dtype=np.int64)
+    else:
+        n = max(1, min(MAX_STEPS, (hi - lo) // max(min_step, 1)))
+        grid = np.unique(np.round(np.linspace(lo, hi, n + 1)).astype(np.int64))
+    grid.setflags(write=False)
+    return grid
 
 
-def _level_for_rate(rates: np.ndarray, need: float) -> int | None:
-    """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
-    ok = np.flatnonzero(rates >= need * (1.0 - 1e-9))
-    return int(ok[0]) if ok.size else None
+def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """``float(np.interp(x, xs, ys))`` for one point, by NumPy's own arithmetic (its C loop: the
+    straight piece that holds ``x``, ``slope * (x - xs[i]) + ys[i]``, the ends held), without the
+    cost of a NumPy call per job and event in the rollouts."""
+    n = len(xs)
+    if n == 1:
+        return ys[0]
+    if x != x:
+        return x
+    i = bisect_right(xs, x) - 1
+    if i < 0:
+        return ys[0]
+    if i >= n - 1:
+        return ys[-1]
+    if xs[i] == x:
+        return ys[i]
+    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+    y = slope * (x - xs[i]) + ys[i]
+    if y != y:  # as NumPy does: an infinite slope's other end, or a flat piece
+        y = slope * (x - xs[i + 1]) + ys[i + 1]
+        if y != y and ys[i] == ys[i + 1]:
+            y = ys[i]
+    return y
+
+
+class _Node:
+    """One node's jobs as the rule and the rollouts read them, prepared once per split (the rule is
+    re-applied at every event of every rollout): plain Python numbers for the per-job steps (a node
+    holds a handful of jobs, where a NumPy call costs more than the arithmetic it does), and the
+    marginal-value tables as (jobs × steps) arrays, so one NumPy operation serves every job of an
+    event. Every figure the rule computes is the same float, from the same operations in the same
+    order, as when each event rebuilt them from the ``ShareJob`` arrays."""
+
+    def __init__(self, jobs: Sequence[ShareJob], rates: list[np.ndarray]) -> None:
+        self.J = J = len(jobs)
+        self.grid = [j.grid.tolist() for j in jobs]  # ints
+        self.gridf = [j.grid.astype(float).tolist() for j in jobs]
+        self.rates = [r.tolist() for r in rates]
+        self.top = [len(g) - 1 for g in self.grid]
+        self.monotone = [bool(np.all(r[1:] >= r[:-1])) for r in rates]
+        self.lo = [j.lo for j in jobs]
+        self.hi = [j.hi for j in jobs]
+        self.rep = [j.replicas for j in jobs]
+        self.weight = [j.weight for j in jobs]
+        self.blocked = [j.blocked for j in jobs]
+        self.deadline = [j.deadline for j in jobs]
+        self.assumed = [j.tier1_assumed for j in jobs]
+        self.remaining = [j.remaining for j in jobs]
+        self.remaining_tier1 = [j.remaining_tier1 for j in jobs]
+        self.lo_arr = np.array(self.lo, dtype=float)
+        self.hi_arr = np.array(self.hi, dtype=float)
+        self.rep_arr = np.array(self.rep, dtype=float)
+        # Step k (1 ... top) of job j is column k - 1: its rate gain times the weight, its cost in
+        # millicores (all replicas), the hold bonus's factor (at now = 0); padding costs 1, gains 0.
+        S = max(self.top)
+        self.steps = S
+        self.gain = np.zeros((J, S))
+        self.cost = np.ones((J, S))
+        self.hold = np.ones((J, S))
+        for j, job in enumerate(jobs):
+            n = self.top[j]
+            if n == 0:
+                continue
+            self.gain[j, :n] = np.diff(rates[j]) * job.weight
+            self.cost[j, :n] = np.diff(job.grid.astype(float)) * job.replicas
+            if job.current is not None:
+                self.hold[j, :n] = np.where(job.grid[1:] <= job.current, 1.0 + HOLD_BONUS, 1.0)
+        self.floor_cost = np.maximum(self.cost, 1e-9)
+        self.col = np.arange(S)
+        self.in_range = self.col < np.array(self.top)[:, None]
+
+    def level_for_rate(self, j: int, need: float) -> int | None:
+        """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
+        threshold = need * (1.0 - 1e-9)
+        r = self.rates[j]
+        if self.monotone[j] and threshold == threshold:
+            k = bisect_left(r, threshold)
+            return k if k < len(r) else None
+        return next((k for k, x in enumerate(r) if x >= threshold), None)
+
+    def shares(self, level: list[int], exact: list[float]) -> list[float]:
+        """Each job's share: its grid step, or the exact share it holds between two steps."""
+        return [(g[k] if k >= 0 else 0.0) if x != x else x for g, k, x in zip(self.gridf, level, exact, strict=True)]
 
 
 def _rule(
-    jobs: Sequence[ShareJob],
-    rates: list[np.ndarray],
-    active: np.ndarray,
-    left: np.ndarray,
-    left1: np.ndarray,
+    node: _Node,
+    active: list[bool],
+    left: list[float],
+    left1: list[float],
     now: float,
-    guard: np.ndarray,
-    floor: np.ndarray,
+    guard: list[float],
+    floor: list[float],
     capacity: float,
-) -> np.ndarray:
+) -> list[float]:
     """The share per job (0 for inactive) for one moment of the rollout; ``floor``: least share per
     job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none). Shares are
     grid steps, except a guarded job's floor, which is met exactly (between two steps, the step above
     may not fit for every guarded job: two tied long jobs would end apart, one of them late)."""
-    J = len(jobs)
-    level = np.full(J, -1, dtype=np.int64)
-    exact = np.full(J, math.nan)  # a floor met between two grid steps (level: the step below it)
-    idx = np.flatnonzero(active)
-    if idx.size == 0:
-        return np.zeros(J)
-    level[idx] = 0
-    room = capacity - float(sum(jobs[j].grid[0] * jobs[j].replicas for j in idx.tolist()))
+    J = node.J
+    idx = [j for j in range(J) if active[j]]
+    if not idx:
+        return [0.0] * J
+    level = [-1] * J
+    exact = [math.nan] * J  # a floor met between two grid steps (level: the step below it)
+    for j in idx:
+        level[j] = 0
+    room = capacity - float(sum(node.grid[j][0] * node.rep[j] for j in idx))
 
     # Reservations: (class, key, job, level wanted). Class 0: deadlines; class 1: the tail guard
     # (its floor, or a finish time), after the deadlines as the profile orders them. A floor is met
@@ -130,117 +218,121 @@ def _rule(
     # below the equal split's pace at every moment, which adds up to a longer makespan than the
     # default's.
     wants: list[tuple[int, float, float, int, int, bool]] = []
-    for j in idx.tolist():
-        job, r = jobs[j], rates[j]
-        start = max(job.blocked - now, 0.0)
-        if job.deadline is not None and left1[j] > 0:
-            span = job.deadline - now - start
-            k = _level_for_rate(r, left1[j] / span) if span > 0 else None
-            if k is None and job.tier1_assumed and job.deadline > now:
-                k = len(job.grid) - 1
+    for j in idx:
+        top, rmax = node.top[j], node.rates[j][-1]
+        start = max(node.blocked[j] - now, 0.0)
+        deadline = node.deadline[j]
+        if deadline is not None and left1[j] > 0:
+            span = deadline - now - start
+            k = node.level_for_rate(j, left1[j] / span) if span > 0 else None
+            if k is None and node.assumed[j] and deadline > now:
+                k = top
             if k is not None and k > 0:
-                wants.append((0, -job.weight, span, j, k, False))
+                wants.append((0, -node.weight[j], span, j, k, False))
         if floor[j] > 0:
-            k = min(int(np.searchsorted(job.grid, floor[j] - 1e-6, side="left")), len(job.grid) - 1)
+            k = min(bisect_left(node.grid[j], floor[j] - 1e-6), top)
             if k > 0:
-                wants.append((1, 0.0, -left[j] / r[-1], j, k, True))
+                wants.append((1, 0.0, -left[j] / rmax, j, k, True))
         if math.isfinite(guard[j]) and left[j] > 0:
             span = guard[j] - now - start
-            k = _level_for_rate(r, left[j] / span) if span > 0 else None
-            k = len(job.grid) - 1 if k is None else k
+            k = node.level_for_rate(j, left[j] / span) if span > 0 else None
+            k = top if k is None else k
             if k > 0:
-                wants.append((1, 0.0, -left[j] / r[-1], j, k, False))
+                wants.append((1, 0.0, -left[j] / rmax, j, k, False))
     for cls, _, _, j, k, is_floor in sorted(wants):
-        g = jobs[j].grid
-        have = int(level[j])
+        g, rep = node.gridf[j], node.rep[j]
+        have = level[j]
         if k <= have:
             continue
         if is_floor:
-            want = min(float(floor[j]), float(g[have]) + room / jobs[j].replicas)
+            want = min(float(floor[j]), g[have] + room / rep)
             if want > g[have]:
-                room -= (want - float(g[have])) * jobs[j].replicas
-                level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
+                room -= (want - g[have]) * rep
+                level[j] = bisect_right(g, want + 1e-6) - 1
                 exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
             continue
         # What it holds: its step, or a floor met between two steps (raised now by its guard).
-        base = float(g[have]) if math.isnan(exact[j]) else float(exact[j])
-        extra = (float(g[k]) - base) * jobs[j].replicas
+        base = g[have] if math.isnan(exact[j]) else exact[j]
+        extra = (g[k] - base) * rep
         if extra <= room + 1e-9:
             level[j], exact[j] = k, math.nan
             room -= extra
             continue
-        if cls == 0 and not jobs[j].tier1_assumed:
+        if cls == 0 and not node.assumed[j]:
             continue  # a deadline share that does not fit would not meet the deadline either
         # The guard's, or an assumed deadline's: all the room there is.
-        want = base + room / jobs[j].replicas
-        level[j] = int(np.searchsorted(g, want + 1e-6, side="right")) - 1
+        want = base + room / rep
+        level[j] = bisect_right(g, want + 1e-6) - 1
         exact[j] = want if want > g[level[j]] + 1e-6 else math.nan
         room = 0.0
 
     # The rest by marginal value per millicore (made non-increasing per job: a concave envelope,
-    # so every job's taken steps are a prefix and one global sort gives the greedy's answer).
-    js, ks, dens, costs = [], [], [], []
-    for j in idx.tolist():
-        job, r = jobs[j], rates[j]
-        k0 = int(level[j])
-        if k0 >= len(job.grid) - 1:
-            continue
-        milestone = left1[j] if left1[j] > 0 else left[j]
-        base_share, base_rate = job.grid[k0].astype(float), r[k0]
-        if not math.isnan(exact[j]):
-            base_share, base_rate = exact[j], float(np.interp(exact[j], job.grid, r))
-        gain = np.diff(np.concatenate(([base_rate], r[k0 + 1 :]))) * job.weight / max(milestone, 1e-9)
-        if job.current is not None and now == 0.0:
-            gain = gain * np.where(job.grid[k0 + 1 :] <= job.current, 1.0 + HOLD_BONUS, 1.0)
-        cost = np.diff(np.concatenate(([base_share], job.grid[k0 + 1 :].astype(float)))) * job.replicas
-        d = np.minimum.accumulate(np.maximum(gain, 0.0) / np.maximum(cost, 1e-9))
-        js.append(np.full(d.size, j))
-        ks.append(np.arange(k0 + 1, k0 + 1 + d.size))
-        dens.append(d)
-        costs.append(cost)
-    if js and room > 0:
-        jj, kk, dd, cc = (np.concatenate(a) for a in (js, ks, dens, costs))
-        order = np.lexsort((kk, jj, -dd))
-        taken = np.cumsum(cc[order]) <= room + 1e-9
-        for j, k in zip(jj[order][taken].tolist(), kk[order][taken].tolist(), strict=True):
-            if k > level[j]:
-                level[j], exact[j] = k, math.nan
-        # What is left is less than any next step: part of the best next step, so the rollout
-        # hands out all of the node as the kernel would (a few millicores kept back from a short
-        # job make it, and the job waiting for its share, end later than under the equal split).
-        share = _shares(jobs, level, exact)
-        rest = room - float(np.sum(cc[order][taken]))
-        for j, k in zip(jj[order][~taken].tolist(), kk[order][~taken].tolist(), strict=True):
-            if rest <= 1e-6:
-                break
-            if k == level[j] + 1:
-                exact[j] = share[j] + min(rest / jobs[j].replicas, float(jobs[j].grid[k]) - share[j])
-                rest -= (exact[j] - share[j]) * jobs[j].replicas
-    return _shares(jobs, level, exact)
+    # so every job's taken steps are a prefix and one global sort gives the greedy's answer). All
+    # jobs at once: row j holds job j's steps (column k - 1: step k); those at or below its level
+    # are +inf, which the running minimum passes over, and are left out of the sort.
+    below = [j for j in idx if level[j] < node.top[j]]
+    if not below or not room > 0:
+        return node.shares(level, exact)
+    S = node.steps
+    first_col, milestone = [S] * J, [1.0] * J
+    for j in below:
+        first_col[j] = level[j]
+        milestone[j] = max(left1[j] if left1[j] > 0 else left[j], 1e-9)
+    gain = node.gain / np.array(milestone)[:, None]
+    cost, floor_cost = node.cost, node.floor_cost
+    patched = [j for j in below if not math.isnan(exact[j])]
+    if patched:  # a job between two steps: its first step starts from its exact share
+        cost, floor_cost = cost.copy(), floor_cost.copy()
+        for j in patched:
+            k0, g, r = level[j], node.gridf[j], node.rates[j]
+            gain[j, k0] = (r[k0 + 1] - _interp(exact[j], g, r)) * node.weight[j] / milestone[j]
+            cost[j, k0] = (g[k0 + 1] - exact[j]) * node.rep[j]
+            floor_cost[j, k0] = max(cost[j, k0], 1e-9)
+    if now == 0.0:
+        gain = gain * node.hold
+    density = np.maximum(gain, 0.0) / floor_cost
+    held = node.col < np.array(first_col)[:, None]
+    density[held] = math.inf
+    density = np.minimum.accumulate(density, axis=1)
+    steps = np.flatnonzero(node.in_range & ~held)  # j * S + k - 1, in the order of (j, k)
+    # Best first, ties to the lower job and step: a stable sort keeps the (j, k) order of ties.
+    order = np.argsort(-density.ravel()[steps], kind="stable")
+    steps, costs = steps[order], cost.ravel()[steps][order]
+    # The longest prefix that fits (the running total of costs, all >= 0, only grows).
+    n = int(np.searchsorted(np.cumsum(costs), room + 1e-9, side="right"))
+    if n:
+        for j, count in enumerate(np.bincount(steps[:n] // S, minlength=J).tolist()):
+            if count:
+                level[j], exact[j] = level[j] + count, math.nan
+    # What is left is less than any next step: part of the best next step, so the rollout
+    # hands out all of the node as the kernel would (a few millicores kept back from a short
+    # job make it, and the job waiting for its share, end later than under the equal split).
+    share = node.shares(level, exact)
+    rest = room - float(np.sum(costs[:n]))
+    for at in steps[n:].tolist():
+        if rest <= 1e-6:
+            break
+        j, k = divmod(at, S)
+        if k == level[j]:  # step k + 1: the job's next one
+            exact[j] = share[j] + min(rest / node.rep[j], node.gridf[j][k + 1] - share[j])
+            rest -= (exact[j] - share[j]) * node.rep[j]
+    return node.shares(level, exact)
 
 
-def _shares(jobs: Sequence[ShareJob], level: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    """Each job's share: its grid step, or the exact share it holds between two steps."""
-    share = np.array([float(job.grid[int(k)]) if k >= 0 else 0.0 for job, k in zip(jobs, level, strict=True)])
-    return np.where(np.isnan(exact), share, exact)
-
-
-def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float) -> np.ndarray:
+def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[float]:
     """The equal split (every container the same weight, as the kernel does for Docker's default),
     water-filled between each job's min and max, as a (fractional) share per job."""
-    J = len(jobs)
-    share = np.zeros(J)
-    idx = np.flatnonzero(active)
-    if idx.size == 0:
+    share = [0.0] * node.J
+    idx = [j for j in range(node.J) if active[j]]
+    if not idx:
         return share
-    lo = np.array([jobs[j].lo for j in idx.tolist()], dtype=float)
-    hi = np.array([jobs[j].hi for j in idx.tolist()], dtype=float)
-    rep = np.array([jobs[j].replicas for j in idx.tolist()], dtype=float)
+    lo, hi, rep = node.lo_arr[idx], node.hi_arr[idx], node.rep_arr[idx]
     # The common level L with sum(clip(L, lo, hi) * replicas) = capacity: that sum is linear between
     # the jobs' bounds, so it is found exactly on the segment where it crosses the capacity (all at
-    # their max when the node holds them, all at their min when it cannot).
-    level = np.unique(np.concatenate(([0.0], lo, hi)))
-    used = (np.clip(level[:, None], lo, hi) * rep).sum(axis=1)
+    # their max when the node holds them, all at their min when it cannot). (Bounds are whole
+    # millicores: a set sorts them as np.unique would; minimum(maximum()) is np.clip's selection.)
+    level = np.array(sorted({0.0, *(float(node.lo[j]) for j in idx), *(float(node.hi[j]) for j in idx)}))
+    used = (np.minimum(np.maximum(level[:, None], lo), hi) * rep).sum(axis=1)
     k = int(np.searchsorted(used, capacity, side="right"))
     if k >= level.size:
         common = float(level[-1])
@@ -248,58 +340,60 @@ def _equal_levels(jobs: Sequence[ShareJob], active: np.ndarray, capacity: float)
         common = 0.0
     else:
         common = float(level[k - 1] + (capacity - used[k - 1]) * (level[k] - level[k - 1]) / (used[k] - used[k - 1]))
-    share[idx] = np.clip(common, lo, hi)
+    for j in idx:
+        share[j] = min(max(common, float(node.lo[j])), float(node.hi[j]))
     return share
 
 
+Allocate = Callable[[list[bool], list[float], list[float], float], list[float]]
+
+
 def _rollout(
-    jobs: Sequence[ShareJob],
-    rates: list[np.ndarray],
-    allocate: Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray],
-    trajectory: list[tuple[float, np.ndarray]] | None = None,
-    breaks: np.ndarray | None = None,
+    node: _Node,
+    allocate: Allocate,
+    trajectory: list[tuple[float, list[float]]] | None = None,
+    breaks: list[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predicted (finish, tier-1 time) per job when ``allocate(active, left, left1, now)`` (a share
     per job) is re-applied at every event, and the first allocation; ``trajectory`` (if given)
-    collects (time, shares) at every event; ``breaks``: more times at which to re-apply it (where the
-    equal split's trajectory, which the tail guard's floors follow, changes)."""
-    J = len(jobs)
-    left = np.array([max(j.remaining, 0.0) for j in jobs])
-    left1 = np.array([j.remaining_tier1 if j.remaining_tier1 is not None else 0.0 for j in jobs])
-    blocked = np.array([j.blocked for j in jobs])
-    finish = np.where(left > 0, math.inf, 0.0)
-    tier1 = np.array([0.0 if (j.remaining_tier1 is not None and left1[i] <= 0) else math.nan for i, j in enumerate(jobs)])
-    active = left > 0
-    first = np.array([float(j.lo) for j in jobs])
+    collects (time, shares) at every event; ``breaks``: more times (ascending) at which to re-apply
+    it (where the equal split's trajectory, which the tail guard's floors follow, changes)."""
+    J = node.J
+    left = [max(x, 0.0) for x in node.remaining]
+    left1 = [x if x is not None else 0.0 for x in node.remaining_tier1]
+    blocked = node.blocked
+    finish = [math.inf if x > 0 else 0.0 for x in left]
+    tier1 = [0.0 if (r1 is not None and x <= 0) else math.nan for r1, x in zip(node.remaining_tier1, left1, strict=True)]
+    active = [x > 0 for x in left]
+    first = [float(x) for x in node.lo]
     now = 0.0
-    rate = np.zeros(J)
+    rate = [0.0] * J
     for event in range(MAX_EVENTS):
-        if not active.any():
+        if not any(active):
             break
         share = allocate(active, left, left1, now)
         if trajectory is not None:
-            trajectory.append((now, np.where(active, share, 0.0)))
+            trajectory.append((now, [x if a else 0.0 for x, a in zip(share, active, strict=True)]))
         if event == 0:
-            first = np.where(active, share, first)
-        rate = np.zeros(J)
-        for j in np.flatnonzero(active).tolist():
-            rate[j] = float(np.interp(share[j], jobs[j].grid, rates[j]))
-        running = active & (blocked <= now + 1e-9) & (rate > 0)
+            first = [x if a else f for x, a, f in zip(share, active, first, strict=True)]
+        rate = [_interp(share[j], node.gridf[j], node.rates[j]) if active[j] else 0.0 for j in range(J)]
+        running = [j for j in range(J) if active[j] and blocked[j] <= now + 1e-9 and rate[j] > 0]
         # Next event: a finish, a tier-1 crossing (the milestone changes), or a restart ending.
         dt = math.inf
-        for j in np.flatnonzero(running).tolist():
+        for j in running:
             dt = min(dt, left[j] / rate[j])
             if left1[j] > 0:
                 dt = min(dt, left1[j] / rate[j])
-        for j in np.flatnonzero(active & (blocked > now + 1e-9)).tolist():
-            dt = min(dt, blocked[j] - now)
+        for j in range(J):
+            if active[j] and blocked[j] > now + 1e-9:
+                dt = min(dt, blocked[j] - now)
         if not math.isfinite(dt):
             break
         if breaks is not None:
-            later = breaks[breaks > now + 1e-6]
-            if later.size and later[0] - now < dt:
-                dt = float(later[0] - now)
-        for j in np.flatnonzero(running).tolist():
+            b = bisect_right(breaks, now + 1e-6)
+            if b < len(breaks) and breaks[b] - now < dt:
+                dt = breaks[b] - now
+        for j in running:
             done = rate[j] * dt
             if left1[j] > 0 and done >= left1[j] - 1e-9:
                 tier1[j] = now + left1[j] / rate[j]
@@ -311,13 +405,13 @@ def _rollout(
                 active[j] = False
         now += dt
     # Out of events: the rest finish at their last rates (late rather than early).
-    for j in np.flatnonzero(active).tolist():
-        if rate[j] > 0:
+    for j in range(J):
+        if active[j] and rate[j] > 0:
             start = now + max(blocked[j] - now, 0.0)
             finish[j] = start + left[j] / rate[j]
             if left1[j] > 0:
                 tier1[j] = start + left1[j] / rate[j]
-    return finish, tier1, first
+    return np.array(finish, dtype=float), np.array(tier1, dtype=float), np.array(first, dtype=float)
 
 
 def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan_slack: float | None = None) -> NodeSplit:
@@ -335,24 +429,27 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
     # split (the kernel's default) keeps at least its equal share at every moment, so the batch's
     # critical path is never slower than the default's while the others go shortest-first.
     # Makespan first: every job is reserved what finishes it by the node's makespan lower bound.
-    path: list[tuple[float, np.ndarray]] = []
-    fair, _, _ = _rollout(jobs, rates, lambda active, left, left1, now: _equal_levels(jobs, active, capacity), path)
-    times = np.array([t for t, _ in path]) if path else np.zeros(1)
-    fair_shares = np.stack([x for _, x in path]) if path else np.zeros((1, J))
+    node = _Node(jobs, rates)
+    path: list[tuple[float, list[float]]] = []
+    fair, _, _ = _rollout(node, lambda active, left, left1, now: _equal_levels(node, active, capacity), path)
+    times = [t for t, _ in path] if path else [0.0]
+    fair_shares = [x for _, x in path] if path else [[0.0] * J]
     breaks = times if profile != MAKESPAN_FIRST else None  # the floors change where the equal split's shares do
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
+    guarded = critical.tolist()
     guard = np.full(J, math.inf)
+    no_floor = [0.0] * J
 
-    def allocate(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
+    def allocate(active: list[bool], left: list[float], left1: list[float], now: float) -> list[float]:
         # Mean completion first: the critical job's share along the equal split's own trajectory
         # (not the equal share among the jobs still active here: shortest-first keeps long jobs
         # alive longer, which would keep that share small for longer and slow the critical path).
-        floor = np.zeros(J)
+        floor = no_floor
         if profile != MAKESPAN_FIRST:
-            at = fair_shares[max(int(np.searchsorted(times, now + 1e-6, side="right")) - 1, 0)]
-            floor = np.where(critical & active, np.where(at > 0, at, [j.hi for j in jobs]), 0.0)
-        return _rule(jobs, rates, active, left, left1, now, guard, floor, capacity)
+            at = fair_shares[max(bisect_right(times, now + 1e-6) - 1, 0)]
+            floor = [(float(at[j]) if at[j] > 0 else float(node.hi[j])) if guarded[j] and active[j] else 0.0 for j in range(J)]
+        return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity)
 
     def reachable(target: float | None = None) -> float:
         # Every job reserved what finishes it by ``target`` (default: the node's makespan lower
@@ -365,12 +462,12 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
             work = sum(float(np.min(j.grid * j.replicas / r)) * w for j, r, w in zip(jobs, rates, left0, strict=True) if w > 0)
             target = max(alone, work / max(capacity, 1.0))
         guard[:] = target
-        zero = np.zeros(J)
+        guards = guard.tolist()
 
-        def free_of_floors(active: np.ndarray, left: np.ndarray, left1: np.ndarray, now: float) -> np.ndarray:
-            return _rule(jobs, rates, active, left, left1, now, guard, zero, capacity)
+        def free_of_floors(active: list[bool], left: list[float], left1: list[float], now: float) -> list[float]:
+            return _rule(node, active, left, left1, now, guards, no_floor, capacity)
 
-        reach, _, _ = _rollout(jobs, rates, free_of_floors)
+        reach, _, _ = _rollout(node, free_of_floors)
         guard[:] = math.inf
         done = reach[np.isfinite(reach)]
         return float(done.max()) if done.size else math.inf
@@ -380,7 +477,7 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
         # makespan, and the rest goes shortest-first, so short jobs still end early when it costs
         # the makespan nothing.
         guard[:] = reachable()
-    finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
+    finish, tier1, first = _rollout(node, allocate, breaks=breaks)
     if profile != MAKESPAN_FIRST and makespan_slack is not None and J > 1:
         # Mean completion first within a makespan budget: a job that would end past (1 + slack)
         # times the reachable makespan is reserved what ends it there (if that is sooner than the
@@ -393,7 +490,7 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
             if not late.any():
                 break
             guard[late] = budget
-            finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
+            finish, tier1, first = _rollout(node, allocate, breaks=breaks)
     if profile != MAKESPAN_FIRST:
         # Nobody past the equal split's makespan: a job that shortest-first would push past it
         # (another long job held back behind the critical one, which then ends last) is guarded
@@ -404,7 +501,8 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
             if not late.any():
                 break
             critical = critical | late
-            finish, tier1, first = _rollout(jobs, rates, allocate, breaks=breaks)
+            guarded = critical.tolist()
+            finish, tier1, first = _rollout(node, allocate, breaks=breaks)
     level = np.array([int(np.searchsorted(j.grid, f)) for j, f in zip(jobs, first, strict=True)])
     # Whole millicores: each exact share rounded down, a millicore more to the largest remainders
     # (a guarded job's floor is met, not missed by a fraction), then whatever the grid left over.
