@@ -511,8 +511,9 @@ def scenario_section(sc: Scenario, runs: list[RunResult]) -> tuple[list[str], di
     md = [f"## {sc.name} — {sc.paper}", "", sc.description + ".", ""]
     md.append(f"Judged on: **{SCENARIO_METRICS[sc.metric][0]}**; the paper's baseline: **{sc.baseline}**.")
     md.append(
-        f"Makespan lower bound: {fmt_t(lb)} (the larger of the longest job alone at its best allocation "
-        "and total work / capacity)."
+        f"Makespan lower bound: {fmt_t(lb)} (the largest of: the longest job alone at its best allocation; "
+        "total work / capacity; for CPU jobs, the least end by which the jobs arriving after each arrival fit the "
+        "fewest core-seconds that end them by then; `docs/simulator.md`)."
     )
     md.append("")
     md += table(sc, runs)

@@ -415,7 +415,10 @@ def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = 
         lines += _grid(header, rows)
     lb = summary["lower_bound"]["mean"]
     lines.append("")
-    lines.append(f"makespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, or total work / capacity)")
+    lines.append(
+        f"makespan lower bound: {_fmt_t(lb)} (longest job alone at its best allocation, total work / capacity, "
+        "or the CPU the jobs need to end by then)"
+    )
     if not reached:
         how_many = ""
     elif len(set(reached)) == 1 and len(reached) == len(summary["policies"]):

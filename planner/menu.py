@@ -136,6 +136,16 @@ def build_menu(
     if not (tau > 0 and math.isfinite(fast) and fast > 0):
         tau = 0.0
 
+    # Under the phase model a job below its fastest level is priced as getting that level after the
+    # phase. A job that cannot resize live gets it only by a restart, which that price must count:
+    # a shrink is a round trip (this restart and the one back), not a single move.
+    switch = np.zeros(spe.size)
+    if tau > 0 and not job.resizable:
+        every = spe if job.checkpoint_every_seconds is None else np.minimum(spe, job.checkpoint_every_seconds)
+        slower = spe > fast * (1.0 + 1e-9)
+        redo_there = 0.5 * np.where(np.isfinite(every), every, 0.0)
+        switch = np.where(slower, job.checkpoint_seconds + job.restart_seconds + redo_there, 0.0)
+
     def done_at(rem: float) -> np.ndarray:
         """Seconds from now until ``rem`` epochs are done, per (way, level): the level held until
         done, or (``tau`` > 0) held for ``tau`` seconds and the fastest level after that."""
@@ -143,7 +153,7 @@ def build_menu(
         if tau <= 0:
             return held
         ran = np.maximum(tau - lost, 0.0)[:, None] / spe[None, :]  # epochs done within the phase
-        phased = np.maximum(tau, lost)[:, None] + np.maximum(rem - ran, 0.0) * fast
+        phased = np.maximum(tau, lost)[:, None] + np.maximum(rem - ran, 0.0) * fast + switch[None, :]
         return np.where(held <= tau, held, np.minimum(held, phased))
 
     finish_s = done_at(outlook.remaining_finish)

@@ -158,3 +158,29 @@ def test_ageing_can_make_up_for_the_shortest_first_lean() -> None:
     problem, _ = build_problem(snap, _outlooks(snap, config), config)
     weight = {m.outlook.job.id: m.completion_weight for m in problem.menus}
     assert weight["long"] >= weight["short"] > weight["mid"]
+
+
+def test_a_slow_level_of_a_job_that_cannot_resize_live_counts_the_restart_back() -> None:
+    """The phase model prices a level below the fastest as held for the phase, then the fastest.
+    A job that cannot resize live reaches the fastest level only by a checkpoint-restart, so that
+    level's finish carries one more restart (checkpoint, restart and half a checkpoint period done
+    again): shrinking such a job is a round trip. Live-resizable jobs and the fastest level are
+    priced as before."""
+    from planner.build import build_problem
+
+    def finishes(resizable: bool) -> tuple[dict[int, float], dict[int, float]]:
+        snap = _snap([dict(LONG_RUNNING, resizable=resizable, checkpoint_every_seconds=600), SHORT])
+        config = _config()
+        problem, _ = build_problem(snap, _outlooks(snap, config), config)
+        menu = problem.menus[0]
+        assert menu.phase_seconds > 0
+        levels = {int(g): i for i, g in enumerate(menu.gpu)}
+        return {g: float(menu.finish_s[0, i]) for g, i in levels.items()}, {
+            g: float(menu.seconds_per_epoch[i]) for g, i in levels.items()
+        }
+
+    (live, epoch), (restart, _) = finishes(True), finishes(False)
+    assert restart[4] == live[4]  # the fastest level: nothing to switch to
+    for g in (1, 2):  # checkpoint 30 s, restart 60 s, half of min(an epoch, 600 s) done again
+        assert epoch[g] > epoch[4]
+        assert restart[g] == pytest.approx(live[g] + 30 + 60 + 0.5 * min(epoch[g], 600.0))

@@ -375,3 +375,34 @@ def test_a_move_that_finds_no_room_restarts_where_it_was(library: TraceLibrary) 
     (o,) = cluster.apply([Change("j-0", "migrate", "b", 8000, 0, from_node="a")])
     assert not o.ok and o.error == "conflict"
     assert cluster.jobs["j-0"].node == "a" and cluster.jobs["j-0"].status == "running"
+
+
+def test_the_makespan_bound_sees_that_the_last_jobs_cannot_all_run_cheaply(library: TraceLibrary) -> None:
+    """Two equal CPU jobs on one 8-core host, arriving together: no schedule ends both before each
+    has run at 4 cores throughout (a faster end for one is a later one for the other, by the
+    concave speed-up), so the bound is their time at 4 cores, not the total work at the cheapest
+    allocation over 8 cores (the old bound, far below). The equal split reaches it up to start-up."""
+    twin = one_job(max_cpu_millis=8000)
+    twin["jobs"].append(dict(twin["jobs"][0], id="k"))
+    sc = parse_scenario(twin)
+    truth = GroundTruth(library, "cifar10", 512, "cpu")
+    stop = truth.first_epoch_reaching(truth.curve.values[5])
+    epochs = min(6, stop or 6)
+    both_at_four = epochs * truth.epoch_seconds(4000, 0)
+    cheapest_work = 2 * epochs * min((c / 1000) * truth.epoch_seconds(c, 0) for c in range(1000, 8001, 10)) / 8
+    r = simulate(sc, make_policy("docker"), "docker", 0, library)
+    assert cheapest_work < 0.9 * both_at_four
+    assert both_at_four * 0.995 <= r.makespan_lower_bound <= both_at_four
+    assert r.makespan >= r.makespan_lower_bound
+    assert r.makespan <= both_at_four + 30  # the equal split: each at 4 cores, plus start-up
+
+
+@pytest.mark.parametrize(
+    "path", [DEMO, *(p for p in SCENARIOS if p.stem in {"flowcon-1node", "dqoes-qoe", "tradl-tiers"})], ids=lambda p: p.stem
+)
+def test_no_policy_ends_before_the_makespan_bound(library: TraceLibrary, path: Path) -> None:
+    """The bound is a bound: every policy's makespan on the single-host scenarios (seed 1) is at least it."""
+    sc = load_scenario(path)
+    for policy in ("docker", "optimus", "fifo"):
+        r = simulate(sc, make_policy(policy), policy, 1, library, record_timeline=False)
+        assert r.makespan is not None and r.makespan >= r.makespan_lower_bound, (policy, r.makespan, r.makespan_lower_bound)

@@ -95,27 +95,34 @@ class RunResult:
         return asdict(self)
 
 
-def makespan_lower_bound(scenario: Scenario, jobs: list[JobSpec], library: TraceLibrary) -> float:
-    """The larger of: the job that ends last when run alone at its best allocation from its arrival,
-    and the total work at each job's most efficient allocation divided by the cluster's capacity
-    (CPU-core-seconds and GPU-seconds separately). Ignores start-up delays, so it is a true bound."""
+def makespan_lower_bound(
+    scenario: Scenario, jobs: list[JobSpec], library: TraceLibrary, stop_epochs: dict[str, int] | None = None
+) -> float:
+    """A lower bound on any policy's makespan for this run: the largest of
+
+    (a) the job that ends last when run alone at its best allocation from its arrival;
+    (b) the total work at each job's most efficient allocation divided by the cluster's capacity
+        (CPU-core-seconds and GPU-seconds separately);
+    (c) for the CPU jobs, the smallest end ``T`` at which, for every arrival time ``s``, the jobs
+        arriving at ``s`` or later fit their least CPU-seconds *to end by T* into ``C · (T - s)``
+        (:func:`_cpu_deadline_bound`). Finishing by ``T`` forces a job's average rate up, and on a
+        concave speed-up a higher rate costs more core-seconds per epoch, so (c) is at least (b)
+        and sees the tail that (b) does not: the last jobs cannot all run at their most efficient
+        allocation and still end together.
+
+    Epochs: ``stop_epochs`` (the run's own stop epochs, drawn at creation and the same for every
+    policy of a seed), else each job's last epoch, or with ``stop_at_target`` the first epoch whose
+    truth is within three noise sigmas of its last tier. Start-up delays are left out, so it is a
+    true bound."""
     if not jobs:
         return 0.0
     t0 = min(j.arrival for j in jobs)
     longest = 0.0
     cpu_work = gpu_work = 0.0
+    cpu_jobs: list[tuple[float, _LeastCpuSeconds]] = []
     for s in jobs:
         truth = GroundTruth(library, s.model, s.batch_size, s.kind, s.cpu_scale)
-        # Epochs needed: to the final tier by the measured curve (stop_at_target), else all epochs.
-        # Reports are noisy, so a job may stop where the truth is within 3 noise sigmas of the tier.
-        final = s.tier2 if s.tier2 is not None else s.tier1
-        epochs = float(s.epochs)
-        if scenario.stop_at_target and final is not None:
-            slack = 1.0 + 3.0 * scenario.noise
-            for k, v in enumerate(truth.curve.values[: s.epochs], start=1):
-                if (v * slack >= final) if truth.direction == "higher" else (v / slack <= final):
-                    epochs = float(k)
-                    break
+        epochs = float(stop_epochs[s.id]) if stop_epochs and s.id in stop_epochs else _epochs_at_least(scenario, s, truth)
         gpu_counts = range(max(s.min_gpus, 1), s.max_gpus + 1) if s.kind == "gpu" else range(0, 1)
         best_t = min(truth.epoch_seconds(s.max_cpu_millis, g) for g in gpu_counts)
         longest = max(longest, s.arrival - t0 + epochs * best_t)
@@ -125,10 +132,95 @@ def makespan_lower_bound(scenario: Scenario, jobs: list[JobSpec], library: Trace
             cpu_work += epochs * min(
                 (c / 1000.0) * truth.epoch_seconds(c, 0) for c in np.linspace(s.min_cpu_millis, s.max_cpu_millis, 16)
             )
+            cpu_jobs.append((s.arrival - t0, _LeastCpuSeconds(epochs, s, truth)))
     cpu_cap = sum(n.cpu_millis for n in scenario.nodes) / 1000.0
     gpu_cap = sum(n.gpus for n in scenario.nodes)
     work_bound = max(cpu_work / cpu_cap if cpu_cap else 0.0, gpu_work / gpu_cap if gpu_cap else 0.0)
-    return max(longest, work_bound)
+    deadline_bound = _cpu_deadline_bound(cpu_jobs, cpu_cap)
+    return max(longest, work_bound, deadline_bound)
+
+
+def _epochs_at_least(scenario: Scenario, s: JobSpec, truth: GroundTruth) -> float:
+    """Epochs a job needs at least: to the final tier by the measured curve (``stop_at_target``),
+    else all; reports are noisy, so a job may stop where the truth is within 3 noise sigmas of it."""
+    final = s.tier2 if s.tier2 is not None else s.tier1
+    if scenario.stop_at_target and final is not None:
+        slack = 1.0 + 3.0 * scenario.noise
+        for k, v in enumerate(truth.curve.values[: s.epochs], start=1):
+            if (v * slack >= final) if truth.direction == "higher" else (v / slack <= final):
+                return float(k)
+    return float(s.epochs)
+
+
+class _LeastCpuSeconds:
+    """The fewest CPU-core-seconds in which a job does its epochs within a window (``inf`` when even
+    its largest allocation is too slow).
+
+    With the rate ``r(c) = 1 / epoch_seconds(c)`` concave in the cores ``c`` (the truth's Amdahl
+    curve is), a job that runs for ``tau <= window`` seconds at a varying allocation does no more
+    epochs than at its mean allocation held (Jensen), and the core-seconds per epoch
+    ``c · epoch_seconds(c)`` do not fall as ``c`` grows: so the cheapest way is the smallest
+    allocation (at least its minimum) that is fast enough, held. On a grid of allocations, the cost
+    is read at the grid point *below* that allocation (never above the true cost). Where the rate is
+    not concave on the job's range, the job's cheapest allocation is used, whatever the window."""
+
+    GRID = 513
+
+    def __init__(self, epochs: float, s: JobSpec, truth: GroundTruth) -> None:
+        self.epochs = epochs
+        cores = np.unique(np.round(np.linspace(s.min_cpu_millis, s.max_cpu_millis, self.GRID)).astype(np.int64))
+        self.seconds = np.array([truth.epoch_seconds(int(c), 0) for c in cores])
+        self.cost = cores / 1000.0 * self.seconds
+        # concave: the rate's slope never rises (on the millicores the truth is read at)
+        slope = np.diff(1.0 / self.seconds) / np.diff(cores) if cores.size > 1 else np.zeros(0)
+        self.concave = bool(np.all(np.diff(slope) <= 1e-9 * np.max(np.abs(slope), initial=0.0))) and bool(
+            np.all(np.diff(self.cost) >= -1e-9 * np.max(self.cost))
+        )
+        self.cheapest = epochs * float(np.min(self.cost))
+
+    def __call__(self, window: float) -> float:
+        if self.epochs <= 0:
+            return 0.0
+        per_epoch = window / self.epochs  # the slowest epoch time that ends in the window
+        if self.seconds[-1] > per_epoch * (1.0 + 1e-12):
+            return math.inf
+        if not self.concave or self.seconds[0] <= per_epoch:
+            return self.cheapest
+        fast_enough = int(np.argmax(self.seconds <= per_epoch))  # the first grid point fast enough
+        return self.epochs * float(self.cost[fast_enough - 1])
+
+
+def _cpu_deadline_bound(cpu_jobs: list[tuple[float, _LeastCpuSeconds]], capacity: float) -> float:
+    """Bound (c) of :func:`makespan_lower_bound`: the least ``T`` (seconds from the first arrival)
+    such that for every arrival ``s``, the jobs arriving at ``s`` or later need at most
+    ``capacity · (T - s)`` CPU-core-seconds to end by ``T``. Their need falls as ``T`` grows and the
+    room grows, so the least such ``T`` is found by bisection (the lower end is returned)."""
+    if not cpu_jobs or capacity <= 0:
+        return 0.0
+    starts = sorted({a for a, _ in cpu_jobs})
+
+    def fits(end: float) -> bool:
+        for s0 in starts:
+            need = 0.0
+            for a, least in cpu_jobs:
+                if a >= s0:
+                    need += least(end - a)
+            if not need <= capacity * (end - s0):  # inf and NaN do not fit
+                return False
+        return True
+
+    lo, hi = 0.0, 1.0
+    while not fits(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e12:
+            return 0.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -261,7 +353,9 @@ def simulate(
         plan_seconds_max=max(plan_times, default=0.0),
         checker_failures=failures,
         idle_waits=idle_waits,
-        makespan_lower_bound=makespan_lower_bound(scenario, jobs, library),
+        makespan_lower_bound=makespan_lower_bound(
+            scenario, jobs, library, {j.spec.id: j.stop_epoch for j in cluster.jobs.values()}
+        ),
         jobs=results,
         timeline=timeline,
         eta=eta,
