@@ -178,12 +178,33 @@ class LRSchedule:
         dt = 1.0 / SUBSTEPS
         back = (np.arange(int(math.ceil(LAG_WINDOW * lag * SUBSTEPS))) + 0.5) * dt  # sub-step midpoints, newest first
         kernel = np.exp(-back / lag)
-        at = k[..., None] - back  # (n, J); before 0 the job had not started: no weight
-        weight = np.where(at >= 0, kernel, 0.0)
-        m = self.multiplier(np.maximum(at, 0.0))
-        total = weight.sum(-1)
-        r = np.where(total > 0, (weight * m).sum(-1) / np.where(total > 0, total, 1.0), self.multiplier(np.zeros_like(k)))
+        r = np.empty_like(k)
+        # At a whole epoch of a schedule stepped once an epoch, the sub-steps of each earlier epoch share
+        # one rate: the same sum with the kernel's weight gathered per epoch (SUBSTEPS times fewer rates).
+        whole = (k == np.floor(k)) if self._stepped_per_epoch() else np.zeros(k.shape, dtype=bool)
+        if whole.any():
+            per_epoch = np.bincount(np.floor(back).astype(int), weights=kernel)
+            ago = np.arange(per_epoch.size, dtype=float)
+            at = k[whole][..., None] - 1.0 - ago  # the epoch each weight falls in; before 0: no weight
+            r[whole] = self._kernel_mean(np.where(at >= 0, per_epoch, 0.0), at)
+        if not whole.all():
+            at = k[~whole][..., None] - back  # (n, J); before 0 the job had not started: no weight
+            r[~whole] = self._kernel_mean(np.where(at >= 0, kernel, 0.0), at)
         return S, r
+
+    def _stepped_per_epoch(self) -> bool:
+        """Whether the rate is constant within every epoch ``[e, e+1)`` (the kinds stepped once an epoch)."""
+        if self.kind == "plateau":
+            return all(float(d).is_integer() for d in self.drops)
+        return self.kind not in ("warmup_cosine", "warmup_linear")
+
+    def _kernel_mean(self, weight: Arr, at: Arr) -> Arr:
+        """The rate averaged over the times ``at`` with ``weight`` (each row); the first rate where no
+        weight falls."""
+        total = weight.sum(-1)
+        m = self.multiplier(np.maximum(at, 0.0))
+        first = float(self.multiplier(np.zeros(1))[0])
+        return np.where(total > 0, (weight * m).sum(-1) / np.where(total > 0, total, 1.0), first)
 
 
 def plateau_drops(z: ArrayLike, epochs: ArrayLike, patience: int, factor: float, min_lr: float) -> list[float]:

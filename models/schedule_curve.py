@@ -2,21 +2,23 @@
 
 When a job declares its learning-rate schedule (:class:`models.schedule.LRSchedule`) the curve is
 
-    ``z(k) = c + d * h(S(k)) + e * r(k)``
+    ``z(k) = c + d * <h(S)>_k + e * r(k)^p``
 
 in the badness coordinate ``z`` of :mod:`models.curves` (lower is better), with
 
 - ``S(k) = ∫_0^k m(t) dt`` [epochs at the initial rate]: the *cumulative* learning rate, the time
   axis on which optimisation progresses (a step drop slows it tenfold, a cosine tail stops it, a
   warm-up starts it slowly);
-- ``h`` a decreasing shape on that axis: ``power`` ``(1 + S/s0)^-alpha`` (``alpha`` [-] > 0, ``s0``
-  [epochs] > 0: a small ``s0`` is a fast first drop followed by a long tail) or
-  ``exponential`` ``exp(-rate * S)`` (``rate`` [1/epoch] > 0);
+- ``h`` a decreasing shape on that axis: ``power`` ``(1 + S/s0)^-alpha`` (``alpha`` [-] in
+  (0, 1], ``s0`` [epochs] > 0: a small ``s0`` is a fast first drop followed by a long tail) or
+  ``exponential`` ``exp(-rate * S)`` (``rate`` [1/epoch] > 0); ``<h(S)>_k`` is its mean over the
+  epoch ending at ``k``, since a training loss is the mean over the epoch's batches (it matters in
+  the first epochs, where ``h`` falls fast within one);
 - ``r(k)`` [-]: the rate the loss reflects at ``k`` (the multiplier averaged over the epoch, or
   followed with a lag of ``lag`` epochs): the noise floor of stochastic gradient descent scales with
   the rate, so *lowering* the rate *lowers* the loss at once (the jump after a step drop, the last
   descent of a cosine); ``e`` [z-unit] >= 0 is that gain for annealing the rate from its initial
-  value to zero;
+  value to zero, ``p`` (1 or 2, :data:`RATE_POWERS`) how it is spread over the rate's fall;
 - ``c`` [z-unit]: the level at infinite progress and zero rate; ``d`` [z-unit] >= 0: the gap at
   ``S = 0``.
 
@@ -24,7 +26,7 @@ This is the form of Tissue et al., "Scaling law with learning rate annealing" (2
 ``L = L0 + A * S1^-alpha - C * S2`` with ``S1`` the forward area (our ``S``) and ``S2`` the
 annealing area (our ``1 - r``, with the lag playing the part of their momentum), applied per epoch.
 
-Fitting: for each grid point of (shape parameter, ``lag``) the rest is linear in ``(c, d, e)``:
+Fitting: for each grid point of (shape parameters, ``lag``, ``p``) the rest is linear in ``(c, d, e)``:
 weighted least squares (recent points weigh more, as in :mod:`models.curves`). Until the rate has
 changed in the observed points, ``e`` cannot be told apart from ``c``; a ridge pulls it towards
 :data:`ANNEAL_SHARE` times the range observed so far, worth :data:`ANNEAL_PRIOR_WEIGHT` of the
@@ -40,8 +42,8 @@ epochs (noise, not the 1e-4 threshold, is what makes a real curve miss a new bes
 
 The result is a :class:`models.curves.CurveFit` of family ``"schedule"`` whose curve is tabulated
 (``table``) up to the end of the schedule (or far beyond the data when it never ends); ``params``
-holds ``c`` (the level at the end of the table), ``c_inf``, ``d``, ``e``, the shape parameter and
-``lag``, in value units.
+holds ``c`` (the level at the end of the table), ``c_inf``, ``d``, ``e``, the shape parameters,
+``lag`` and ``rate_power``, in value units.
 """
 
 from __future__ import annotations
@@ -73,16 +75,29 @@ Arr = NDArray[np.float64]
 
 #: Lags (epochs) with which the loss follows the rate (0: the epoch's mean rate).
 LAGS = (0.0, 1.0, 3.0)
-#: Powers ``p`` of the rate in the noise-floor term ``e * r^p`` (1: the floor in proportion to the
-#: rate; adding 2 measured no better on the tuning runs).
-RATE_POWERS = (1.0,)
-#: Grid of the power shape's exponent and of the exponential's rate (per epoch at the initial rate,
-#: relative to the cumulative rate observed: from 0.05 to 5 e-foldings over it).
-POWER_ALPHAS = 0.05 * (4.0 / 0.05) ** np.linspace(0.0, 1.0, 32)
-#: ... and of its scale ``s0`` [epochs at the initial rate]: how soon the power-law tail begins
-#: (a grid of 0.1-3 measured no better on the tuning runs: docs/models.md).
-POWER_SCALES = (1.0,)
-EXP_RATES = 0.05 * (5.0 / 0.05) ** np.linspace(0.0, 1.0, 32)
+#: Powers ``p`` of the rate in the noise-floor term ``e * r^p``, one per grid point (the data choose):
+#: 1, the stationary excess loss of SGD in proportion to the rate; 2, more than in proportion, as
+#: when the sharpest directions sit near the stability edge (per direction of curvature ``l`` the
+#: excess grows like ``eta / (2 - eta * l)``), so that most of the gain comes while the rate is
+#: still high and little from its last tenths.
+RATE_POWERS = (1.0, 2.0)
+#: Grid of the power shape's exponent: 0.05 to 1. Learning curves in steps (or in cumulative rate)
+#: follow power laws with exponents below 1 (Kaplan et al. 2020: 0.76 in steps; Tissue et al. 2024
+#: fit about 0.5 on the forward area); an exponent of 2-3 would exhaust the progress within a few
+#: epochs, which is what the exponential shape is for. Without this bound the fast first epochs
+#: dragged the exponent to 2-3 and the curve stopped progressing early (docs/models.md).
+POWER_ALPHAS = 0.05 * (1.0 / 0.05) ** np.linspace(0.0, 1.0, 16)
+#: ... and of its scale ``s0`` [epochs at the initial rate]: how soon the power-law tail begins (with
+#: the exponent at most 1, a small ``s0`` is what fits a first epoch that falls fast).
+POWER_SCALES = (0.1, 0.3, 1.0, 3.0)
+#: Grid of the exponential's rate (per epoch at the initial rate, relative to the cumulative rate
+#: observed: from 0.05 to 5 e-foldings over it).
+EXP_RATES = 0.05 * (5.0 / 0.05) ** np.linspace(0.0, 1.0, 16)
+#: Kinds whose rate changes within an epoch (stepped every batch); the others are stepped once an
+#: epoch, so the cumulative rate is linear within it.
+PER_BATCH_KINDS = ("warmup_cosine", "warmup_linear")
+#: Slices of an epoch over which the progress term is averaged for a per-batch kind.
+EPOCH_SLICES = 8
 #: Prior size of the annealing gain ``e``, as a share of the range observed so far. Chosen on the
 #: *tuning* runs only (``benchmarks/data/schedules``, task ``digits_mlp``): their fits on all epochs
 #: give a median of 0.25 of the range seen in the first quarter
@@ -96,29 +111,82 @@ ANNEAL_PRIOR_WEIGHT = 0.05
 MIN_RATE_CHANGE = 1e-3
 #: Epochs tabulated one by one after the last observation (then a geometric grid to the horizon).
 DENSE_EPOCHS = 2000
+#: Epochs of the simulated plateau curve computed at a time.
+ROLL_CHUNK = 64
 TAIL_POINTS = 200
 
 SHAPES = ("power", "exponential")
+
+
+def _epoch_slices(schedule: LRSchedule, k: Arr) -> tuple[Arr, Arr]:
+    """Cumulative rate at the start and the end (each (n, J)) of ``J`` equal slices in time of the epoch
+    ending at each ``k``: one slice for kinds stepped once an epoch (``S`` is linear within it), else
+    :data:`EPOCH_SLICES`."""
+    slices = EPOCH_SLICES if schedule.kind in PER_BATCH_KINDS else 1
+    lo = np.maximum(k - 1.0, 0.0)
+    edges = lo[:, None] + (k - lo)[:, None] * (np.arange(slices + 1) / slices)[None, :]
+    S = schedule.integral(edges)
+    return S[:, :-1], S[:, 1:]
+
+
+def _mean_power(Sa: Arr, Sb: Arr, scale: float, alphas: ArrayLike) -> Arr:
+    """``(1 + S/scale)^-alpha`` averaged over the epoch, for each alpha (A, n): a training loss is the
+    mean over the epoch's batches. The exact mean over each slice's ``[Sa, Sb]`` (closed form),
+    averaged over the slices; where the rate is ~0 (``S`` does not move), the value there."""
+    a = np.asarray(alphas, dtype=float)[:, None, None]
+    dS = Sb - Sa
+    still = dS <= 1e-6 * (1.0 + Sb)
+    xa, xb = np.log1p(Sa / scale), np.log1p(Sb / scale)
+    one = np.abs(1.0 - a) < 1e-12
+    g = np.where(one, 1.0, 1.0 - a)
+    # An antiderivative of (1 + S/scale)^-a: scale * ((1 + S/scale)^(1-a) - 1) / (1 - a), or
+    # scale * ln(1 + S/scale) at a = 1.
+    with np.errstate(all="ignore"):
+        H = np.where(one, xb - xa, (np.expm1(g * xb) - np.expm1(g * xa)) / g)
+        mean = scale * H / np.where(still, 1.0, dS)
+    at = (1.0 + 0.5 * (Sa + Sb) / scale) ** (-a)
+    out: Arr = np.where(still, at, mean).mean(2)
+    return out
+
+
+def _mean_exp(Sa: Arr, Sb: Arr, rates: ArrayLike) -> Arr:
+    """``exp(-rate * S)`` averaged over the epoch, for each rate (R, n) (as :func:`_mean_power`)."""
+    q = np.asarray(rates, dtype=float)[:, None, None]
+    dS = Sb - Sa
+    still = dS <= 1e-6 * (1.0 + Sb)
+    safe = np.where(still, 1.0, dS)
+    mean = np.exp(-q * Sa) * -np.expm1(-q * safe) / (q * safe)
+    out: Arr = np.where(still, np.exp(-q * 0.5 * (Sa + Sb)), mean).mean(2)
+    return out
+
+
+def _mean_h(Sa: Arr, Sb: Arr, shape: dict[str, float]) -> Arr:
+    """The progress shape ``h`` of one grid point, averaged over the epoch (n,)."""
+    if "alpha" in shape:
+        return _mean_power(Sa, Sb, shape["scale"], [shape["alpha"]])[0]
+    return _mean_exp(Sa, Sb, [shape["rate"]])[0]
 
 
 def _design(schedule: LRSchedule, k: Arr, s_scale: float) -> tuple[Arr, list[dict[str, float]], Arr, Arr]:
     """Basis rows for every grid point: ``h`` (G, n), the rate term ``r`` (G, n), the shape id per row
     (0 power, 1 exponential) and the grid parameters."""
     hs, rs, params, shape = [], [], [], []
+    Sa, Sb = _epoch_slices(schedule, k)
+    h_pow = {s0: _mean_power(Sa, Sb, s0, POWER_ALPHAS) for s0 in POWER_SCALES}
+    h_exp = _mean_exp(Sa, Sb, EXP_RATES / s_scale)
+    rate_at = {lag: schedule.cumulative(k, lag=lag)[1] for lag in LAGS}
     for lag, power in itertools.product(LAGS, RATE_POWERS):
-        S, r1 = schedule.cumulative(k, lag=lag)
-        r = r1**power
+        r = rate_at[lag] ** power
         for s0 in POWER_SCALES:
-            for a in POWER_ALPHAS:
-                hs.append((1.0 + S / s0) ** (-a))
+            for i, a in enumerate(POWER_ALPHAS):
+                hs.append(h_pow[s0][i])
                 rs.append(r)
                 params.append({"alpha": float(a), "scale": float(s0), "lag": lag, "rate_power": power})
                 shape.append(0.0)
-        for q in EXP_RATES:
-            rate = q / s_scale
-            hs.append(np.exp(-rate * S))
+        for i, q in enumerate(EXP_RATES):
+            hs.append(h_exp[i])
             rs.append(r)
-            params.append({"rate": float(rate), "lag": lag, "rate_power": power})
+            params.append({"rate": float(q / s_scale), "lag": lag, "rate_power": power})
             shape.append(1.0)
     return np.array(hs), params, np.array(rs), np.array(shape)
 
@@ -132,8 +200,9 @@ def _solve(h: Arr, r: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr]:
     (O, G), ``inf`` where no face qualifies."""
     G, n = h.shape[0], z.size
     X = np.stack([np.ones((G, n)), h, r], axis=2)  # (G, n, 3)
-    A = np.einsum("on,gni,gnj->ogij", W, X, X)
-    b = np.einsum("on,gni->ogi", W * z, X)
+    # Normal equations per weight row and grid row (matmul: several times faster than einsum here).
+    A = np.matmul((X[None] * W[:, None, :, None]).transpose(0, 1, 3, 2), X[None])  # (O, G, 3, 3)
+    b = np.matmul((W * z)[:, None, None, :], X[None])[:, :, 0, :]  # (O, G, 3)
     obs = W > 0
     zmin = np.where(obs, z, np.inf).min(1)
     span = np.maximum(np.where(obs, z, -np.inf).max(1) - zmin, 1e-12)
@@ -157,7 +226,7 @@ def _solve(h: Arr, r: Arr, z: Arr, W: Arr, c_floor: float) -> tuple[Arr, Arr]:
             rhs -= A[..., free, i] * val
         with np.errstate(all="ignore"):
             beta[..., free] = np.linalg.solve(A[..., free, :][..., :, free], rhs[..., None])[..., 0]
-        zhat = np.einsum("gni,ogi->ogn", X, beta)
+        zhat = np.matmul(X[None], beta[..., None])[..., 0]
         sse = (W[:, None, :] * (z - zhat) ** 2).sum(2) + kappa[:, None] * (beta[..., 2] - e0[:, None]) ** 2
         c, d, e = beta[..., 0], beta[..., 1], beta[..., 2]
         # The plateau: above the metric's floor, and at most MAX_PLATEAU_GAP observed ranges (plus
@@ -188,9 +257,9 @@ def _tab_epochs(k: Arr, schedule: LRSchedule) -> Arr:
 
 def _curve(schedule: LRSchedule, shape: dict[str, float], beta: Arr, grid: Arr) -> Arr:
     """The fitted curve (standardised units) at ``grid`` epochs for a fixed schedule."""
-    S, r1 = schedule.cumulative(grid, lag=shape["lag"])
+    _, r1 = schedule.cumulative(grid, lag=shape["lag"])
     r = r1 ** shape["rate_power"]
-    h = (1.0 + S / shape["scale"]) ** (-shape["alpha"]) if "alpha" in shape else np.exp(-shape["rate"] * S)
+    h = _mean_h(*_epoch_slices(schedule, grid), shape)
     return beta[0] + beta[1] * h + beta[2] * r
 
 
@@ -208,8 +277,14 @@ def _roll_plateau(schedule: LRSchedule, shape: dict[str, float], beta: Arr, k: A
     bad = 0
     lr = float(sched.multiplier(np.array([last]))[0])
     i = 0
-    zz = _curve(sched, shape, beta, grid)
+    # The curve under the current schedule, computed a chunk at a time: each drop changes it from the
+    # drop on, and most of a long grid lies after the last drop.
+    zz = np.empty_like(grid)
+    ready = 0
     while i < grid.size:
+        if i >= ready:
+            ready = min(i + ROLL_CHUNK, grid.size)
+            zz[i:ready] = _curve(sched, shape, beta, grid[i:ready])
         if zz[i] < best - noise:
             best, bad = float(zz[i]), 0
         else:
@@ -221,7 +296,7 @@ def _roll_plateau(schedule: LRSchedule, shape: dict[str, float], beta: Arr, k: A
             # Epoch grid[i] ends the patience; the next one trains at the lower rate.
             sched = sched.with_drops([*sched.drops, float(grid[i])])
             lr, bad = new, 0
-            zz[i + 1 :] = _curve(sched, shape, beta, grid[i + 1 :])  # the curve changes from the drop on
+            ready = i + 1  # the curve changes from the drop on
         i += 1
     return sched
 

@@ -29,8 +29,9 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from models import FAMILIES, CurveFit, LRSchedule, fit_learning_curve
+from models import FAMILIES, CannotPredict, CurveFit, LRSchedule, fit_learning_curve
 from models.schedule import plateau_drops
+from models.schedule_curve import fit_schedule_curve
 from planner import PlannerConfig, SnapshotError, check_plan, load_snapshot, parse_snapshot, plan
 from planner.io import parse_schedule
 from planner.outlook import build_outlook
@@ -178,11 +179,15 @@ def test_cumulative_rate_is_the_integral_of_the_rate(sched: LRSchedule) -> None:
 
 # -- curves that know the schedule -------------------------------------------------------------------
 def _synthetic(sched: LRSchedule, epochs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A loss that follows the schedule-aware law with noise (the law the fit assumes)."""
+    """A loss that follows the schedule-aware law with noise (the law the fit assumes): the epoch's
+    mean over 200 sub-steps (a training loss is the mean over the epoch's batches) of
+    ``0.1 + 1.2 * (1 + S)^-0.8``, plus ``0.25`` times the epoch's mean rate."""
     k = np.arange(1.0, epochs + 1)
-    S, r = sched.cumulative(k)
+    t = (k - 1.0)[:, None] + (np.arange(200) + 0.5)[None, :] / 200
+    progress = ((1.0 + sched.integral(t)) ** -0.8).mean(1)
+    _, r = sched.cumulative(k)
     rng = np.random.default_rng(seed)
-    return k, 0.1 + 1.2 * (1.0 + S) ** -0.8 + 0.25 * r + rng.normal(0.0, 0.01, k.size)
+    return k, 0.1 + 1.2 * progress + 0.25 * r + rng.normal(0.0, 0.01, k.size)
 
 
 def test_a_declared_step_milestone_is_predicted_before_it_is_seen() -> None:
@@ -247,16 +252,17 @@ def test_constant_schedule_is_the_schedule_free_fit() -> None:
     assert a.family == b.family and a.params == b.params
 
 
-def _epochs_to_target_errors(fitter: Any, share: float) -> list[float]:
-    """Errors of ``fitter(k, v)`` on the tuning runs, measured as ``benchmarks/schedule_curves.py``
-    does (targets 80/90/95 % of the way to the final value, not reached yet; none = 100 %)."""
+def _epochs_to_target_errors(fitter: Any, share: float, kinds: tuple[str, ...] | None = None) -> list[float]:
+    """Errors of ``fitter(k, v, run)`` on the tuning runs (of ``kinds``, default all), measured as
+    ``benchmarks/schedule_curves.py`` does (targets 80/90/95 % of the way to the final value, not
+    reached yet; none = 100 %)."""
     errs = []
     for run in recorded().values():
-        if run["split"] != "tune":
+        if run["split"] != "tune" or (kinds is not None and run["schedule"]["kind"] not in kinds):
             continue
         v = run["train_loss"]
         n = max(1, round(share * v.size))
-        fit = fitter(run["epoch"][:n], v[:n])
+        fit = fitter(run["epoch"][:n], v[:n], run)
         for p in (0.8, 0.9, 0.95):
             tv = v[0] + p * (v[-1] - v[0])
             true = int(np.flatnonzero(v <= tv)[0]) + 1
@@ -272,10 +278,42 @@ def test_without_a_hint_the_averaged_curve_beats_its_single_family_on_the_tuning
     chosen on, so this guards the mechanism, not a held-out claim): the single family levels off
     above most targets; the model-averaged curve reaches them (median error under a quarter, the
     single family's 100 %)."""
-    single = _epochs_to_target_errors(lambda k, v: fit_learning_curve(k, v, "lower", families=tuple(FAMILIES)), 0.25)
-    averaged = _epochs_to_target_errors(lambda k, v: fit_learning_curve(k, v, "lower"), 0.25)
+    single = _epochs_to_target_errors(lambda k, v, _: fit_learning_curve(k, v, "lower", families=tuple(FAMILIES)), 0.25)
+    averaged = _epochs_to_target_errors(lambda k, v, _: fit_learning_curve(k, v, "lower"), 0.25)
     assert len(single) == len(averaged) > 30
     assert float(np.median(averaged)) < 0.25 < float(np.median(single))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_progress_term_keeps_progressing_on_a_recorded_constant_rate_run(seed: int) -> None:
+    """The schedule-aware curve with nothing to anneal (a constant rate: ``e`` cannot be told from
+    ``c``), fitted on a quarter of a recorded tuning run: the progress term alone must fit the points
+    and keep falling as the loss does. A first epoch that falls fast used to drag the power law's
+    exponent to 2-3 (or the fit to the exponential at its fastest rate): the curve then stayed flat
+    from the last observed epoch on (5 % of the measured fall to the run's end) and the annealing
+    term's targets came late."""
+    run = recorded()[f"digits_mlp/constant/s{seed}"]
+    k, y = run["epoch"], run["train_loss"]
+    fit = fit_schedule_curve(k[:15], y[:15], "lower", LRSchedule("constant"))
+    assert isinstance(fit, CurveFit)
+    assert fit.residual_std < 0.05 * float(np.ptp(y[:15]))  # it fits the points it saw
+    predicted_fall = float(fit.predict([15.0])[0] - fit.predict([60.0])[0])
+    measured_fall = float(y[12:17].mean() - y[-5:].mean())
+    assert 0.3 * measured_fall < predicted_fall < 1.5 * measured_fall
+
+
+def test_declared_cosine_and_exp_schedules_reach_the_tuning_runs_targets_on_time() -> None:
+    """A quarter of each ``digits_mlp`` cosine and exp run with the schedule declared (the runs the
+    constants were chosen on: this guards the mechanism; held-out figures are in docs/models.md):
+    median epochs-to-target error under 15 % (it was 27 % and 34 %: the progress term flattened
+    early and the targets were predicted late)."""
+
+    def with_schedule(k: np.ndarray, v: np.ndarray, run: dict[str, Any]) -> CurveFit | CannotPredict:
+        return fit_learning_curve(k, v, "lower", schedule=declared(run["schedule"], float(run["epochs"])))
+
+    errs = _epochs_to_target_errors(with_schedule, 0.25, kinds=("cosine", "exp"))
+    assert len(errs) >= 12
+    assert float(np.median(errs)) < 0.15
 
 
 # -- the planner -------------------------------------------------------------------------------------
