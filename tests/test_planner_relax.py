@@ -22,13 +22,12 @@ the machine's load.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conftest import benchmark_module
 
 from planner import PlannerConfig, plan
 from planner.backends import CpSatBackend
@@ -41,20 +40,9 @@ CONFIG = PlannerConfig(fit_processes=1)
 
 
 @functools.cache
-def _workload() -> Any:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "workload.py"
-    spec = importlib.util.spec_from_file_location("bench_workload", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@functools.cache
 def _case(data: Path) -> tuple[Any, Problem]:
     """The seed-7 snapshot's plan and its integer program (built from the plan's own model fits)."""
-    snapshot = _workload().make_snapshot(300, 30, seed=7, data_dir=data)
+    snapshot = benchmark_module("workload.py").make_snapshot(300, 30, seed=7, data_dir=data)
     result = plan(snapshot, CONFIG)
     outlooks = [result.outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
     problem, _ = build_problem(snapshot, outlooks, CONFIG)
@@ -65,8 +53,9 @@ def _qoe(problem: Problem, choice: np.ndarray) -> int:
     total = 0
     for j, o in enumerate(choice.tolist()):
         m = problem.menus[j]
+        assert m.qoe_cost is not None
         way, level = int(problem.opt_way[o]), int(problem.opt_level[o])
-        total += m.wait_qoe if way < 0 else int(m.qoe_cost[way, level])  # type: ignore[index]
+        total += m.wait_qoe if way < 0 else int(m.qoe_cost[way, level])
     return total
 
 
