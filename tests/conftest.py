@@ -41,6 +41,22 @@ def data_dir() -> Path:
 
 
 @functools.cache
+def benchmark_module(filename: str) -> Any:
+    """A script of ``benchmarks/`` loaded as a module (the folder is not a package, and nothing is
+    added to ``sys.path``), once per test session."""
+    import importlib.util
+    import sys
+
+    path = REPO / "benchmarks" / filename
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@functools.cache
 def real_curve(model: str, bsz: int) -> np.ndarray:
     """Measured validation metric per epoch (epoch 1 first)."""
     path = TRACES / model / f"validation-{bsz}.csv"

@@ -17,7 +17,6 @@ traceback.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import signal
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, random_snapshot
+from conftest import REPO, benchmark_module, random_snapshot
 
 GOOD: dict[str, Any] = {
     "apiVersion": "flowplan/v1",
@@ -435,17 +434,8 @@ def test_simulate_table_without_idle_measure_shows_a_dash() -> None:
 # -- benchmarks/results.py: the split, the goals, and a run end to end ------------------------------------
 
 
-@functools.cache
 def _results_module() -> Any:
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results.py"
-    spec = importlib.util.spec_from_file_location("bench_results", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("results.py")
 
 
 def _scenario(metric: str, n_nodes: int = 1, name: str = "t", policies: tuple[str, ...] = ("flowplan", "docker")) -> Any:
