@@ -33,20 +33,29 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
     """Indices of nodes each job may be placed on (before looking at what is free)."""
     schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
     cache: dict[tuple[str | None, tuple[tuple[str, str], ...]], np.ndarray] = {}
+    # Jobs of one shape (constraints and smallest demand) share one read-only array: a pass over
+    # every node per shape, not per job (jobs outnumber shapes many times over in large clusters).
+    shapes: dict[tuple[object, ...], np.ndarray] = {}
     out: list[np.ndarray] = []
     for m in menus:
         job = m.outlook.job
         key = (job.gpu_type, tuple(sorted(job.node_selector.items())))
-        mask = cache.get(key)
-        if mask is None:
-            mask = schedulable.copy()
-            if job.gpu_type is not None:
-                mask &= np.array([n.gpu_type == job.gpu_type for n in nodes], dtype=bool)
-            for k, v in key[1]:
-                mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
-            cache[key] = mask
-        fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
-        out.append(np.flatnonzero(fit))
+        shape = (key, int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem))
+        got = shapes.get(shape)
+        if got is None:
+            mask = cache.get(key)
+            if mask is None:
+                mask = schedulable.copy()
+                if job.gpu_type is not None:
+                    mask &= np.array([n.gpu_type == job.gpu_type for n in nodes], dtype=bool)
+                for k, v in key[1]:
+                    mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
+                cache[key] = mask
+            fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
+            got = np.flatnonzero(fit)
+            got.flags.writeable = False
+            shapes[shape] = got
+        out.append(got)
     return out
 
 
@@ -172,6 +181,9 @@ def _candidates(
         if n >= 0:
             free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     out: list[list[int]] = []
+    # The ranking depends only on the job's eligible nodes, its smallest demand and how many nodes
+    # it needs; jobs of one shape share it (one pass over the eligible nodes per shape, not per job).
+    ranked: dict[tuple[object, ...], list[int]] = {}
     for j, m in enumerate(menus):
         nodes: list[int] = []
         if current[j] >= 0:
@@ -180,23 +192,32 @@ def _candidates(
             nodes.append(int(g.node[j]))
         el = eligible[j]
         if not pinned[j] and extra > 0 and el.size:
-            # Room left for this job's smallest level, in multiples of it, on its scarcest resource.
-            room = free[0, el] / max(int(m.dem_cpu[0]), 1)
-            if m.dem_gpu[0] > 0:
-                room = np.minimum(room, free[1, el] / m.dem_gpu[0])
-            if m.dem_mem > 0:
-                room = np.minimum(room, free[2, el] / m.dem_mem)
             k = min(extra + len(nodes), el.size)
-            top = np.argpartition(-room, k - 1)[:k] if k < el.size else np.arange(el.size)
-            order = top[np.lexsort((el[top], -room[top]))]
-            for i in order:
+            shape = (id(el), int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem), k)
+            best = ranked.get(shape)
+            if best is None:
+                best = _ranked(el, free, m, k)
+                ranked[shape] = best
+            for n in best:
                 if len(nodes) >= extra + (1 if current[j] >= 0 else 0) + (1 if g.node[j] >= 0 else 0):
                     break
-                n = int(el[i])
                 if n not in nodes:
                     nodes.append(n)
         out.append(nodes)
     return out
+
+
+def _ranked(el: np.ndarray, free: np.ndarray, m: JobMenu, k: int) -> list[int]:
+    """The ``k`` nodes of ``el`` with the most room left for ``m``'s smallest level (in multiples of
+    it, on its scarcest resource), most first, ties by node index."""
+    room = free[0, el] / max(int(m.dem_cpu[0]), 1)
+    if m.dem_gpu[0] > 0:
+        room = np.minimum(room, free[1, el] / m.dem_gpu[0])
+    if m.dem_mem > 0:
+        room = np.minimum(room, free[2, el] / m.dem_mem)
+    top = np.argpartition(-room, k - 1)[:k] if k < el.size else np.arange(el.size)
+    order = top[np.lexsort((el[top], -room[top]))]
+    return [int(n) for n in el[order]]
 
 
 def _options(
