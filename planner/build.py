@@ -231,70 +231,83 @@ def _options(
     node_index: dict[str, int],
     budget: int,
 ) -> Problem:
-    # Per job, which (node, way, level) rows it gets; what each option costs and demands is then
-    # gathered for all jobs at once from the menus' tables laid end to end.
-    no_node, no_way = np.array([-1], dtype=np.int64), np.array([WAIT_WAY], dtype=np.int64)
-    nodes_of: list[np.ndarray] = []
-    ways_of: list[np.ndarray] = []
-    levels_of: list[np.ndarray] = []
-    counts: list[int] = []
+    # Per job, which (node, way) rows it gets (a few each, in Python); then every (row, level) pair
+    # of all jobs at once: which pairs are options, and what each costs and demands, gathered from
+    # the menus' tables laid end to end.
+    J = len(menus)
+    sizes = np.array([m.cpu.size for m in menus], dtype=np.int64)
+    start1 = np.concatenate(([0], np.cumsum(sizes)))[:-1]  # each job's first level in the (L,) tables
+    row_job: list[int] = []
+    row_node: list[int] = []
+    row_way: list[int] = []
+    row_kind: list[int] = []  # 0: stay (the levels it may hold), 1: restart in place, 2: start or move
+    has_wait: list[bool] = []
     for j, m in enumerate(menus):
         assert m.finish_q is not None and m.cost is not None
         job: Job = m.outlook.job
-        nodes = np.asarray(cand[j], dtype=np.int64)
-        # fit[r, level]: the level fits candidate node r when it is empty.
-        fit = (
-            (m.dem_cpu[None, :] <= cap[0, nodes][:, None])
-            & (m.dem_gpu[None, :] <= cap[1, nodes][:, None])
-            & (m.dem_mem <= cap[2, nodes][:, None])
-        )
-        row_node: list[int] = []
-        row_way: list[int] = []
-        row_mask: list[np.ndarray] = []
-        for r, n in enumerate(nodes.tolist()):
+        for n in cand[j]:
             if n == current[j]:
-                ok = stay_ok[j]
-                assert ok is not None
+                row_job.append(j)
                 row_node.append(n)
                 row_way.append(STAY)
-                row_mask.append(ok & (fit[r] | pinned[j]))
+                row_kind.append(0)
                 if job.migratable and not job.resizable:
-                    row_node.append(n)  # restart in place with a new share
-                    row_way.append(MOVE)
-                    row_mask.append(fit[r] & ~ok)
-            elif job.status == "running":
-                if job.migratable:
+                    row_job.append(j)  # restart in place with a new share
                     row_node.append(n)
                     row_way.append(MOVE)
-                    row_mask.append(fit[r])
+                    row_kind.append(1)
+            elif job.status == "running":
+                if job.migratable:
+                    row_job.append(j)
+                    row_node.append(n)
+                    row_way.append(MOVE)
+                    row_kind.append(2)
             else:
+                row_job.append(j)
                 row_node.append(n)
                 row_way.append(START)
-                row_mask.append(fit[r])
-        if row_mask:
-            r_idx, lv = np.nonzero(np.stack(row_mask))
-        else:
-            r_idx = lv = np.zeros(0, dtype=np.int64)
-        nodes_of.append(np.asarray(row_node, dtype=np.int64)[r_idx])
-        ways_of.append(np.asarray(row_way, dtype=np.int64)[r_idx])
-        levels_of.append(lv)
-        k = lv.size
-        if job.status == "pending" or job.migratable:  # the no-node option: wait, or pause
-            nodes_of.append(no_node)
-            ways_of.append(no_way)
-            levels_of.append(no_node)
-            k += 1
-        counts.append(k)
+                row_kind.append(2)
+        has_wait.append(job.status == "pending" or job.migratable)  # the no-node option: wait, or pause
+    r_job = np.asarray(row_job, dtype=np.int64)
+    r_node = np.asarray(row_node, dtype=np.int64)
+    r_way = np.asarray(row_way, dtype=np.int64)
+    r_kind = np.asarray(row_kind, dtype=np.int64)
+    # Every (row, level) pair, rows in order and each row's levels in order.
+    per_row = sizes[r_job]
+    p_row = np.repeat(np.arange(r_job.size, dtype=np.int64), per_row)
+    p_job = r_job[p_row]
+    p_level = np.arange(p_row.size, dtype=np.int64) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    p_node = r_node[p_row]
+    p_kind = r_kind[p_row]
+    p_at = start1[p_job] + p_level
+    cat_cpu = np.concatenate([m.dem_cpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
+    cat_gpu = np.concatenate([m.dem_gpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
+    job_mem = np.array([m.dem_mem for m in menus], dtype=np.int64)
+    # The level fits the node when it is empty.
+    fit = (cat_cpu[p_at] <= cap[0, p_node]) & (cat_gpu[p_at] <= cap[1, p_node]) & (job_mem[p_job] <= cap[2, p_node])
+    stay = p_kind < 2
+    if stay.any():
+        ok_flat = np.concatenate(
+            [ok if ok is not None else np.zeros(int(sizes[j]), dtype=bool) for j, ok in enumerate(stay_ok)]
+        ).astype(bool)
+        ok = ok_flat[p_at]
+        keep = np.where(p_kind == 0, ok & (fit | pinned[p_job]), np.where(p_kind == 1, fit & ~ok, fit))
+    else:
+        keep = fit
+    sel = np.flatnonzero(keep)
+    # The wait options go after each job's placed ones: a stable sort by job keeps that order.
+    waits = np.flatnonzero(np.asarray(has_wait, dtype=bool)).astype(np.int64)
+    all_job = np.concatenate((p_job[sel], waits))
+    order = np.argsort(all_job, kind="stable")
+    minus = np.full(waits.size, -1, dtype=np.int64)
+    opt_node = np.concatenate((p_node[sel], minus))[order]
+    way = np.concatenate((r_way[p_row[sel]], np.full(waits.size, WAIT_WAY, dtype=np.int64)))[order]
+    opt_level = np.concatenate((p_level[sel], minus))[order]
+    opt_job = all_job[order]
+    counts = np.bincount(opt_job, minlength=J).astype(np.int64)
     job_start = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
 
-    def cat(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-
-    opt_job = np.repeat(np.arange(len(menus), dtype=np.int64), counts)
-    opt_node, way, opt_level = cat(nodes_of), cat(ways_of), cat(levels_of)
     wait = way == WAIT_WAY
-    sizes = np.array([m.cpu.size for m in menus], dtype=np.int64)
-    start1 = np.concatenate(([0], np.cumsum(sizes)))[:-1]  # each job's first level in the (L,) tables
     at1 = np.where(wait, 0, start1[opt_job] + opt_level)
     at3 = np.where(wait, 0, 3 * start1[opt_job] + way * sizes[opt_job] + opt_level)  # in the (3, L) tables
     zero = np.zeros(1, dtype=np.int64)
