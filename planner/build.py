@@ -33,20 +33,29 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
     """Indices of nodes each job may be placed on (before looking at what is free)."""
     schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
     cache: dict[tuple[str | None, tuple[tuple[str, str], ...]], np.ndarray] = {}
+    # Jobs of one shape (constraints and smallest demand) share one read-only array: a pass over
+    # every node per shape, not per job (jobs outnumber shapes many times over in large clusters).
+    shapes: dict[tuple[object, ...], np.ndarray] = {}
     out: list[np.ndarray] = []
     for m in menus:
         job = m.outlook.job
         key = (job.gpu_type, tuple(sorted(job.node_selector.items())))
-        mask = cache.get(key)
-        if mask is None:
-            mask = schedulable.copy()
-            if job.gpu_type is not None:
-                mask &= np.array([n.gpu_type == job.gpu_type for n in nodes], dtype=bool)
-            for k, v in key[1]:
-                mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
-            cache[key] = mask
-        fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
-        out.append(np.flatnonzero(fit))
+        shape = (key, int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem))
+        got = shapes.get(shape)
+        if got is None:
+            mask = cache.get(key)
+            if mask is None:
+                mask = schedulable.copy()
+                if job.gpu_type is not None:
+                    mask &= np.array([n.gpu_type == job.gpu_type for n in nodes], dtype=bool)
+                for k, v in key[1]:
+                    mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
+                cache[key] = mask
+            fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
+            got = np.flatnonzero(fit)
+            got.flags.writeable = False
+            shapes[shape] = got
+        out.append(got)
     return out
 
 
@@ -172,6 +181,9 @@ def _candidates(
         if n >= 0:
             free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     out: list[list[int]] = []
+    # The ranking depends only on the job's eligible nodes, its smallest demand and how many nodes
+    # it needs; jobs of one shape share it (one pass over the eligible nodes per shape, not per job).
+    ranked: dict[tuple[object, ...], list[int]] = {}
     for j, m in enumerate(menus):
         nodes: list[int] = []
         if current[j] >= 0:
@@ -180,23 +192,32 @@ def _candidates(
             nodes.append(int(g.node[j]))
         el = eligible[j]
         if not pinned[j] and extra > 0 and el.size:
-            # Room left for this job's smallest level, in multiples of it, on its scarcest resource.
-            room = free[0, el] / max(int(m.dem_cpu[0]), 1)
-            if m.dem_gpu[0] > 0:
-                room = np.minimum(room, free[1, el] / m.dem_gpu[0])
-            if m.dem_mem > 0:
-                room = np.minimum(room, free[2, el] / m.dem_mem)
             k = min(extra + len(nodes), el.size)
-            top = np.argpartition(-room, k - 1)[:k] if k < el.size else np.arange(el.size)
-            order = top[np.lexsort((el[top], -room[top]))]
-            for i in order:
+            shape = (id(el), int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem), k)
+            best = ranked.get(shape)
+            if best is None:
+                best = _ranked(el, free, m, k)
+                ranked[shape] = best
+            for n in best:
                 if len(nodes) >= extra + (1 if current[j] >= 0 else 0) + (1 if g.node[j] >= 0 else 0):
                     break
-                n = int(el[i])
                 if n not in nodes:
                     nodes.append(n)
         out.append(nodes)
     return out
+
+
+def _ranked(el: np.ndarray, free: np.ndarray, m: JobMenu, k: int) -> list[int]:
+    """The ``k`` nodes of ``el`` with the most room left for ``m``'s smallest level (in multiples of
+    it, on its scarcest resource), most first, ties by node index."""
+    room = free[0, el] / max(int(m.dem_cpu[0]), 1)
+    if m.dem_gpu[0] > 0:
+        room = np.minimum(room, free[1, el] / m.dem_gpu[0])
+    if m.dem_mem > 0:
+        room = np.minimum(room, free[2, el] / m.dem_mem)
+    top = np.argpartition(-room, k - 1)[:k] if k < el.size else np.arange(el.size)
+    order = top[np.lexsort((el[top], -room[top]))]
+    return [int(n) for n in el[order]]
 
 
 def _options(
@@ -210,70 +231,83 @@ def _options(
     node_index: dict[str, int],
     budget: int,
 ) -> Problem:
-    # Per job, which (node, way, level) rows it gets; what each option costs and demands is then
-    # gathered for all jobs at once from the menus' tables laid end to end.
-    no_node, no_way = np.array([-1], dtype=np.int64), np.array([WAIT_WAY], dtype=np.int64)
-    nodes_of: list[np.ndarray] = []
-    ways_of: list[np.ndarray] = []
-    levels_of: list[np.ndarray] = []
-    counts: list[int] = []
+    # Per job, which (node, way) rows it gets (a few each, in Python); then every (row, level) pair
+    # of all jobs at once: which pairs are options, and what each costs and demands, gathered from
+    # the menus' tables laid end to end.
+    J = len(menus)
+    sizes = np.array([m.cpu.size for m in menus], dtype=np.int64)
+    start1 = np.concatenate(([0], np.cumsum(sizes)))[:-1]  # each job's first level in the (L,) tables
+    row_job: list[int] = []
+    row_node: list[int] = []
+    row_way: list[int] = []
+    row_kind: list[int] = []  # 0: stay (the levels it may hold), 1: restart in place, 2: start or move
+    has_wait: list[bool] = []
     for j, m in enumerate(menus):
         assert m.finish_q is not None and m.cost is not None
         job: Job = m.outlook.job
-        nodes = np.asarray(cand[j], dtype=np.int64)
-        # fit[r, level]: the level fits candidate node r when it is empty.
-        fit = (
-            (m.dem_cpu[None, :] <= cap[0, nodes][:, None])
-            & (m.dem_gpu[None, :] <= cap[1, nodes][:, None])
-            & (m.dem_mem <= cap[2, nodes][:, None])
-        )
-        row_node: list[int] = []
-        row_way: list[int] = []
-        row_mask: list[np.ndarray] = []
-        for r, n in enumerate(nodes.tolist()):
+        for n in cand[j]:
             if n == current[j]:
-                ok = stay_ok[j]
-                assert ok is not None
+                row_job.append(j)
                 row_node.append(n)
                 row_way.append(STAY)
-                row_mask.append(ok & (fit[r] | pinned[j]))
+                row_kind.append(0)
                 if job.migratable and not job.resizable:
-                    row_node.append(n)  # restart in place with a new share
-                    row_way.append(MOVE)
-                    row_mask.append(fit[r] & ~ok)
-            elif job.status == "running":
-                if job.migratable:
+                    row_job.append(j)  # restart in place with a new share
                     row_node.append(n)
                     row_way.append(MOVE)
-                    row_mask.append(fit[r])
+                    row_kind.append(1)
+            elif job.status == "running":
+                if job.migratable:
+                    row_job.append(j)
+                    row_node.append(n)
+                    row_way.append(MOVE)
+                    row_kind.append(2)
             else:
+                row_job.append(j)
                 row_node.append(n)
                 row_way.append(START)
-                row_mask.append(fit[r])
-        if row_mask:
-            r_idx, lv = np.nonzero(np.stack(row_mask))
-        else:
-            r_idx = lv = np.zeros(0, dtype=np.int64)
-        nodes_of.append(np.asarray(row_node, dtype=np.int64)[r_idx])
-        ways_of.append(np.asarray(row_way, dtype=np.int64)[r_idx])
-        levels_of.append(lv)
-        k = lv.size
-        if job.status == "pending" or job.migratable:  # the no-node option: wait, or pause
-            nodes_of.append(no_node)
-            ways_of.append(no_way)
-            levels_of.append(no_node)
-            k += 1
-        counts.append(k)
+                row_kind.append(2)
+        has_wait.append(job.status == "pending" or job.migratable)  # the no-node option: wait, or pause
+    r_job = np.asarray(row_job, dtype=np.int64)
+    r_node = np.asarray(row_node, dtype=np.int64)
+    r_way = np.asarray(row_way, dtype=np.int64)
+    r_kind = np.asarray(row_kind, dtype=np.int64)
+    # Every (row, level) pair, rows in order and each row's levels in order.
+    per_row = sizes[r_job]
+    p_row = np.repeat(np.arange(r_job.size, dtype=np.int64), per_row)
+    p_job = r_job[p_row]
+    p_level = np.arange(p_row.size, dtype=np.int64) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    p_node = r_node[p_row]
+    p_kind = r_kind[p_row]
+    p_at = start1[p_job] + p_level
+    cat_cpu = np.concatenate([m.dem_cpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
+    cat_gpu = np.concatenate([m.dem_gpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
+    job_mem = np.array([m.dem_mem for m in menus], dtype=np.int64)
+    # The level fits the node when it is empty.
+    fit = (cat_cpu[p_at] <= cap[0, p_node]) & (cat_gpu[p_at] <= cap[1, p_node]) & (job_mem[p_job] <= cap[2, p_node])
+    stay = p_kind < 2
+    if stay.any():
+        ok_flat = np.concatenate(
+            [ok if ok is not None else np.zeros(int(sizes[j]), dtype=bool) for j, ok in enumerate(stay_ok)]
+        ).astype(bool)
+        ok = ok_flat[p_at]
+        keep = np.where(p_kind == 0, ok & (fit | pinned[p_job]), np.where(p_kind == 1, fit & ~ok, fit))
+    else:
+        keep = fit
+    sel = np.flatnonzero(keep)
+    # The wait options go after each job's placed ones: a stable sort by job keeps that order.
+    waits = np.flatnonzero(np.asarray(has_wait, dtype=bool)).astype(np.int64)
+    all_job = np.concatenate((p_job[sel], waits))
+    order = np.argsort(all_job, kind="stable")
+    minus = np.full(waits.size, -1, dtype=np.int64)
+    opt_node = np.concatenate((p_node[sel], minus))[order]
+    way = np.concatenate((r_way[p_row[sel]], np.full(waits.size, WAIT_WAY, dtype=np.int64)))[order]
+    opt_level = np.concatenate((p_level[sel], minus))[order]
+    opt_job = all_job[order]
+    counts = np.bincount(opt_job, minlength=J).astype(np.int64)
     job_start = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
 
-    def cat(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
-
-    opt_job = np.repeat(np.arange(len(menus), dtype=np.int64), counts)
-    opt_node, way, opt_level = cat(nodes_of), cat(ways_of), cat(levels_of)
     wait = way == WAIT_WAY
-    sizes = np.array([m.cpu.size for m in menus], dtype=np.int64)
-    start1 = np.concatenate(([0], np.cumsum(sizes)))[:-1]  # each job's first level in the (L,) tables
     at1 = np.where(wait, 0, start1[opt_job] + opt_level)
     at3 = np.where(wait, 0, 3 * start1[opt_job] + way * sizes[opt_job] + opt_level)  # in the (3, L) tables
     zero = np.zeros(1, dtype=np.int64)
