@@ -153,7 +153,13 @@ def build_menu(
         if tau <= 0:
             return held
         ran = np.maximum(tau - lost, 0.0)[:, None] / spe[None, :]  # epochs done within the phase
-        phased = np.maximum(tau, lost)[:, None] + np.maximum(rem - ran, 0.0) * fast + switch[None, :]
+        phased = np.maximum(tau, lost)[:, None] + np.maximum(rem - ran, 0.0) * fast
+        # ... plus the restart to the fastest level, except where that would price the level no
+        # better than waiting for the phase (which also ends at the fastest level): a job that does
+        # little in the phase at a level that fits is not left waiting for it (work conservation).
+        waited = max(tau, interval) + float(lost[MOVE]) + rem * fast
+        round_trip = phased + switch[None, :]
+        phased = np.where(round_trip < waited, round_trip, phased)
         return np.where(held <= tau, held, np.minimum(held, phased))
 
     finish_s = done_at(outlook.remaining_finish)

@@ -184,3 +184,29 @@ def test_a_slow_level_of_a_job_that_cannot_resize_live_counts_the_restart_back()
     for g in (1, 2):  # checkpoint 30 s, restart 60 s, half of min(an epoch, 600 s) done again
         assert epoch[g] > epoch[4]
         assert restart[g] == pytest.approx(live[g] + 30 + 60 + 0.5 * min(epoch[g], 600.0))
+
+
+def test_the_round_trip_never_makes_waiting_beat_a_free_gpu() -> None:
+    """Work conservation with the round trip priced: a job that cannot resize live and scales to 64
+    GPUs finds one free GPU. In the phase it does little at one GPU, less than the round trip's
+    price, so without a guard waiting for the phase (then 64 GPUs) looked better and the GPU idled.
+    The round trip is never priced past waiting: it starts."""
+    speed = [{"cpu_millis": 4000, "gpus": g, "seconds_per_epoch": 400.0 / g} for g in (1, 2, 4, 8, 16, 32, 64)]
+    busy = [
+        _job(
+            f"r{i}",
+            500.0,
+            status="running",
+            node="n0",
+            allocation={"cpu_millis": 4000, "gpus": 9},
+            resizable=False,
+            max_gpus=9,
+            min_gpus=9,
+            speed=speed,
+        )  # fmt: skip
+        for i in range(7)
+    ]
+    new = _job("new", 500.0, max_gpus=64, resizable=False, speed=speed, checkpoint_every_seconds=600)
+    got = _gpus(_snap([*busy, new], gpus=64), _config())
+    assert sum(got[f"r{i}"] for i in range(7)) == 63
+    assert got["new"] == 1
