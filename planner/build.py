@@ -17,6 +17,7 @@ Steps, each a function below:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -362,3 +363,81 @@ def _hint_of(problem: Problem, g: GreedyChoice) -> np.ndarray:
     hint[problem.opt_job[idx[::-1]]] = idx[::-1]  # first match per job
     assert (hint >= 0).all(), "a greedy choice is missing from the options"
     return hint
+
+
+def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: int) -> tuple[Problem, np.ndarray]:
+    """``problem`` with options for the room ``choice`` leaves idle, and ``choice`` in its indices.
+
+    A job's candidate nodes are chosen before the solve, from the room the greedy plan leaves; a solve
+    that moves or pauses a job frees room on a node that then is nobody else's candidate, and that room
+    stays idle while jobs wait. So every job ``choice`` leaves without a node gets options on up to
+    ``extra`` of the eligible nodes whose idle room holds its smallest level (most room first) where it
+    has none yet. Existing options keep their order (new ones go before each job's wait option); the
+    answer is the same problem when no such node exists.
+    """
+    N = len(nodes)
+    cap = np.stack([problem.cap_cpu, problem.cap_gpu, problem.cap_mem]).astype(np.int64).reshape(3, N)
+    on = problem.opt_node[choice]
+    placed = choice[on >= 0]
+    room = cap - np.stack(
+        [
+            np.bincount(problem.opt_node[placed], weights=d[placed], minlength=N)
+            for d in (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
+        ]
+    ).astype(np.int64)
+    left_out = np.flatnonzero(on < 0)
+    if left_out.size == 0 or not (room > 0).any() or extra <= 0:
+        return problem, choice
+    sub_menus = [problem.menus[int(j)] for j in left_out]
+    eligible = _eligibility(nodes, sub_menus, cap)
+    cand: list[list[int]] = []
+    jobs: list[int] = []
+    for k, j in enumerate(left_out.tolist()):
+        m = sub_menus[k]
+        el = eligible[k]
+        el = el[(m.dem_cpu[0] <= room[0, el]) & (m.dem_gpu[0] <= room[1, el]) & (m.dem_mem <= room[2, el])]
+        el = np.setdiff1d(el, problem.opt_node[problem.options_of(j)], assume_unique=False)
+        if el.size:
+            jobs.append(j)
+            cand.append(_ranked(el, room.astype(np.float64), m, min(extra, el.size)))
+    if not jobs:
+        return problem, choice
+    sel = np.asarray(jobs, dtype=np.int64)
+    menus = [problem.menus[j] for j in jobs]
+    index = {name: i for i, name in enumerate(problem.node_names)}
+    current = np.array(
+        [index[m.outlook.job.node] if m.outlook.job.node and m.outlook.job.status == "running" else -1 for m in menus]
+    )
+    pinned = np.array([m.outlook.job.status == "running" and not m.outlook.job.migratable for m in menus], dtype=bool)
+    pricing = Pricing(
+        quantum_seconds=problem.quantum_seconds, makespan_weight=problem.makespan_weight, total_weight=0, qoe_unit=0.0
+    )
+    add = _options(menus, cand, current, pinned, [_stay_levels(m) for m in menus], cap, pricing, index, problem.migration_budget)
+    new = np.flatnonzero(add.opt_node >= 0)
+    n_old = problem.n_options
+    job = np.concatenate((problem.opt_job, sel[add.opt_job[new]]))
+    waits = np.concatenate((problem.opt_node < 0, np.zeros(new.size, dtype=bool)))
+    order = np.lexsort((waits, job))  # by job, a job's wait option last, stable otherwise
+    position = np.empty(job.size, dtype=np.int64)
+    position[order] = np.arange(job.size)
+
+    def cat(old: np.ndarray, added: np.ndarray) -> np.ndarray:
+        return np.concatenate((old, added[new]))[order]
+
+    counts = np.bincount(job, minlength=problem.n_jobs)
+    wider = replace(
+        problem,
+        job_start=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        opt_job=job[order],
+        opt_node=cat(problem.opt_node, add.opt_node),
+        opt_level=cat(problem.opt_level, add.opt_level),
+        opt_way=cat(problem.opt_way, add.opt_way),
+        dem_cpu=cat(problem.dem_cpu, add.dem_cpu),
+        dem_gpu=cat(problem.dem_gpu, add.dem_gpu),
+        dem_mem=cat(problem.dem_mem, add.dem_mem),
+        moves=cat(problem.moves, add.moves),
+        finish_q=cat(problem.finish_q, add.finish_q),
+        cost=cat(problem.cost, add.cost),
+        hint=position[:n_old][problem.hint],
+    )
+    return wider, position[:n_old][choice]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from models.curves import MIN_POINTS, MIN_POINTS_FOR_HOLDOUT
 from planner.backends import Backend, CpSatBackend, PulpBackend, SolveResult
-from planner.build import build_problem
+from planner.build import build_problem, widen
 from planner.check import check_plan
 from planner.config import PlannerConfig
 from planner.decode import decode
@@ -28,8 +28,8 @@ from planner.fanout import fan_out, usable_cpus
 from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
-from planner.relax import residual, solve_relaxation
-from planner.snapshot import Job, Snapshot
+from planner.relax import refill, residual, solve_relaxation
+from planner.snapshot import Job, Node, Snapshot
 from planner.split import apply_split
 
 
@@ -169,6 +169,40 @@ def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: floa
     )
 
 
+#: Share of the solve's time limit the refill step may use (:func:`_refilled`).
+REFILL_SHARE = 0.25
+
+
+def _refilled(nodes: Sequence[Node], problem: Problem, outcome: _Outcome, config: PlannerConfig) -> tuple[Problem, _Outcome]:
+    """``outcome`` with the room its choice leaves idle offered to the jobs that could use it, on nodes
+    outside their candidates too (:func:`planner.build.widen`, :func:`planner.relax.refill`); the new
+    choice is kept only where it lowers the objective, else ``problem`` and ``outcome`` come back as they were."""
+    wider, choice = widen(nodes, problem, outcome.choice, config.candidate_nodes)
+    rest = refill(wider, choice)
+    if rest is None:
+        return problem, outcome
+    backend: Backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
+    wall = config.wall_clock_factor * config.time_limit + 1.0
+    sub = backend.solve(rest.problem, time_limit=REFILL_SHARE * config.time_limit, wall_limit=REFILL_SHARE * wall)
+    if sub.choice is None or rest.problem.violations(sub.choice):
+        return problem, outcome
+    better = rest.fixed.copy()
+    better[rest.jobs] = rest.keep[sub.choice]
+    before, after = problem.objective(outcome.choice), wider.objective(better)
+    if after >= before or wider.violations(better):
+        return problem, outcome
+    bound = outcome.bound
+    optimal = outcome.status == "optimal" and bound is not None and after - bound <= 1e-9 * max(abs(after), 1.0)
+    message = f"{outcome.message}; refill of {rest.jobs.size} job(s) the idle room fits: objective {before} -> {after}"
+    return wider, replace(
+        outcome,
+        choice=better,
+        status="optimal" if optimal else "feasible",
+        gap=_gap(float(after), bound) if bound is not None else outcome.gap,
+        message=message,
+    )
+
+
 def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
     wall = config.wall_clock_factor * config.time_limit + 1.0
     backend: Backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
@@ -275,6 +309,11 @@ def plan(
 
     t = time.perf_counter()
     outcome = _choose(problem, config)
+    if config.solver != "greedy" and outcome.status in (
+        "optimal",
+        "feasible",
+    ):  # not the greedy plan (asked for, or fallen back to)
+        problem, outcome = _refilled(snapshot.nodes, problem, outcome, config)
     timings["solve"] = time.perf_counter() - t
 
     t = time.perf_counter()

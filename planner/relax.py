@@ -172,3 +172,71 @@ def _waiting_hint(sub: Problem) -> np.ndarray:
         if wait.size:
             hint[j] = wait[0]
     return hint
+
+
+def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
+    """The jobs that could use room ``choice`` leaves idle, as a problem of their own (``None`` if none).
+
+    Relax and fix can leave capacity idle that a waiting job could use: the LP spread an undecided job
+    over a node in fractions (a third of a 3-GPU move takes one GPU), the jobs it crowded out of that
+    room were fixed to wait or pause, and the exact residual put the undecided job elsewhere. Nothing
+    then hands the freed room back. So, after the solve: every job without a node (waiting or paused)
+    that has an option fitting what its node has left, and every placed job with a bigger option on
+    its own node that fits there, is released; the rest stay as chosen. Each released job keeps its
+    choice (the hint, so the answer is never worse) and its options that fit the room left to it.
+    """
+    J, N = problem.n_jobs, len(problem.node_names)
+    if J == 0:
+        return None
+    dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
+    caps = (problem.cap_cpu, problem.cap_gpu, problem.cap_mem)
+    node_of = problem.opt_node[choice]
+    placed = node_of >= 0
+
+    def use(jobs: np.ndarray) -> list[np.ndarray]:
+        at = node_of[jobs]
+        keep = at >= 0
+        return [np.bincount(at[keep], weights=d[choice[jobs[keep]]], minlength=N).astype(np.int64) for d in dems]
+
+    left = [c - u for c, u in zip(caps, use(np.arange(J)), strict=True)]
+    # An option fits if its demand fits what its node has left, plus the job's own share there.
+    job = problem.opt_job
+    on = problem.opt_node
+    here = on == node_of[job]
+    fits = on >= 0
+    for d, free in zip(dems, left, strict=True):
+        own = np.where(here & placed[job], d[choice[job]], 0)
+        fits &= d <= free[np.maximum(on, 0)] + own
+    bigger = np.zeros(problem.n_options, dtype=bool)
+    for d in dems:
+        bigger |= d > d[choice[job]]
+    grow = fits & (~placed[job] | (here & bigger))
+    released = np.zeros(J, dtype=bool)
+    released[job[grow]] = True
+    jobs = np.flatnonzero(released)
+    if jobs.size == 0:
+        return None
+    others = np.flatnonzero(~released)
+    used = use(others)
+    fixed = choice.copy()
+    fixed[jobs] = -1
+    # Each released job's options that fit the room the others leave, and its own choice.
+    room = [c - u for c, u in zip(caps, used, strict=True)]
+    opts = released[job] & ((on < 0) | np.all([d <= r[np.maximum(on, 0)] for d, r in zip(dems, room, strict=True)], axis=0))
+    opts[choice[jobs]] = True
+    opts &= (on >= 0) | (np.arange(problem.n_options) == choice[job])  # waiting stays one option: the chosen one
+    keep = np.flatnonzero(opts)
+    spent = int(problem.moves[choice[others]].sum())
+    sub = problem.subset(
+        jobs,
+        keep,
+        cap_cpu=room[0],
+        cap_gpu=room[1],
+        cap_mem=room[2],
+        migration_budget=problem.migration_budget - spent,
+        makespan_floor=max(problem.makespan_floor, int(problem.finish_q[choice[others]].max()) if others.size else 0),
+    )
+    position = np.full(problem.n_options, -1, dtype=np.int64)
+    position[keep] = np.arange(keep.size)
+    sub = replace(sub, hint=position[choice[jobs]])
+    return Residual(problem=sub, jobs=jobs, keep=keep, fixed=fixed)
