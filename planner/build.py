@@ -386,20 +386,28 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
         ]
     ).astype(np.int64)
     left_out = np.flatnonzero(on < 0)
-    if left_out.size == 0 or not (room > 0).any() or extra <= 0:
+    if left_out.size == 0 or extra <= 0:
+        return problem, choice
+    # Each left-out job's smallest level; a node can take one only if its room holds the least of them.
+    least = np.array(
+        [[problem.menus[j].dem_cpu[0], problem.menus[j].dem_gpu[0], problem.menus[j].dem_mem] for j in left_out.tolist()],
+        dtype=np.int64,
+    ).reshape(-1, 3)
+    hot = np.flatnonzero((room >= least.min(axis=0)[:, None]).all(axis=0))
+    if hot.size == 0:
         return problem, choice
     sub_menus = [problem.menus[int(j)] for j in left_out]
     eligible = _eligibility(nodes, sub_menus, cap)
     cand: list[list[int]] = []
     jobs: list[int] = []
     for k, j in enumerate(left_out.tolist()):
-        m = sub_menus[k]
-        el = eligible[k]
-        el = el[(m.dem_cpu[0] <= room[0, el]) & (m.dem_gpu[0] <= room[1, el]) & (m.dem_mem <= room[2, el])]
-        el = np.setdiff1d(el, problem.opt_node[problem.options_of(j)], assume_unique=False)
+        el = np.intersect1d(eligible[k], hot, assume_unique=True)
+        el = el[(least[k, :, None] <= room[:, el]).all(axis=0)]
+        if el.size:
+            el = el[~np.isin(el, problem.opt_node[problem.options_of(j)])]
         if el.size:
             jobs.append(j)
-            cand.append(_ranked(el, room.astype(np.float64), m, min(extra, el.size)))
+            cand.append(_ranked(el, room.astype(np.float64), sub_menus[k], min(extra, el.size)))
     if not jobs:
         return problem, choice
     sel = np.asarray(jobs, dtype=np.int64)

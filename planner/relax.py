@@ -181,8 +181,8 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     over a node in fractions (a third of a 3-GPU move takes one GPU), the jobs it crowded out of that
     room were fixed to wait or pause, and the exact residual put the undecided job elsewhere. Nothing
     then hands the freed room back. So, after the solve: every job without a node (waiting or paused)
-    that has an option fitting what its node has left, and every placed job with a bigger option on
-    its own node that fits there, is released; the rest stay as chosen. Each released job keeps its
+    that has an option fitting what its node has left, and every placed job with an option of more GPUs
+    on its own node that fits there, is released; the rest stay as chosen. Each released job keeps its
     choice (the hint, so the answer is never worse) and its options that fit the room left to it.
     """
     J, N = problem.n_jobs, len(problem.node_names)
@@ -207,9 +207,8 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     for d, free in zip(dems, left, strict=True):
         own = np.where(here & placed[job], d[choice[job]], 0)
         fits &= d <= free[np.maximum(on, 0)] + own
-    bigger = np.zeros(problem.n_options, dtype=bool)
-    for d in dems:
-        bigger |= d > d[choice[job]]
+    # Growth into idle room: GPUs only (the split hands each node's spare CPU out anyway).
+    bigger = problem.dem_gpu > problem.dem_gpu[choice[job]]
     grow = fits & (~placed[job] | (here & bigger))
     released = np.zeros(J, dtype=bool)
     released[job[grow]] = True
