@@ -4,7 +4,7 @@ Case matrix:
 
 - a real snapshot from ``flowplan simulate`` on philly-scale, seed 1, t = 467 s
   (``tests/data/snapshots``, 258 jobs on 64 nodes × 4 GPUs): relax and fix left a GPU idle while 31
-  one-GPU jobs waited for one. The plan must leave no node with room for a waiting or paused job's
+  one-GPU jobs waited for one. The plan (CP-SAT and PuLP) must leave no node with room for a waiting or paused job's
   smallest level (by guarantees, on a node it may use);
 - the same snapshot's integer program with a choice that leaves room idle on purpose (a job the plan
   started is made to wait): ``refill`` releases exactly the jobs an option of which fits the idle
@@ -23,10 +23,12 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from planner import PlannerConfig, plan
 from planner.backends import CpSatBackend
 from planner.build import build_problem, widen
+from planner.config import SolverName
 from planner.core import _choose, _refilled
 from planner.problem import Problem
 from planner.relax import refill
@@ -77,9 +79,10 @@ def _idle_fits(problem: Problem, choice: np.ndarray) -> list[str]:
     return out
 
 
-def test_no_job_waits_beside_room_it_fits() -> None:
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_no_job_waits_beside_room_it_fits(solver: SolverName) -> None:
     snapshot = _snapshot()
-    result = plan(snapshot, CONFIG)
+    result = plan(snapshot, PlannerConfig(solver=solver, fit_processes=1))
     assert result.plan.solver.message.startswith("relax-and-fix")  # the path that left the room idle
     nodes = {n.name: n for n in snapshot.nodes}
     used: dict[str, list[int]] = {name: [0, 0, 0] for name in nodes}
