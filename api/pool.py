@@ -7,9 +7,11 @@ two snapshots at once (threads could not: the fits and the model build hold the 
 - **Workers.** ``workers`` single-process ``ProcessPoolExecutor`` s, started with the ``spawn`` method
   (the service runs threads and an SQLite connection, which a forked child must not inherit). Each
   imports the planner once at start-up, ignores Ctrl-C (the service stops it), and keeps the model
-  fits of the last plan it made as the warm start of its next one (:mod:`api.work`). A request takes
-  the idle worker that finished most recently, so a client that plans one cluster again and again
-  (the daemon) keeps meeting its own warm fits. Warm fits never change a plan (``planner.plan``).
+  fits of the jobs it planned, across clusters, up to a bound (:class:`api.work.FitCache`), as the
+  warm start of later plans of the same job inputs. A request takes the idle worker that finished
+  most recently, so a lone client that plans one cluster again and again (the daemon) keeps meeting
+  its own warm fits; under concurrent clients a cluster is fitted once in each worker that plans it.
+  Warm fits never change a plan (``planner.plan``).
 - **The bounded queue.** At most ``workers + queue`` requests are admitted at once (running, or
   waiting for a worker). One more is refused at once with **429** and ``Retry-After``: the service is
   healthy but busy, the client should back off (a load balancer must not take a 429 for a dead

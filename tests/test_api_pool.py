@@ -10,7 +10,10 @@ Cases:
   for it; meanwhile ``/healthz`` and ``/metrics`` answer, and one more plan request, or a prediction,
   gets 429 with ``Retry-After`` in the error body's shape, counted in ``flowplan_rejected_total``;
   released, the waiting plan is the planner's;
-- **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503.
+- **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503;
+- **warm fits across clusters**: one worker plans cluster A, then B, then A again: the third plan fits
+  no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
+  but the measured seconds); a new point refits that one job only, a changed CPU measurement none.
 
 What is not the product: the route ``POST /test/hold`` that :func:`held_app` adds to the real app. It
 runs :func:`test_api_support.hold_worker` through the pool exactly as a plan runs (admitted, then a
@@ -22,11 +25,14 @@ an outcome, and nothing asserts on time).
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -237,3 +243,33 @@ def test_workers_of_a_killed_service_exit(tmp_path: Path) -> None:
     while not all(_gone(pid) for pid in workers):
         assert time.monotonic() < deadline, [pid for pid in workers if not _gone(pid)]
         time.sleep(0.05)
+
+
+def _active(snapshot: dict[str, Any]) -> int:
+    return sum(1 for job in snapshot["jobs"] if job.get("status") != "finished")
+
+
+def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore) -> None:
+    a = json.loads((REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes())
+    b = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
+    a_new_point = copy.deepcopy(a)  # one job reported one more epoch
+    last = a_new_point["jobs"][0]["history"][-1]
+    a_new_point["jobs"][0]["history"].append({"time": last["time"] + 30.0, "epoch": last["epoch"] + 1, "metric": last["metric"]})
+    a_cpu_used = copy.deepcopy(a_new_point)  # and then only its measured CPU use changed
+    a_cpu_used["jobs"][0]["cpu_used_millis"] = 7_000
+    # (snapshot, jobs whose models the plan must fit): A and B cold, A warm after B, one new point, no new point.
+    posts = [(a, _active(a)), (b, _active(b)), (a, 0), (a_new_point, 1), (a_cpu_used, 0)]
+    with ThreadServer(create_app(store, ApiSettings(plan_workers=1, plan_queue=0))) as srv:
+        with httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+            for snapshot, fitted in posts:
+                body = json.dumps(snapshot).encode()
+                resp = http.post("/v1/plan", content=body, params=NO_FILL)
+                assert resp.status_code == 200, resp.text
+                assert resp.headers["FlowPlan-Fitted-Jobs"] == str(fitted)
+                cold = plan(parse_snapshot(body), PlannerConfig()).plan
+                got = Plan.model_validate_json(resp.content)
+                assert got.model_dump_json(exclude=STRIP) == cold.model_dump_json(exclude=STRIP)
+                assert check_plan(parse_snapshot(body), got) == []
+            hits = sum(_active(s) - fitted for s, fitted in posts)
+            assert metric(http, 'flowplan_plan_fits_total{result="hit"}') == hits
+            assert metric(http, 'flowplan_plan_fits_total{result="miss"}') == sum(fitted for _, fitted in posts)
