@@ -19,14 +19,14 @@ from typing import Any
 
 from api.forecast import live_predictions
 from api.schemas import LivePredictions
+from api.settings import DEFAULT_FIT_CACHE_JOBS
 from planner import PlannerConfig, PlanResult, plan
 from planner.outlook import JobOutlook
 from planner.plan import Plan
 from planner.snapshot import MetricPoint, QoETarget, Snapshot
 
-#: Model fits a worker keeps, in jobs (least recently used dropped first; never fewer than the last
-#: plan's jobs). A fit holds its job's history: 10,000 jobs of a few hundred points is some 100 MiB.
-FIT_CACHE_JOBS = 10_000
+#: Model fits a worker keeps by default, in jobs (``FLOWPLAN_FIT_CACHE_JOBS``).
+FIT_CACHE_JOBS = DEFAULT_FIT_CACHE_JOBS
 
 
 class FitCache:
@@ -35,6 +35,7 @@ class FitCache:
     worker that kept only its last plan's fits would rarely meet the same cluster next."""
 
     def __init__(self, limit: int = FIT_CACHE_JOBS) -> None:
+        #: Jobs kept at most (least recently used dropped first), but never fewer than the last plan's.
         self.limit = limit
         self.fits: OrderedDict[str, JobOutlook] = OrderedDict()
 
@@ -55,12 +56,14 @@ class FitCache:
 _FITS = FitCache()
 
 
-def warm_up() -> None:
-    """A worker's initializer: the imports above are done by now (this module is loaded to call it).
+def warm_up(fit_cache_jobs: int = FIT_CACHE_JOBS) -> None:
+    """A worker's initializer: the imports above are done by now (this module is loaded to call it);
+    its fit cache keeps ``fit_cache_jobs`` jobs.
 
     Ctrl-C in a terminal reaches the whole process group: ignored here, the service shuts its workers
     down itself. A service killed outright (SIGKILL, the OOM killer) cannot: the worker then exits as
     soon as its parent is gone, instead of waiting forever on a queue whose writing end it holds too."""
+    _FITS.limit = fit_cache_jobs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:

@@ -13,7 +13,9 @@ Cases:
 - **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503;
 - **warm fits across clusters**: one worker plans cluster A, then B, then A again: the third plan fits
   no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
-  but the measured seconds); a new point refits that one job only, a changed CPU measurement none.
+  but the measured seconds); a new point refits that one job only, a changed CPU measurement none;
+  with ``fit_cache_jobs=0`` the worker keeps its last plan's fits only, and A after B is cold;
+- **settings**: a bad ``FLOWPLAN_*`` value is a one-line error naming the variable and the value.
 
 What is not the product: the route ``POST /test/hold`` that :func:`held_app` adds to the real app. It
 runs :func:`test_api_support.hold_worker` through the pool exactly as a plan runs (admitted, then a
@@ -31,6 +33,7 @@ import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -196,12 +199,15 @@ def test_settings_name_the_variable_and_value() -> None:
         ({"FLOWPLAN_PLAN_WORKERS": "0"}, "FLOWPLAN_PLAN_WORKERS: must be between 1 and 256 (got 0)"),
         ({"FLOWPLAN_PLAN_WORKERS": "two"}, "FLOWPLAN_PLAN_WORKERS: not an integer ('two')"),
         ({"FLOWPLAN_PLAN_QUEUE": "-1"}, "FLOWPLAN_PLAN_QUEUE: must be between 0 and 100000 (got -1)"),
+        ({"FLOWPLAN_FIT_CACHE_JOBS": "-5"}, "FLOWPLAN_FIT_CACHE_JOBS: must be between 0 and 10000000 (got -5)"),
+        ({"FLOWPLAN_FIT_CACHE_JOBS": "1e3"}, "FLOWPLAN_FIT_CACHE_JOBS: not an integer ('1e3')"),
     ):
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
             ApiSettings.from_env(env)
     settings = ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3"})
     assert (settings.workers, settings.queue) == (3, 3)
     assert ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3", "FLOWPLAN_PLAN_QUEUE": "0"}).queue == 0
+    assert settings.fit_cache_jobs == 10_000 and ApiSettings.from_env({"FLOWPLAN_FIT_CACHE_JOBS": "0"}).fit_cache_jobs == 0
 
 
 def _children(pid: int, marker: str) -> list[int]:
@@ -249,7 +255,9 @@ def _active(snapshot: dict[str, Any]) -> int:
     return sum(1 for job in snapshot["jobs"] if job.get("status") != "finished")
 
 
-def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore) -> None:
+@pytest.mark.parametrize("fit_cache_jobs", [None, 0])
+def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore, fit_cache_jobs: int | None) -> None:
+    """With ``FLOWPLAN_FIT_CACHE_JOBS=0`` a worker keeps only its last plan's fits: A after B is cold."""
     a = json.loads((REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes())
     b = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
     a_new_point = copy.deepcopy(a)  # one job reported one more epoch
@@ -258,8 +266,12 @@ def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore) 
     a_cpu_used = copy.deepcopy(a_new_point)  # and then only its measured CPU use changed
     a_cpu_used["jobs"][0]["cpu_used_millis"] = 7_000
     # (snapshot, jobs whose models the plan must fit): A and B cold, A warm after B, one new point, no new point.
-    posts = [(a, _active(a)), (b, _active(b)), (a, 0), (a_new_point, 1), (a_cpu_used, 0)]
-    with ThreadServer(create_app(store, ApiSettings(plan_workers=1, plan_queue=0))) as srv:
+    again = 0 if fit_cache_jobs is None else _active(a)
+    posts = [(a, _active(a)), (b, _active(b)), (a, again), (a_new_point, 1), (a_cpu_used, 0)]
+    settings = ApiSettings(plan_workers=1, plan_queue=0)
+    if fit_cache_jobs is not None:
+        settings = replace(settings, fit_cache_jobs=fit_cache_jobs)
+    with ThreadServer(create_app(store, settings)) as srv:
         with httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
             for snapshot, fitted in posts:
                 body = json.dumps(snapshot).encode()
