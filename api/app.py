@@ -121,7 +121,7 @@ def _fill_from_store(store: StateStore, snapshot: Snapshot) -> Snapshot:
 def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     metrics = ServiceMetrics()
-    pool = WorkerPool(settings.workers, settings.queue, metrics, fit_cache_jobs=settings.fit_cache_jobs)
+    pool = WorkerPool(settings.workers, settings.queue, metrics, fit_cache_jobs=settings.fit_cache_jobs, nice=settings.plan_nice)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

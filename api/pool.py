@@ -6,7 +6,8 @@ two snapshots at once (threads could not: the fits and the model build hold the 
 
 - **Workers.** ``workers`` single-process ``ProcessPoolExecutor`` s, started with the ``spawn`` method
   (the service runs threads and an SQLite connection, which a forked child must not inherit). Each
-  imports the planner once at start-up, ignores Ctrl-C (the service stops it), and keeps the model
+  imports the planner once at start-up, ignores Ctrl-C (the service stops it), runs ``nice`` steps
+  below the service process (on a busy CPU the event loop comes first), and keeps the model
   fits of the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
   warm start of later plans of the same job inputs. A request takes the idle worker that finished
   most recently, so a lone client that plans one cluster again and again (the daemon) keeps meeting
@@ -61,14 +62,14 @@ class Unavailable(ApiError):
 class _Worker:
     """One worker process (a one-process executor): requests are sent to a chosen worker."""
 
-    def __init__(self, index: int, fit_cache_jobs: int) -> None:
+    def __init__(self, index: int, fit_cache_jobs: int, nice: int) -> None:
         self.index = index
-        self.fit_cache_jobs = fit_cache_jobs
+        self.initargs = (fit_cache_jobs, nice)
         self.executor = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(1, mp_context=spawn, initializer=warm_up, initargs=(self.fit_cache_jobs,))
+        return ProcessPoolExecutor(1, mp_context=spawn, initializer=warm_up, initargs=self.initargs)
 
     def restart(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -78,12 +79,15 @@ class _Worker:
 class WorkerPool:
     """``workers`` worker processes behind a queue of at most ``queue`` waiting requests; see the module."""
 
-    def __init__(self, workers: int, queue: int, metrics: ServiceMetrics, fit_cache_jobs: int = FIT_CACHE_JOBS) -> None:
+    def __init__(
+        self, workers: int, queue: int, metrics: ServiceMetrics, fit_cache_jobs: int = FIT_CACHE_JOBS, nice: int = 0
+    ) -> None:
         if workers < 1 or queue < 0:
             raise ValueError(f"workers must be >= 1 and queue >= 0 (got {workers}, {queue})")
         self.workers = workers
         self.queue = queue
         self.fit_cache_jobs = fit_cache_jobs
+        self.nice = nice
         self.metrics = metrics
         self.admitted = 0
         self.closing = False
@@ -108,7 +112,7 @@ class WorkerPool:
             return
         self._idle = asyncio.LifoQueue()
         for i in range(self.workers):
-            worker = _Worker(i, self.fit_cache_jobs)
+            worker = _Worker(i, self.fit_cache_jobs, self.nice)
             worker.executor.submit(int)  # starts the process: its initializer imports the planner
             self._all.append(worker)
             self._idle.put_nowait(worker)

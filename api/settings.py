@@ -10,7 +10,9 @@ Environment variables:
 - ``FLOWPLAN_PLAN_QUEUE``: requests that may wait for a busy worker before the service answers 429
   (default: as many as there are workers). See :mod:`api.pool`;
 - ``FLOWPLAN_FIT_CACHE_JOBS``: jobs whose model fits each worker keeps for later plans (default
-  10,000; 0 keeps only the last plan's). See :class:`api.work.FitCache`.
+  10,000; 0 keeps only the last plan's). See :class:`api.work.FitCache`;
+- ``FLOWPLAN_PLAN_NICE``: how many ``nice`` steps the workers run below the service process (0-19,
+  default 10), so that on a busy CPU health, metrics and ingestion come before plans.
 
 With neither token set the service is open, and ``flowplan serve`` binds to a loopback address only.
 """
@@ -26,6 +28,7 @@ from planner.config import SolverName
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: A fit with a short history is ~17 KiB (measured on 50-job workload snapshots): ~170 MiB a worker.
 DEFAULT_FIT_CACHE_JOBS = 10_000
+DEFAULT_PLAN_NICE = 10
 
 
 def usable_cpus() -> int:
@@ -77,6 +80,8 @@ class ApiSettings:
     plan_queue: int | None = None
     #: Jobs whose model fits each worker keeps (least recently used dropped; never the last plan's).
     fit_cache_jobs: int = DEFAULT_FIT_CACHE_JOBS
+    #: ``nice`` steps the workers run below the service process (the event loop first on a busy CPU).
+    plan_nice: int = DEFAULT_PLAN_NICE
 
     @property
     def workers(self) -> int:
@@ -106,4 +111,5 @@ class ApiSettings:
             plan_workers=_whole(env, "FLOWPLAN_PLAN_WORKERS", 1, 256),
             plan_queue=_whole(env, "FLOWPLAN_PLAN_QUEUE", 0, 100_000),
             fit_cache_jobs=_or(_whole(env, "FLOWPLAN_FIT_CACHE_JOBS", 0, 10_000_000), DEFAULT_FIT_CACHE_JOBS),
+            plan_nice=_or(_whole(env, "FLOWPLAN_PLAN_NICE", 0, 19), DEFAULT_PLAN_NICE),
         )

@@ -15,6 +15,7 @@ Cases:
   no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
   but the measured seconds); a new point refits that one job only, a changed CPU measurement none;
   with ``fit_cache_jobs=0`` the worker keeps its last plan's fits only, and A after B is cold;
+- **priority**: a worker runs ``nice`` steps below the service process (read in the worker);
 - **settings**: a bad ``FLOWPLAN_*`` value is a one-line error naming the variable and the value.
 
 What is not the product: the route ``POST /test/hold`` that :func:`held_app` adds to the real app. It
@@ -194,6 +195,20 @@ def test_a_closing_pool_answers_503_with_retry_after() -> None:
     assert metrics.rejected.labels(reason="shutting_down")._value.get() == 1
 
 
+def test_workers_run_below_the_service_process() -> None:
+    """The worker's own niceness, read in the worker (``os.nice(0)`` there), is the service's plus ``nice``."""
+    pool = WorkerPool(1, 0, ServiceMetrics(), nice=7)
+
+    async def worker_niceness() -> int:
+        try:
+            with pool.admit():
+                return await pool.run(os.nice, 0)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(worker_niceness()) == min(os.nice(0) + 7, 19)
+
+
 def test_settings_name_the_variable_and_value() -> None:
     for env, words in (
         ({"FLOWPLAN_PLAN_WORKERS": "0"}, "FLOWPLAN_PLAN_WORKERS: must be between 1 and 256 (got 0)"),
@@ -201,6 +216,7 @@ def test_settings_name_the_variable_and_value() -> None:
         ({"FLOWPLAN_PLAN_QUEUE": "-1"}, "FLOWPLAN_PLAN_QUEUE: must be between 0 and 100000 (got -1)"),
         ({"FLOWPLAN_FIT_CACHE_JOBS": "-5"}, "FLOWPLAN_FIT_CACHE_JOBS: must be between 0 and 10000000 (got -5)"),
         ({"FLOWPLAN_FIT_CACHE_JOBS": "1e3"}, "FLOWPLAN_FIT_CACHE_JOBS: not an integer ('1e3')"),
+        ({"FLOWPLAN_PLAN_NICE": "20"}, "FLOWPLAN_PLAN_NICE: must be between 0 and 19 (got 20)"),
     ):
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
             ApiSettings.from_env(env)
@@ -208,6 +224,7 @@ def test_settings_name_the_variable_and_value() -> None:
     assert (settings.workers, settings.queue) == (3, 3)
     assert ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3", "FLOWPLAN_PLAN_QUEUE": "0"}).queue == 0
     assert settings.fit_cache_jobs == 10_000 and ApiSettings.from_env({"FLOWPLAN_FIT_CACHE_JOBS": "0"}).fit_cache_jobs == 0
+    assert settings.plan_nice == 10 and ApiSettings.from_env({"FLOWPLAN_PLAN_NICE": "0"}).plan_nice == 0
 
 
 def _children(pid: int, marker: str) -> list[int]:
