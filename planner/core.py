@@ -89,7 +89,7 @@ def _outlooks(
     config: PlannerConfig,
     previous: PlanResult | None,
     truth: Mapping[str, JobTruth] | None,
-    fits: Mapping[str, JobOutlook] | None,
+    fits: Mapping[str, JobOutlook] | None = None,
 ) -> dict[str, tuple[str, JobOutlook]]:
     prior_fits = {digest: got for digest, got in previous.outlooks.values()} if previous is not None else {}
     settings_json = snapshot.settings.model_dump_json()
