@@ -7,8 +7,8 @@ two snapshots at once (threads could not: the fits and the model build hold the 
 - **Workers.** ``workers`` single-process ``ProcessPoolExecutor`` s, started with the ``spawn`` method
   (the service runs threads and an SQLite connection, which a forked child must not inherit). Each
   imports the planner once at start-up, ignores Ctrl-C (the service stops it), runs ``nice`` steps
-  below the service process (on a busy CPU the event loop comes first), and keeps the model
-  fits of the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
+  below the service process (on a busy CPU the event loop comes first), and keeps the model fits of
+  the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
   warm start of later plans of the same job inputs. A request takes the idle worker that finished
   most recently, so a lone client that plans one cluster again and again (the daemon) keeps meeting
   its own warm fits; under concurrent clients a cluster is fitted once in each worker that plans it.

@@ -1,10 +1,10 @@
 """What the service's worker processes run (:mod:`api.pool` sends it there): plans and live predictions.
 
 Every function here is module-level and takes and returns picklable values, as the ``spawn`` start
-method needs. The planner stays a pure function: a worker lends it the model fits it
-kept from earlier plans (:class:`FitCache`), which are used only for jobs whose inputs did not change
-and never change a plan (``planner.plan``); ``plan`` checks every plan with the independent checker before returning it, so
-a plan leaves the worker checked.
+method needs. The planner stays a pure function: a worker lends it the model fits it kept from
+earlier plans (:class:`FitCache`), which are used only for jobs whose inputs did not change and
+never change a plan (``planner.plan``); ``plan`` checks every plan with the independent checker
+before returning it, so a plan leaves the worker checked.
 """
 
 from __future__ import annotations
