@@ -121,7 +121,7 @@ def _fill_from_store(store: StateStore, snapshot: Snapshot) -> Snapshot:
 def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     metrics = ServiceMetrics()
-    pool = WorkerPool(settings.workers, settings.queue, metrics)
+    pool = WorkerPool(settings.workers, settings.queue, metrics, fit_cache_jobs=settings.fit_cache_jobs, nice=settings.plan_nice)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -221,24 +221,31 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     ) -> Response:
         """The same contract and checker as `flowplan plan`: a Snapshot (`apiVersion: flowplan/v1`) in,
         the Plan out. The plan is stored; `Location` and `FlowPlan-Plan-Id` name it. A worker process
-        plans; with every worker busy and the queue full the answer is 429 with `Retry-After`."""
+        plans; with every worker busy and the queue full the answer is 429 with `Retry-After`.
+        `FlowPlan-Fitted-Jobs` says how many jobs' models this plan fitted; the others' fits were the
+        worker's from an earlier plan of the same job inputs (they never change the plan)."""
         body = await request.body()
 
-        def parse() -> Snapshot:
+        def parse() -> tuple[Snapshot, str]:
             try:
                 snapshot = parse_snapshot(body)
             except SnapshotError as exc:
                 raise ApiError(exc.message, exc.field, status=422) from None
-            return _fill_from_store(store, snapshot) if fill_from_store else snapshot
+            snapshot = _fill_from_store(store, snapshot) if fill_from_store else snapshot
+            return snapshot, snapshot.model_dump_json()  # what the worker gets (api.work.plan_snapshot)
 
         config = PlannerConfig(solver=solver or settings.solver, time_limit=time_limit or settings.time_limit)
         with pool.admit():
-            snap = await run_in_threadpool(parse)
-            plan_obj = await pool.run(plan_snapshot, snap, config)
+            snap, snap_json = await run_in_threadpool(parse)
+            plan_obj, hits, misses = await pool.run(plan_snapshot, snap_json, config)
             plan_id = await run_in_threadpool(store.save_plan, plan_obj, snap)
         metrics.plans.labels(solver=plan_obj.solver.name, status=plan_obj.solver.status).inc()
         metrics.solve_seconds.observe(plan_obj.solver.seconds)
-        return _plan_response(plan_id, plan_obj, status=200)
+        metrics.fits.labels(result="hit").inc(hits)
+        metrics.fits.labels(result="miss").inc(misses)
+        response = _plan_response(plan_id, plan_obj, status=200)
+        response.headers["FlowPlan-Fitted-Jobs"] = str(misses)
+        return response
 
     @app.post(
         "/v1/jobs/{job_id:path}/metrics",

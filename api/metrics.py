@@ -20,6 +20,12 @@ class ServiceMetrics:
         self.solve_seconds = Histogram(
             "flowplan_plan_seconds", "Wall time of a planning call (models, solve, check).", buckets=SOLVE_BUCKETS, registry=r
         )
+        self.fits = Counter(
+            "flowplan_plan_fits",
+            "Jobs planned, by whether their model fits came from the worker's cache (hit) or were fitted (miss).",
+            ["result"],
+            registry=r,
+        )
         self.points = Counter("flowplan_points_ingested", "Metric points stored.", registry=r)
         self.duplicates = Counter("flowplan_points_duplicate", "Metric points ignored as already stored.", registry=r)
         self.errors = Counter("flowplan_errors", "Error responses, by HTTP status.", ["status"], registry=r)

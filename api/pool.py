@@ -6,10 +6,13 @@ two snapshots at once (threads could not: the fits and the model build hold the 
 
 - **Workers.** ``workers`` single-process ``ProcessPoolExecutor`` s, started with the ``spawn`` method
   (the service runs threads and an SQLite connection, which a forked child must not inherit). Each
-  imports the planner once at start-up, ignores Ctrl-C (the service stops it), and keeps the model
-  fits of the last plan it made as the warm start of its next one (:mod:`api.work`). A request takes
-  the idle worker that finished most recently, so a client that plans one cluster again and again
-  (the daemon) keeps meeting its own warm fits. Warm fits never change a plan (``planner.plan``).
+  imports the planner once at start-up, ignores Ctrl-C (the service stops it), runs ``nice`` steps
+  below the service process (on a busy CPU the event loop comes first), and keeps the model fits of
+  the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
+  warm start of later plans of the same job inputs. A request takes the idle worker that finished
+  most recently, so a lone client that plans one cluster again and again (the daemon) keeps meeting
+  its own warm fits; under concurrent clients a cluster is fitted once in each worker that plans it.
+  Warm fits never change a plan (``planner.plan``).
 - **The bounded queue.** At most ``workers + queue`` requests are admitted at once (running, or
   waiting for a worker). One more is refused at once with **429** and ``Retry-After``: the service is
   healthy but busy, the client should back off (a load balancer must not take a 429 for a dead
@@ -36,7 +39,7 @@ from typing import Any, TypeVar
 
 from api.errors import ApiError
 from api.metrics import ServiceMetrics
-from api.work import warm_up
+from api.work import FIT_CACHE_JOBS, warm_up
 
 T = TypeVar("T")
 
@@ -59,23 +62,32 @@ class Unavailable(ApiError):
 class _Worker:
     """One worker process (a one-process executor): requests are sent to a chosen worker."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, fit_cache_jobs: int, nice: int) -> None:
         self.index = index
-        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=warm_up)
+        self.initargs = (fit_cache_jobs, nice)
+        self.executor = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        spawn = multiprocessing.get_context("spawn")
+        return ProcessPoolExecutor(1, mp_context=spawn, initializer=warm_up, initargs=self.initargs)
 
     def restart(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
-        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=warm_up)
+        self.executor = self._start()
 
 
 class WorkerPool:
     """``workers`` worker processes behind a queue of at most ``queue`` waiting requests; see the module."""
 
-    def __init__(self, workers: int, queue: int, metrics: ServiceMetrics) -> None:
+    def __init__(
+        self, workers: int, queue: int, metrics: ServiceMetrics, fit_cache_jobs: int = FIT_CACHE_JOBS, nice: int = 0
+    ) -> None:
         if workers < 1 or queue < 0:
             raise ValueError(f"workers must be >= 1 and queue >= 0 (got {workers}, {queue})")
         self.workers = workers
         self.queue = queue
+        self.fit_cache_jobs = fit_cache_jobs
+        self.nice = nice
         self.metrics = metrics
         self.admitted = 0
         self.closing = False
@@ -100,7 +112,7 @@ class WorkerPool:
             return
         self._idle = asyncio.LifoQueue()
         for i in range(self.workers):
-            worker = _Worker(i)
+            worker = _Worker(i, self.fit_cache_jobs, self.nice)
             worker.executor.submit(int)  # starts the process: its initializer imports the planner
             self._all.append(worker)
             self._idle.put_nowait(worker)

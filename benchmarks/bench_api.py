@@ -18,12 +18,21 @@ Starts ``flowplan serve`` (one uvicorn process, a fresh state file), then:
    the ``Retry-After`` it was given before its next request. Prints p50 / p99 of the accepted plans,
    of ``/healthz`` and of ``/metrics``, and the rejections.
 
+4. **Warm 50-job plans** (``--phases warm``): ``--clients`` clients each re-plan their own cluster (a
+   50-job snapshot of :mod:`benchmarks.workload` on ``--nodes`` nodes) ``--rounds`` + 1 times, back to
+   back, while one more client polls ``/healthz`` and ``/metrics``. The plans are reported as each
+   client's *first* and its *repeat* ones, and by ``FlowPlan-Fitted-Jobs``: *warm* (every fit was the
+   worker's already) and *fitting* (some were fitted), each with the planner's own time
+   (``solver.seconds``) beside the client's latency, which includes waiting for a worker.
+
 Bounded: at most ``--points`` points and ``--seconds`` of ingestion, ``2 x --plans`` plan requests,
-``--clients x --rounds x 3`` requests under load. Figures vary with the machine and its load; nothing
+``--clients x --rounds x 3`` requests under load, ``--clients x (--rounds + 1)`` warm. Figures vary
+with the machine and its load; nothing
 here asserts a time.
 
     python benchmarks/bench_api.py [--clients 8] [--batch 100] [--points 200000] [--seconds 20] [--plans 60]
     python benchmarks/bench_api.py --phases load [--clients 8] [--rounds 5]    # only phase 3
+    python benchmarks/bench_api.py --phases warm [--clients 8] [--rounds 5] [--queue 6]    # only phase 4
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -192,29 +202,43 @@ def _percentiles(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Phase 3: ``--clients`` planning clients on the example snapshots, one client polling health and metrics."""
-    bodies = [path.read_bytes() for path in sorted((REPO / "examples" / "snapshots").glob("*.json"))]
+@dataclass(frozen=True)
+class Answer:
+    """One plan request of a load phase, as its client saw it."""
+
+    client: int
+    index: int
+    status: int
+    seconds: float
+    planner_seconds: float | None = None  # the plan's own ``solver.seconds`` (200 only)
+    fitted: int | None = None  # ``FlowPlan-Fitted-Jobs``: jobs whose models this plan fitted (200 only)
+
+
+def _clients_and_poller(
+    url: str, args: argparse.Namespace, bodies: list[list[bytes]]
+) -> tuple[list[Answer], dict[str, list[float]], float]:
+    """Client ``k`` posts ``bodies[k]`` in order, back to back, while one more client polls ``/healthz``
+    and ``/metrics`` every ``--poll-ms``. A client told 429/503 waits the ``Retry-After`` it was given
+    before its next body (the refused one is not posted again). Returns every answer, the polls'
+    latencies and the wall time."""
     lock = threading.Lock()
-    plans: list[float] = []
-    statuses: dict[int, int] = {}
+    answers: list[Answer] = []
     done = threading.Event()
     headers = {"content-type": "application/json"}
-    with httpx.Client(base_url=url, timeout=300, headers=headers) as http:
-        for body in bodies:  # warm-up, not counted: imports and solver start-up (in each worker, if any)
-            http.post("/v1/plan", content=body).raise_for_status()
 
     def planner_client(k: int) -> None:
         with httpx.Client(base_url=url, timeout=300, headers=headers) as http:
-            for i in range(args.rounds * len(bodies)):
-                body = bodies[(k + i) % len(bodies)]
+            for i, body in enumerate(bodies[k]):
                 t = time.perf_counter()
                 resp = http.post("/v1/plan", content=body)
                 dt = time.perf_counter() - t
+                if resp.status_code == 200:
+                    fitted = resp.headers.get("flowplan-fitted-jobs")  # absent from services before it
+                    got = Answer(k, i, 200, dt, resp.json()["solver"]["seconds"], None if fitted is None else int(fitted))
+                else:
+                    got = Answer(k, i, resp.status_code, dt)
                 with lock:
-                    statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
-                    if resp.status_code == 200:
-                        plans.append(dt)
+                    answers.append(got)
                 if resp.status_code in (429, 503):
                     time.sleep(float(resp.headers.get("retry-after", "1")))
                 elif resp.status_code != 200:
@@ -232,7 +256,7 @@ def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]
                 done.wait(args.poll_ms / 1000)
 
     watcher = threading.Thread(target=poller)
-    clients = [threading.Thread(target=planner_client, args=(k,)) for k in range(args.clients)]
+    clients = [threading.Thread(target=planner_client, args=(k,)) for k in range(len(bodies))]
     start = time.perf_counter()
     watcher.start()
     for th in clients:
@@ -242,12 +266,59 @@ def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]
     wall = time.perf_counter() - start
     done.set()
     watcher.join()
+    return answers, polls, wall
+
+
+def _load_report(answers: list[Answer], polls: dict[str, list[float]], wall: float) -> dict[str, dict[str, float]]:
+    statuses: dict[str, float] = {}
+    for a in answers:
+        statuses[str(a.status)] = statuses.get(str(a.status), 0) + 1
     return {
-        "plan": {**_percentiles(plans), "wall_s": wall},
+        "plan": {**_percentiles([a.seconds for a in answers if a.status == 200]), "wall_s": wall},
         "healthz": _percentiles(polls["/healthz"]),
         "metrics": _percentiles(polls["/metrics"]),
-        "status": {str(k): float(v) for k, v in sorted(statuses.items())},
+        "status": dict(sorted(statuses.items())),
     }
+
+
+def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Phase 3: ``--clients`` planning clients on the example snapshots, one client polling health and metrics."""
+    examples = [path.read_bytes() for path in sorted((REPO / "examples" / "snapshots").glob("*.json"))]
+    with httpx.Client(base_url=url, timeout=300, headers={"content-type": "application/json"}) as http:
+        for body in examples:  # warm-up, not counted: imports and solver start-up (in each worker, if any)
+            http.post("/v1/plan", content=body).raise_for_status()
+    bodies = [[examples[(k + i) % len(examples)] for i in range(args.rounds * len(examples))] for k in range(args.clients)]
+    return _load_report(*_clients_and_poller(url, args, bodies))
+
+
+def warm_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Phase ``warm``: ``--clients`` clients, each re-planning its own cluster (a 50-job snapshot of
+    :mod:`benchmarks.workload` on ``--nodes`` nodes, seed 2000 + client) ``--rounds`` + 1 times back to
+    back, one client polling health and metrics. Plans are reported as each client's *first* and the
+    *repeat* ones, and by ``FlowPlan-Fitted-Jobs``: *warm* (every job's fits were the worker's
+    already) and *fitting* (some job's models were fitted: the cold ones)."""
+    data = default_data_dir()
+    snapshots = [
+        make_snapshot(50, args.nodes, seed=2000 + k, data_dir=data).model_dump_json().encode() for k in range(args.clients)
+    ]
+    with httpx.Client(base_url=url, timeout=300, headers={"content-type": "application/json"}) as http:
+        # Imports and solver start-up, not counted: a snapshot of no client's cluster.
+        http.post(
+            "/v1/plan", content=make_snapshot(50, args.nodes, seed=1999, data_dir=data).model_dump_json()
+        ).raise_for_status()
+    answers, polls, wall = _clients_and_poller(url, args, [[body] * (args.rounds + 1) for body in snapshots])
+    out = _load_report(answers, polls, wall)
+    planned = [a for a in answers if a.status == 200]
+    groups = {
+        "first": [a for a in planned if a.index == 0],
+        "repeat": [a for a in planned if a.index > 0],
+        "warm": [a for a in planned if a.fitted == 0],
+        "fitting": [a for a in planned if a.fitted],
+    }
+    for name, subset in groups.items():
+        planner = _percentiles([a.planner_seconds for a in subset if a.planner_seconds is not None])
+        out[name] = {**_percentiles([a.seconds for a in subset]), **{f"planner_{k}": v for k, v in planner.items() if k != "n"}}
+    return out
 
 
 def main() -> None:
@@ -259,15 +330,23 @@ def main() -> None:
     p.add_argument("--plans", type=int, default=60, help="plan requests per mode")
     p.add_argument("--nodes", type=int, default=20, help="nodes in the 50-job snapshot")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL", help="SQLite synchronous mode of the store")
-    p.add_argument("--phases", default="ingest,plan,load", help="which phases to run (default: ingest,plan,load)")
-    p.add_argument("--rounds", type=int, default=5, help="load phase: times each client posts every example snapshot")
+    p.add_argument(
+        "--phases", default="ingest,plan,load", help="which phases to run: ingest, plan, load, warm (default: ingest,plan,load)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="load: times each client posts every example snapshot; warm: re-plans after the first",
+    )
     p.add_argument("--poll-ms", type=float, default=50.0, help="load phase: pause between health/metrics polls")
     p.add_argument("--workers", type=int, help="FLOWPLAN_PLAN_WORKERS for the server (default: its own)")
     p.add_argument("--queue", type=int, help="FLOWPLAN_PLAN_QUEUE for the server (default: its own)")
     args = p.parse_args()
     phases = set(args.phases.split(","))
-    if phases - {"ingest", "plan", "load"}:
-        p.error(f"--phases: unknown phase(s) {sorted(phases - {'ingest', 'plan', 'load'})} (known: ingest, plan, load)")
+    known = {"ingest", "plan", "load", "warm"}
+    if phases - known:
+        p.error(f"--phases: unknown phase(s) {sorted(phases - known)} (known: ingest, plan, load, warm)")
     env_extra = {}
     if args.workers is not None:
         env_extra["FLOWPLAN_PLAN_WORKERS"] = str(args.workers)
@@ -275,6 +354,7 @@ def main() -> None:
         env_extra["FLOWPLAN_PLAN_QUEUE"] = str(args.queue)
     curves = measured_curves(default_data_dir())
     print(f"cores: {os.cpu_count()}; {len(curves)} measured curves; store synchronous={args.synchronous}")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "bench.db"
         server = Server(state, args.synchronous, env_extra)
@@ -282,6 +362,7 @@ def main() -> None:
             ing = ingest(server, curves, args) if "ingest" in phases else None
             plans = plan_latency(server.url, args) if "plan" in phases else {}
             load = under_load(server.url, args) if "load" in phases else None
+            warm = warm_load(server.url, args) if "warm" in phases else None
         finally:
             server.stop()
         with StateStore(state) as store:
@@ -294,17 +375,21 @@ def main() -> None:
             f"max {r['max_ms']:.0f} ms over {r['requests']:.0f} requests (planner alone p50 {r['planner_p50_ms']:.0f} ms)"
         )
     if load is not None:
-        pl = load["plan"]
-        print(
-            f"under load: {args.clients} clients x {args.rounds} rounds of the example snapshots in {pl['wall_s']:.1f} s; "
-            f"responses {', '.join(f'{k}: {v:.0f}' for k, v in load['status'].items())}"
-        )
-        for what in ("plan", "healthz", "metrics"):
-            r = load[what]
-            print(
-                f"  {what:8s} p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms "
-                f"({r['n']:.0f} answered)"
-            )
+        print_load(f"under load: {args.clients} clients x {args.rounds} rounds of the example snapshots", load, ("plan",))
+    if warm is not None:
+        what = f"warm: {args.clients} clients x {args.rounds + 1} plans of their own 50-job, {args.nodes}-node cluster"
+        print_load(what, warm, ("first", "repeat", "warm", "fitting"))
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def print_load(what: str, load: dict[str, dict[str, float]], plans: tuple[str, ...]) -> None:
+    print(f"{what} in {load['plan']['wall_s']:.1f} s; responses {', '.join(f'{k}: {v:.0f}' for k, v in load['status'].items())}")
+    for name in (*plans, "healthz", "metrics"):
+        r = load[name]
+        line = f"  {name:8s} p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms ({r['n']:.0f} answered)"
+        if "planner_p50_ms" in r:
+            line += f"; planner alone p50 {r['planner_p50_ms']:.1f} ms, p99 {r['planner_p99_ms']:.1f} ms"
+        print(line)
 
 
 def report_ingest(ing: dict[str, float], stored: int, args: argparse.Namespace) -> None:

@@ -2,8 +2,8 @@
 
 Named steps: outlooks (fit models) → build (candidates, options, warm start) → solve (backend, or
 parts of a decomposed problem) → decode → check. The same snapshot and config always give the same
-plan (except ``solver.seconds``, the measured wall time). ``previous`` only lends cached model fits
-for jobs whose inputs did not change; it never changes the answer.
+plan (except ``solver.seconds``, the measured wall time). ``previous`` and ``fits`` only lend cached
+model fits for jobs whose inputs did not change (same digest); they never change the answer.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from planner.split import apply_split
 
 @dataclass(frozen=True)
 class PlanResult:
-    """A plan plus what a later call may reuse (``outlooks``: model fits keyed by job input digest)."""
+    """A plan plus what a later call may reuse (``outlooks``: job id -> (job input digest, model fit))."""
 
     plan: Plan
     outlooks: dict[str, tuple[str, JobOutlook]] = field(default_factory=dict)
@@ -85,9 +85,13 @@ def _fitted_outlooks(jobs: list[Job], snapshot: Snapshot, config: PlannerConfig)
 
 
 def _outlooks(
-    snapshot: Snapshot, config: PlannerConfig, previous: PlanResult | None, truth: Mapping[str, JobTruth] | None
+    snapshot: Snapshot,
+    config: PlannerConfig,
+    previous: PlanResult | None,
+    truth: Mapping[str, JobTruth] | None,
+    fits: Mapping[str, JobOutlook] | None = None,
 ) -> dict[str, tuple[str, JobOutlook]]:
-    cache = previous.outlooks if previous is not None else {}
+    prior_fits = {digest: got for digest, got in previous.outlooks.values()} if previous is not None else {}
     settings_json = snapshot.settings.model_dump_json()
     # In the snapshot's order: (job id, digest, the outlook, or None for a job to fit below).
     entries: list[tuple[str, str, JobOutlook | None]] = []
@@ -100,9 +104,11 @@ def _outlooks(
             entries.append((job.id, "truth", outlook_from_truth(job, known)))  # never reused: the truth changes
             continue
         digest = _job_digest(settings_json, job, config)
-        hit = cache.get(job.id)
-        if hit is not None and hit[0] == digest:
-            entries.append((job.id, digest, hit[1]))
+        hit = prior_fits.get(digest) or (fits.get(digest) if fits is not None else None)
+        if hit is not None:
+            # The digest leaves out what no fit reads (the measured CPU use): the outlook carries this
+            # snapshot's job, so a reused fit plans exactly as a fresh one.
+            entries.append((job.id, digest, replace(hit, job=job)))
         else:
             entries.append((job.id, digest, None))
             misses.append(job)
@@ -289,8 +295,13 @@ def plan(
     *,
     previous: PlanResult | None = None,
     truth: Mapping[str, JobTruth] | None = None,
+    fits: Mapping[str, JobOutlook] | None = None,
 ) -> PlanResult:
     """Plan one control interval for ``snapshot``; see the module docstring.
+
+    ``fits`` (job input digest -> outlook, as in :attr:`PlanResult.outlooks`) lends model fits like
+    ``previous`` does, from any number of earlier plans (a service's cache of many clusters' jobs); it
+    is only read. Neither changes the plan.
 
     ``truth`` (job id -> :class:`~planner.outlook.JobTruth`) replaces the fitted models of those jobs
     by what really remains: only the oracle policy passes it.
@@ -299,7 +310,7 @@ def plan(
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
-    outlooks = _outlooks(snapshot, config, previous, truth)
+    outlooks = _outlooks(snapshot, config, previous, truth, fits)
     timings["models"] = time.perf_counter() - t0
 
     t = time.perf_counter()

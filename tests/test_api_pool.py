@@ -10,7 +10,13 @@ Cases:
   for it; meanwhile ``/healthz`` and ``/metrics`` answer, and one more plan request, or a prediction,
   gets 429 with ``Retry-After`` in the error body's shape, counted in ``flowplan_rejected_total``;
   released, the waiting plan is the planner's;
-- **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503.
+- **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503;
+- **warm fits across clusters**: one worker plans cluster A, then B, then A again: the third plan fits
+  no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
+  but the measured seconds); a new point refits that one job only, a changed CPU measurement none;
+  with ``fit_cache_jobs=0`` the worker keeps its last plan's fits only, and A after B is cold;
+- **priority**: a worker runs ``nice`` steps below the service process (read in the worker);
+- **settings**: a bad ``FLOWPLAN_*`` value is a one-line error naming the variable and the value.
 
 What is not the product: the route ``POST /test/hold`` that :func:`held_app` adds to the real app. It
 runs :func:`test_api_support.hold_worker` through the pool exactly as a plan runs (admitted, then a
@@ -22,11 +28,15 @@ an outcome, and nothing asserts on time).
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -185,17 +195,36 @@ def test_a_closing_pool_answers_503_with_retry_after() -> None:
     assert metrics.rejected.labels(reason="shutting_down")._value.get() == 1
 
 
+def test_workers_run_below_the_service_process() -> None:
+    """The worker's own niceness, read in the worker (``os.nice(0)`` there), is the service's plus ``nice``."""
+    pool = WorkerPool(1, 0, ServiceMetrics(), nice=7)
+
+    async def worker_niceness() -> int:
+        try:
+            with pool.admit():
+                return await pool.run(os.nice, 0)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(worker_niceness()) == min(os.nice(0) + 7, 19)
+
+
 def test_settings_name_the_variable_and_value() -> None:
     for env, words in (
         ({"FLOWPLAN_PLAN_WORKERS": "0"}, "FLOWPLAN_PLAN_WORKERS: must be between 1 and 256 (got 0)"),
         ({"FLOWPLAN_PLAN_WORKERS": "two"}, "FLOWPLAN_PLAN_WORKERS: not an integer ('two')"),
         ({"FLOWPLAN_PLAN_QUEUE": "-1"}, "FLOWPLAN_PLAN_QUEUE: must be between 0 and 100000 (got -1)"),
+        ({"FLOWPLAN_FIT_CACHE_JOBS": "-5"}, "FLOWPLAN_FIT_CACHE_JOBS: must be between 0 and 10000000 (got -5)"),
+        ({"FLOWPLAN_FIT_CACHE_JOBS": "1e3"}, "FLOWPLAN_FIT_CACHE_JOBS: not an integer ('1e3')"),
+        ({"FLOWPLAN_PLAN_NICE": "20"}, "FLOWPLAN_PLAN_NICE: must be between 0 and 19 (got 20)"),
     ):
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
             ApiSettings.from_env(env)
     settings = ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3"})
     assert (settings.workers, settings.queue) == (3, 3)
     assert ApiSettings.from_env({"FLOWPLAN_PLAN_WORKERS": "3", "FLOWPLAN_PLAN_QUEUE": "0"}).queue == 0
+    assert settings.fit_cache_jobs == 10_000 and ApiSettings.from_env({"FLOWPLAN_FIT_CACHE_JOBS": "0"}).fit_cache_jobs == 0
+    assert settings.plan_nice == 10 and ApiSettings.from_env({"FLOWPLAN_PLAN_NICE": "0"}).plan_nice == 0
 
 
 def _children(pid: int, marker: str) -> list[int]:
@@ -237,3 +266,39 @@ def test_workers_of_a_killed_service_exit(tmp_path: Path) -> None:
     while not all(_gone(pid) for pid in workers):
         assert time.monotonic() < deadline, [pid for pid in workers if not _gone(pid)]
         time.sleep(0.05)
+
+
+def _active(snapshot: dict[str, Any]) -> int:
+    return sum(1 for job in snapshot["jobs"] if job.get("status") != "finished")
+
+
+@pytest.mark.parametrize("fit_cache_jobs", [None, 0])
+def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore, fit_cache_jobs: int | None) -> None:
+    """With ``FLOWPLAN_FIT_CACHE_JOBS=0`` a worker keeps only its last plan's fits: A after B is cold."""
+    a = json.loads((REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes())
+    b = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
+    a_new_point = copy.deepcopy(a)  # one job reported one more epoch
+    last = a_new_point["jobs"][0]["history"][-1]
+    a_new_point["jobs"][0]["history"].append({"time": last["time"] + 30.0, "epoch": last["epoch"] + 1, "metric": last["metric"]})
+    a_cpu_used = copy.deepcopy(a_new_point)  # and then only its measured CPU use changed
+    a_cpu_used["jobs"][0]["cpu_used_millis"] = 7_000
+    # (snapshot, jobs whose models the plan must fit): A and B cold, A warm after B, one new point, no new point.
+    again = 0 if fit_cache_jobs is None else _active(a)
+    posts = [(a, _active(a)), (b, _active(b)), (a, again), (a_new_point, 1), (a_cpu_used, 0)]
+    settings = ApiSettings(plan_workers=1, plan_queue=0)
+    if fit_cache_jobs is not None:
+        settings = replace(settings, fit_cache_jobs=fit_cache_jobs)
+    with ThreadServer(create_app(store, settings)) as srv:
+        with httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+            for snapshot, fitted in posts:
+                body = json.dumps(snapshot).encode()
+                resp = http.post("/v1/plan", content=body, params=NO_FILL)
+                assert resp.status_code == 200, resp.text
+                assert resp.headers["FlowPlan-Fitted-Jobs"] == str(fitted)
+                cold = plan(parse_snapshot(body), PlannerConfig()).plan
+                got = Plan.model_validate_json(resp.content)
+                assert got.model_dump_json(exclude=STRIP) == cold.model_dump_json(exclude=STRIP)
+                assert check_plan(parse_snapshot(body), got) == []
+            hits = sum(_active(s) - fitted for s, fitted in posts)
+            assert metric(http, 'flowplan_plan_fits_total{result="hit"}') == hits
+            assert metric(http, 'flowplan_plan_fits_total{result="miss"}') == sum(fitted for _, fitted in posts)

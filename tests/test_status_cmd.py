@@ -210,6 +210,9 @@ def test_measured_cpu_use_changes_neither_the_plan_nor_its_cached_fits() -> None
     used = [j.model_copy(update={"cpu_used_millis": 1234.5}) if j.status == "running" else j for j in snap.jobs]
     again = plan(snap.model_copy(update={"jobs": used}), previous=first)
     assert any(j.cpu_used_millis for j in used)
-    assert all(again.outlooks[k][1] is first.outlooks[k][1] for k in first.outlooks)  # reused, not refitted
+    for k, (_, fit) in first.outlooks.items():  # reused, not refitted; carrying this snapshot's job
+        reused = again.outlooks[k][1]
+        assert reused.curve is fit.curve and reused.speed is fit.speed
+        assert reused.job == next(j for j in used if j.id == k)
     strip = [(a.job, a.node, a.cpu_millis, a.gpus, a.action) for a in first.plan.assignments]
     assert strip == [(a.job, a.node, a.cpu_millis, a.gpus, a.action) for a in again.plan.assignments]
