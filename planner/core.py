@@ -119,6 +119,8 @@ def _outlooks(
 #: Problems up to this many options are solved whole by the integer backend; larger ones go
 #: through relax-and-fix (:mod:`planner.relax`) first.
 FULL_SOLVE_MAX_OPTIONS = 1000
+#: Share of the time limit the residual of relax-and-fix may search (the LP takes about the rest).
+RESIDUAL_SHARE = 0.75
 
 
 def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: float) -> SolveResult:
@@ -136,10 +138,12 @@ def _solve_one(problem: Problem, backend: Backend, time_limit: float, wall: floa
         ok = got.choice is not None and not problem.violations(got.choice) and problem.objective(got.choice) <= hint_obj
         return got if ok else replace(got, choice=None)
     choice: np.ndarray | None = None
-    detail = f"LP relaxation {relaxation.seconds:.2f} s"
+    detail = "LP relaxation"
     status = "feasible"
-    # The residual keeps at least a quarter of the limit however long the LP took.
-    left = max(time_limit - relaxation.seconds, 0.25 * time_limit)
+    # The residual's search limit is a fixed share of the (deterministic) limit, never what the LP's
+    # wall time left of it: the same snapshot gives the same plan however loaded the machine is. Only
+    # the wall-clock guard counts the LP's measured time (and keeps at least a quarter of it).
+    left = RESIDUAL_SHARE * time_limit
     left_wall = max(wall - relaxation.seconds, 0.25 * wall)
     for wide in (False, True):
         rest = residual(problem, relaxation, wide=wide)

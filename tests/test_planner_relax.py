@@ -12,7 +12,9 @@ Case matrix:
   larger than a whole-problem CP-SAT solve's, warm-started from the plan's own choice (what
   ``benchmarks/bench_planner.py --long full`` runs, here for 2 s of deterministic time);
 - the same problem's residual: with the budget binding, every job whose LP choice spends budget is
-  left to the exact solve, and the residual gets the whole budget.
+  left to the exact solve, and the residual gets the whole budget;
+- the philly-scale snapshot of ``tests/data/snapshots`` planned as if the LP had taken 0.01 s and
+  0.9 s of wall time: the same plan (the LP's wall time is the one thing set by hand).
 
 Nothing is faked: the real generator, real fits, HiGHS and CP-SAT. The reference search stops on
 CP-SAT's deterministic time (the wall-clock guard is set far out), so the test does not depend on
@@ -22,19 +24,23 @@ the machine's load.
 from __future__ import annotations
 
 import functools
+import gzip
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import benchmark_module
 
+import planner.core as core
 from planner import PlannerConfig, plan
 from planner.backends import CpSatBackend
 from planner.build import build_problem
 from planner.core import FULL_SOLVE_MAX_OPTIONS, _choose
 from planner.problem import Problem
-from planner.relax import residual, solve_relaxation
+from planner.relax import Relaxation, residual, solve_relaxation
+from planner.snapshot import Snapshot
 
 CONFIG = PlannerConfig(fit_processes=1)
 
@@ -86,3 +92,24 @@ def test_binding_budget_leaves_its_spenders_to_the_exact_solve(data_dir: Path) -
     assert set(spenders.tolist()) <= set(rest.jobs.tolist())
     assert rest.problem.migration_budget == problem.migration_budget
     assert (rest.fixed[spenders] == -1).all()
+
+
+def test_the_plan_does_not_depend_on_how_long_the_lp_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same snapshot gives the same plan on a loaded machine: the residual's search limit and the
+    solver's message do not follow the LP's measured wall time (they did: the residual got the time
+    limit less that time, and the message quoted it). The LP's wall time is set by hand here, the
+    lowest level there is to fake a slow machine."""
+    snapshot = gzip.decompress((Path(__file__).parent / "data" / "snapshots" / "philly-scale-seed1-t467.json.gz").read_bytes())
+    snap = Snapshot.model_validate_json(snapshot)
+    plans = []
+    for seconds in (0.01, 0.9):
+
+        def timed(problem: Problem, seconds: float = seconds) -> Relaxation | None:
+            got = solve_relaxation(problem)
+            return None if got is None else replace(got, seconds=seconds)
+
+        monkeypatch.setattr(core, "solve_relaxation", timed)
+        got = plan(snap, CONFIG).plan
+        assert got.solver.message.startswith("relax-and-fix")
+        plans.append(got.model_copy(update={"solver": got.solver.model_copy(update={"seconds": 0.0})}).model_dump_json())
+    assert plans[0] == plans[1]
