@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Tokens: FLOWPLAN_TOKEN (read-write), FLOWPLAN_READ_TOKEN (read-only); with neither set the "
         "service binds to loopback only. Plans and predictions run in FLOWPLAN_PLAN_WORKERS worker processes "
         "(default: one per CPU); beyond FLOWPLAN_PLAN_QUEUE waiting requests (default: as many as workers) the "
-        "service answers 429 with Retry-After. OpenAPI document at /openapi.json, docs at /docs.",
+        "service answers 429 with Retry-After. The workers run FLOWPLAN_PLAN_NICE steps below the service (default "
+        "10) and keep the model fits of FLOWPLAN_FIT_CACHE_JOBS jobs each (default 10000). "
+        "OpenAPI document at /openapi.json, docs at /docs.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=whole(0, 65535), default=8080, help="port (default: 8080; 0 picks a free one)")
