@@ -375,16 +375,9 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     has none yet. Existing options keep their order (new ones go before each job's wait option); the
     answer is the same problem when no such node exists.
     """
-    N = len(nodes)
-    cap = np.stack([problem.cap_cpu, problem.cap_gpu, problem.cap_mem]).astype(np.int64).reshape(3, N)
+    cap = problem.capacity()
     on = problem.opt_node[choice]
-    placed = choice[on >= 0]
-    room = cap - np.stack(
-        [
-            np.bincount(problem.opt_node[placed], weights=d[placed], minlength=N)
-            for d in (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
-        ]
-    ).astype(np.int64)
+    room = cap - problem.usage(choice)
     left_out = np.flatnonzero(on < 0)
     if left_out.size == 0 or extra <= 0:
         return problem, choice

@@ -191,8 +191,7 @@ def _refilled(nodes: Sequence[Node], problem: Problem, outcome: _Outcome, config
     rest = refill(wider, choice)
     if rest is None:
         return problem, outcome
-    backend: Backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
-    wall = config.wall_clock_factor * config.time_limit + 1.0
+    backend, wall = _backend(config)
     sub = backend.solve(rest.problem, time_limit=REFILL_SHARE * config.time_limit, wall_limit=REFILL_SHARE * wall)
     if sub.choice is None or rest.problem.violations(sub.choice):
         return problem, outcome
@@ -213,9 +212,14 @@ def _refilled(nodes: Sequence[Node], problem: Problem, outcome: _Outcome, config
     )
 
 
-def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
-    wall = config.wall_clock_factor * config.time_limit + 1.0
+def _backend(config: PlannerConfig) -> tuple[Backend, float]:
+    """The configured integer backend and the wall-clock guard for one solve of ``config.time_limit``."""
     backend: Backend = CpSatBackend(workers=config.cpsat_workers) if config.solver == "cpsat" else PulpBackend()
+    return backend, config.wall_clock_factor * config.time_limit + 1.0
+
+
+def _solve(problem: Problem, config: PlannerConfig) -> tuple[SolveResult, int]:
+    backend, wall = _backend(config)
     k = parts_needed(problem, config.max_jobs_per_subproblem)
     if k == 1:
         return _solve_one(problem, backend, config.time_limit, wall), 1

@@ -106,6 +106,19 @@ class Problem:
         fields.update(changes)
         return replace(self, **fields)
 
+    def capacity(self) -> np.ndarray:
+        """(3, nodes): CPU, GPUs and memory of each node."""
+        return np.stack([self.cap_cpu, self.cap_gpu, self.cap_mem]).astype(np.int64).reshape(3, len(self.node_names))
+
+    def usage(self, options: np.ndarray) -> np.ndarray:
+        """(3, nodes): CPU, GPUs and memory ``options`` take on each node (no-node options take nothing)."""
+        placed = options[self.opt_node[options] >= 0]
+        n = len(self.node_names)
+        used = [
+            np.bincount(self.opt_node[placed], weights=d[placed], minlength=n) for d in (self.dem_cpu, self.dem_gpu, self.dem_mem)
+        ]
+        return np.stack(used).astype(np.int64).reshape(3, n)
+
     def objective(self, choice: np.ndarray) -> int:
         """Objective value of a full choice (option index per job)."""
         if choice.size == 0:

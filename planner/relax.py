@@ -107,6 +107,24 @@ class Residual:
     fixed: np.ndarray
 
 
+def _around(problem: Problem, fixed: np.ndarray, keep: np.ndarray, room: np.ndarray) -> tuple[np.ndarray, Problem]:
+    """The open jobs of ``fixed`` (-1) and the problem over them and their options ``keep``: on
+    ``room`` (what the fixed jobs leave of each node), the budget they leave, and a makespan at least
+    their latest finish."""
+    open_jobs = np.flatnonzero(fixed < 0)
+    decided = fixed[fixed >= 0]
+    sub = problem.subset(
+        open_jobs,
+        keep,
+        cap_cpu=room[0],
+        cap_gpu=room[1],
+        cap_mem=room[2],
+        migration_budget=problem.migration_budget - int(problem.moves[decided].sum()),
+        makespan_floor=max(problem.makespan_floor, int(problem.finish_q[decided].max()) if decided.size else 0),
+    )
+    return open_jobs, sub
+
+
 def residual(problem: Problem, relaxation: Relaxation, *, wide: bool = False) -> Residual | None:
     """The residual problem after fixing the jobs the LP decided (with no jobs when the LP decided
     them all: ``fixed`` is then the answer); ``None`` if the fixed part leaves no feasible room."""
@@ -128,25 +146,10 @@ def residual(problem: Problem, relaxation: Relaxation, *, wide: bool = False) ->
         node_of = problem.opt_node[chosen]
         release = ((node_of >= 0) & hot[np.maximum(node_of, 0)]) | (problem.moves[chosen] > 0)
         fixed[problem.opt_job[chosen[release]]] = -1
-    open_jobs = np.flatnonzero(fixed < 0)
-    decided = fixed[fixed >= 0]
-    placed = decided[problem.opt_node[decided] >= 0]
-    N = len(problem.node_names)
-    used = [
-        np.bincount(problem.opt_node[placed], weights=d[placed], minlength=N).astype(np.int64)
-        for d in (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
-    ]
+    room = problem.capacity() - problem.usage(fixed[fixed >= 0])
     keep = np.flatnonzero(fixed[problem.opt_job] < 0)
-    sub = problem.subset(
-        open_jobs,
-        keep,
-        cap_cpu=problem.cap_cpu - used[0],
-        cap_gpu=problem.cap_gpu - used[1],
-        cap_mem=problem.cap_mem - used[2],
-        migration_budget=problem.migration_budget - int(problem.moves[decided].sum()),
-        makespan_floor=max(problem.makespan_floor, int(problem.finish_q[decided].max()) if decided.size else 0),
-    )
-    if sub.migration_budget < 0 or (sub.cap_cpu < 0).any() or (sub.cap_gpu < 0).any() or (sub.cap_mem < 0).any():
+    open_jobs, sub = _around(problem, fixed, keep, room)
+    if sub.migration_budget < 0 or (room < 0).any():
         return None
     # Released jobs are hinted with the LP's choice for them, the undecided ones with the warm start's.
     position = np.full(problem.n_options, -1, dtype=np.int64)
@@ -185,20 +188,13 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     on its own node that fits there, is released; the rest stay as chosen. Each released job keeps its
     choice (the hint, so the answer is never worse) and its options that fit the room left to it.
     """
-    J, N = problem.n_jobs, len(problem.node_names)
+    J = problem.n_jobs
     if J == 0:
         return None
     dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
-    caps = (problem.cap_cpu, problem.cap_gpu, problem.cap_mem)
     node_of = problem.opt_node[choice]
     placed = node_of >= 0
-
-    def use(jobs: np.ndarray) -> list[np.ndarray]:
-        at = node_of[jobs]
-        keep = at >= 0
-        return [np.bincount(at[keep], weights=d[choice[jobs[keep]]], minlength=N).astype(np.int64) for d in dems]
-
-    left = [c - u for c, u in zip(caps, use(np.arange(J)), strict=True)]
+    left = problem.capacity() - problem.usage(choice)
     # An option fits if its demand fits what its node has left, plus the job's own share there.
     job = problem.opt_job
     on = problem.opt_node
@@ -212,29 +208,16 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     grow = fits & (~placed[job] | (here & bigger))
     released = np.zeros(J, dtype=bool)
     released[job[grow]] = True
-    jobs = np.flatnonzero(released)
-    if jobs.size == 0:
+    if not released.any():
         return None
-    others = np.flatnonzero(~released)
-    used = use(others)
-    fixed = choice.copy()
-    fixed[jobs] = -1
+    fixed = np.where(released, -1, choice)
     # Each released job's options that fit the room the others leave, and its own choice.
-    room = [c - u for c, u in zip(caps, used, strict=True)]
+    room = problem.capacity() - problem.usage(fixed[fixed >= 0])
     opts = released[job] & ((on < 0) | np.all([d <= r[np.maximum(on, 0)] for d, r in zip(dems, room, strict=True)], axis=0))
-    opts[choice[jobs]] = True
+    opts[choice[released]] = True
     opts &= (on >= 0) | (np.arange(problem.n_options) == choice[job])  # waiting stays one option: the chosen one
     keep = np.flatnonzero(opts)
-    spent = int(problem.moves[choice[others]].sum())
-    sub = problem.subset(
-        jobs,
-        keep,
-        cap_cpu=room[0],
-        cap_gpu=room[1],
-        cap_mem=room[2],
-        migration_budget=problem.migration_budget - spent,
-        makespan_floor=max(problem.makespan_floor, int(problem.finish_q[choice[others]].max()) if others.size else 0),
-    )
+    jobs, sub = _around(problem, fixed, keep, room)
     position = np.full(problem.n_options, -1, dtype=np.int64)
     position[keep] = np.arange(keep.size)
     sub = replace(sub, hint=position[choice[jobs]])
