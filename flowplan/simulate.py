@@ -430,6 +430,8 @@ def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = 
     lines.append("RESTARTS: checkpoint-restarts (migrations, pauses, restarts in place)")
     lines.append("IDLE: intervals x jobs left waiting while a node had room for their minimum (0: work-conserving)")
     width = max((len(b) for b in summary["improvement"]), default=0)
+    if summary["improvement"]:
+        lines.append(f"FlowPlan against each policy on the scenario's metric, {SCENARIO_METRICS[scenario.metric][0]}:")
     for base, imp in summary["improvement"].items():
         label = f"flowplan vs {base:<{width}}:"
         if imp["mean"] is None:
