@@ -30,6 +30,8 @@ Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]
 MAX_SECONDS = 1e9
 MAX_EPOCHS = 1e9
 MAX_VALUE = 1e12  # largest |loss| or |metric| value
+#: A whole GPU in the unit of ``gpu_milli``: the planner's GPU capacities and demands are in it.
+MILLI_PER_GPU = 1000
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Time = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]

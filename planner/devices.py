@@ -1,0 +1,162 @@
+"""GPU devices after the solve: which device each fractional job shares, and who does not fit.
+
+The integer program sees a node's GPUs as one pool of ``gpus * 1000`` milli-GPUs (the aggregate
+relaxation: a whole GPU is 1000, a fraction its ``gpu_milli``), so it cannot see fragmentation: two
+jobs of 600 milli fit 1200 of a 2-GPU node's 2000, but three do not fit its two devices. This step
+numbers the devices, node by node, deterministically:
+
+1. running jobs that stay on their node keep what they hold: a fractional job its ``gpu_device``,
+   a whole-GPU job its count of whole devices (whole devices are counted, not numbered);
+2. whole-GPU newcomers take devices no fractional job shares, largest first;
+3. fractional newcomers are packed best-fit decreasing: largest ``gpu_milli`` first (ties: problem
+   order), onto the shared device with the least room that still fits (ties: lowest index), else
+   onto the lowest-numbered free device.
+
+A newcomer that does not fit its chosen node is offered its other options (another node, cheapest
+first) where both the pool and a device have room (so the relaxation's blind spot does not starve it
+interval after interval); failing that it is set to its no-node option (wait, or pause for a
+running job that was to move: both cost what the move cost against the budget), with a reason that
+names the fragmentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.menu import STAY
+from planner.problem import Problem
+from planner.snapshot import MILLI_PER_GPU, Job, Node
+
+
+@dataclass
+class _Devices:
+    """One node's devices: ``whole`` devices held whole (counted), ``load`` milli per device shared."""
+
+    gpus: int
+    whole: int = 0
+    load: list[int] = field(default_factory=list)
+
+    def shared(self) -> int:
+        return sum(1 for x in self.load if x > 0)
+
+    def free_whole(self) -> int:
+        return self.gpus - self.whole - self.shared()
+
+    def free_milli(self) -> int:
+        return max(self.gpus * MILLI_PER_GPU - self.whole * MILLI_PER_GPU - sum(self.load), 0)
+
+    def device_for(self, milli: int) -> int | None:
+        """Best fit: the shared device with the least room that fits, else the lowest free one."""
+        fits = [(-x, d) for d, x in enumerate(self.load) if 0 < x and x + milli <= MILLI_PER_GPU]
+        if fits:
+            return min(fits)[1]
+        if self.free_whole() > 0:
+            return next(d for d, x in enumerate(self.load) if x == 0)
+        return None
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The choice after packing, each placed fractional job's device, and why a job lost its place."""
+
+    choice: np.ndarray
+    device: dict[int, int]
+    why: dict[int, str]
+
+
+def _gpus(problem: Problem, j: int, option: int) -> int:
+    m = problem.menus[j]
+    return int(m.gpu[int(problem.opt_level[option])]) * m.outlook.job.replicas
+
+
+def _stays(job: Job, node: Node) -> bool:
+    return job.status == "running" and job.node == node.name
+
+
+def _reason(job: Job, gpus: int, node: Node, dev: _Devices) -> str:
+    free = f"{dev.free_milli() / MILLI_PER_GPU:g} GPU free there in total"
+    if job.gpu_milli is not None:
+        return (
+            f"needs {job.gpu_milli / MILLI_PER_GPU:g} GPU on {node.name}: {free} but no single device has "
+            f"{job.gpu_milli} milli free (GPU fragmentation)"
+        )
+    return (
+        f"needs {gpus} whole GPU(s) on {node.name}: {free} but only {max(dev.free_whole(), 0)} device(s) no fractional job shares"
+    )
+
+
+def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node]) -> Packing:
+    """Number the GPU devices of ``choice`` (see the module docstring); ``nodes`` are the problem's, in order."""
+    choice = choice.copy()
+    menus = problem.menus
+    if not any(m.outlook.job.gpu_milli is not None for m in menus):
+        return Packing(choice, {}, {})
+    devs = [_Devices(gpus=n.gpus, load=[0] * n.gpus) for n in nodes]
+    device: dict[int, int] = {}
+    whole_new: list[int] = []
+    frac_new: list[int] = []
+    for j in range(problem.n_jobs):
+        n = int(problem.opt_node[choice[j]])
+        if n < 0:
+            continue
+        job = menus[j].outlook.job
+        held = job.allocation.gpu_device if job.allocation is not None and _stays(job, nodes[n]) else None
+        if job.gpu_milli is not None and held is not None and held < nodes[n].gpus:
+            devs[n].load[held] += job.gpu_milli
+            device[j] = held
+        elif job.gpu_milli is None and _stays(job, nodes[n]):
+            devs[n].whole += _gpus(problem, j, int(choice[j]))
+        elif job.gpu_milli is None:
+            if _gpus(problem, j, int(choice[j])) > 0:
+                whole_new.append(j)
+        else:
+            frac_new.append(j)
+
+    def fit(j: int, n: int, option: int) -> bool:
+        """Give job ``j`` devices on node ``n`` for ``option`` if they are free (True: done)."""
+        job = menus[j].outlook.job
+        if job.gpu_milli is None:
+            g = _gpus(problem, j, option)
+            if g > devs[n].free_whole():
+                return False
+            devs[n].whole += g
+            return True
+        d = devs[n].device_for(job.gpu_milli)
+        if d is None:
+            return False
+        devs[n].load[d] += job.gpu_milli
+        device[j] = d
+        return True
+
+    failed: list[int] = []
+    whole_new.sort(key=lambda j: (-_gpus(problem, j, int(choice[j])), j))
+    frac_new.sort(key=lambda j: (-(menus[j].outlook.job.gpu_milli or 0), j))
+    for j in whole_new + frac_new:
+        if not fit(j, int(problem.opt_node[choice[j]]), int(choice[j])):
+            failed.append(j)
+    why: dict[int, str] = {}
+    for j in failed:
+        n = int(problem.opt_node[choice[j]])
+        job = menus[j].outlook.job
+        why_text = _reason(job, _gpus(problem, j, int(choice[j])), nodes[n], devs[n])
+        opts = np.array(problem.options_of(j), dtype=np.int64)
+        wait = opts[problem.opt_node[opts] < 0]
+        if wait.size == 0:
+            continue  # a job that cannot leave its node keeps it; the checker judges the plan
+        choice[j] = int(wait[0])
+        room = problem.capacity() - problem.usage(choice)
+        # Other nodes only, and never back onto its own node (a stay keeps a device, which is step 1's).
+        others = opts[(problem.opt_node[opts] >= 0) & (problem.opt_node[opts] != n) & (problem.opt_way[opts] != STAY)]
+        order = others[np.lexsort((others, problem.cost[others]))]
+        for o in order.tolist():
+            on = int(problem.opt_node[o])
+            need = (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o])
+            if all(need[r] <= room[r, on] for r in range(3)) and fit(j, on, o):
+                choice[j] = o
+                break
+        else:
+            why[j] = why_text
+    return Packing(choice, device, why)
