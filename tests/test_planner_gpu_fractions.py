@@ -11,7 +11,8 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - the same snapshot planned twice gives the same plan (devices included);
 - a fraction the solver put on a node it cannot pack onto is offered another node with room
   (:func:`planner.devices.pack_devices` on a hand-made choice: the solver itself spreads them);
-- a snapshot without fractions gets no device anywhere (old snapshots plan as before).
+- a snapshot without fractions gets no device anywhere (old snapshots plan as before);
+- ``flowplan explain``'s options count the room fractions leave in milli-GPUs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 from planner import PlannerConfig, Snapshot, check_plan, plan
+from planner.alternatives import job_options
 from planner.build import build_problem
 from planner.core import _outlooks
 from planner.devices import pack_devices
@@ -113,3 +115,13 @@ def test_a_fraction_that_does_not_pack_is_offered_another_node() -> None:
 def test_no_fractions_no_devices() -> None:
     p = _plan(_snap([2], [_job("a"), _job("b", None, max_gpus=2)]), "cpsat")
     assert all(a.gpu_device is None for a in p.assignments)
+
+
+def test_the_options_a_fraction_was_offered_count_milli_gpus() -> None:
+    """``flowplan explain``'s options: two 600s on a 2-GPU node leave 800 milli, so a 300 fits
+    there, not a GPU short (counting each fraction a whole GPU would say so)."""
+    snap = _snap([2], [_job("p0", 600), _job("p1", 600), _job("late", 300)])
+    p = _plan(snap, "cpsat")
+    late = job_options(snap, p, "late")
+    (there,) = [o for o in late.options if o.node == "n0"]
+    assert there.short_gpus == 0 and there.fits
