@@ -16,17 +16,18 @@ A newcomer that does not fit its chosen node is offered its other options (anoth
 first) where both the pool and a device have room (so the relaxation's blind spot does not starve it
 interval after interval); failing that it is set to its no-node option (wait, or pause for a
 running job that was to move: both cost what the move cost against the budget), with a reason that
-names the fragmentation.
+names the fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
+waiting, where it fits a device and lowers the objective (:func:`_fill`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.menu import STAY
+from planner.menu import START, STAY
 from planner.problem import Problem
 from planner.snapshot import MILLI_PER_GPU, Job, Node
 
@@ -159,4 +160,42 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node]) ->
                 break
         else:
             why[j] = why_text
+    if why:
+        _fill(problem, choice, set(why), fit)
     return Packing(choice, device, why)
+
+
+def _fill(problem: Problem, choice: np.ndarray, packed_out: set[int], fit: Callable[[int, int, int], bool]) -> None:
+    """Hand the room the packed-out jobs leave to pending jobs the solver left waiting: each start
+    option (largest objective gain first, ties by option index) that fits the pool and a device and
+    lowers the objective is taken. Only runs when a job was packed out, so plans without
+    fragmentation are exactly the solver's."""
+    menus = problem.menus
+    waiting = [
+        j
+        for j in range(problem.n_jobs)
+        if problem.opt_node[choice[j]] < 0 and j not in packed_out and menus[j].outlook.job.status == "pending"
+    ]
+    cand = [
+        (int(problem.cost[o]) - int(problem.cost[choice[j]]), o, j)
+        for j in waiting
+        for o in problem.options_of(j)
+        if problem.opt_node[o] >= 0 and problem.opt_way[o] == START
+    ]
+    if not cand:
+        return
+    room = problem.capacity() - problem.usage(choice)
+    best = problem.objective(choice)
+    for _, o, j in sorted(cand):
+        n = int(problem.opt_node[o])
+        need = np.array([problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o]], dtype=np.int64)
+        if problem.opt_node[choice[j]] >= 0 or (need > room[:, n]).any():
+            continue
+        was = int(choice[j])
+        choice[j] = o
+        got = problem.objective(choice)
+        if got >= best or not fit(j, n, o):
+            choice[j] = was
+            continue
+        best = got
+        room[:, n] -= need

@@ -11,6 +11,7 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - the same snapshot planned twice gives the same plan (devices included);
 - a fraction the solver put on a node it cannot pack onto is offered another node with room
   (:func:`planner.devices.pack_devices` on a hand-made choice: the solver itself spreads them);
+- the room a packed-out job leaves goes to a pending job the solver left waiting (hand-made choice);
 - a snapshot without fractions gets no device anywhere (old snapshots plan as before);
 - ``flowplan explain``'s options count the room fractions leave in milli-GPUs.
 """
@@ -125,3 +126,21 @@ def test_the_options_a_fraction_was_offered_count_milli_gpus() -> None:
     late = job_options(snap, p, "late")
     (there,) = [o for o in late.options if o.node == "n0"]
     assert there.short_gpus == 0 and there.fits
+
+
+def test_the_room_a_packed_out_job_leaves_goes_to_a_waiting_one() -> None:
+    """Three 600s chosen on one 2-GPU node and a 300 left waiting (a hand-made choice): one 600 is
+    packed out, and the 300 it leaves room for starts on a device beside a 600."""
+    snap = _snap([2], [_job(f"p{i}", 600) for i in range(3)] + [_job("small", 300)])
+    config = PlannerConfig(time_limit=1)
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+
+    def cheapest(j: int, placed: bool) -> int:
+        return min((o for o in problem.options_of(j) if (problem.opt_node[o] >= 0) == placed), key=lambda o: problem.cost[o])
+
+    choice = np.array([cheapest(0, True), cheapest(1, True), cheapest(2, True), cheapest(3, False)])
+    got = pack_devices(problem, choice, snap.nodes)
+    placed = [j for j in range(4) if problem.opt_node[got.choice[j]] >= 0]
+    assert placed == [0, 1, 3] and list(got.why) == [2]
+    assert got.device[3] in (got.device[0], got.device[1])
