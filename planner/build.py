@@ -41,7 +41,7 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
     for m in menus:
         job = m.outlook.job
         key = (job.gpu_type, tuple(sorted(job.node_selector.items())))
-        shape = (key, int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem), int(m.dem_dev[0]))
+        shape = (key, int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem))
         got = shapes.get(shape)
         if got is None:
             mask = cache.get(key)
@@ -52,7 +52,7 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
                 for k, v in key[1]:
                     mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
                 cache[key] = mask
-            fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem) & (cap[3] >= m.dem_dev[0])
+            fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
             got = np.flatnonzero(fit)
             got.flags.writeable = False
             shapes[shape] = got
@@ -96,10 +96,11 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     N = len(nodes)
     node_index = {n.name: i for i, n in enumerate(nodes)}
     # GPUs in milli-GPUs (the aggregate relaxation of GPU fractions; :mod:`planner.devices` numbers
-    # the devices after the solve); the last row, devices, is the same GPUs counted for a valid cut
-    # on that pool (:func:`planner.menu.device_demand_milli`).
-    gpus = [n.gpus * MILLI_PER_GPU for n in nodes]
-    cap = np.array([[n.cpu_millis for n in nodes], gpus, [n.memory_mib for n in nodes], gpus], dtype=np.int64).reshape(4, N)
+    # the devices after the solve).
+    cap = np.array(
+        [[n.cpu_millis for n in nodes], [n.gpus * MILLI_PER_GPU for n in nodes], [n.memory_mib for n in nodes]],
+        dtype=np.int64,
+    ).reshape(3, N)
     warnings: list[str] = []
 
     interval = snapshot.settings.interval_seconds
@@ -138,12 +139,12 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
             ok[:] = True
 
     # Nodes already over capacity with jobs that cannot leave: plan around it, and say so.
-    forced = np.zeros((4, N), dtype=np.int64)
+    forced = np.zeros((3, N), dtype=np.int64)
     for jj in np.flatnonzero(pinned):
         j = int(jj)
         m = menus[j]
         lv = int(np.argmax(stay_ok[j]))  # type: ignore[arg-type]
-        forced[:, current[j]] += (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem, m.dem_dev[lv])
+        forced[:, current[j]] += (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     over = np.flatnonzero((forced > cap).any(axis=0))
     for i in over:
         warnings.append(f"node {nodes[i].name}: jobs that cannot move already exceed its capacity; planned as is")
@@ -151,8 +152,8 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     eligible = _eligibility(nodes, menus, cap)
     budget = snapshot.settings.migration_budget
-    g = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget, cap_dev=cap[3])
-    g_cur = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget, from_current=True, cap_dev=cap[3])
+    g = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget)
+    g_cur = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget, from_current=True)
     cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes)
     for j, n in enumerate(g_cur.node.tolist()):
         if n >= 0 and n not in cand[j]:
@@ -184,7 +185,7 @@ def _candidates(
     for j, m in enumerate(menus):
         n, lv = int(g.node[j]), int(g.level[j])
         if n >= 0:
-            free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem, m.dem_dev[lv])
+            free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     out: list[list[int]] = []
     # The ranking depends only on the job's eligible nodes, its smallest demand and how many nodes
     # it needs; jobs of one shape share it (one pass over the eligible nodes per shape, not per job).
@@ -198,7 +199,7 @@ def _candidates(
         el = eligible[j]
         if not pinned[j] and extra > 0 and el.size:
             k = min(extra + len(nodes), el.size)
-            shape = (id(el), int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem), int(m.dem_dev[0]), k)
+            shape = (id(el), int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem), k)
             best = ranked.get(shape)
             if best is None:
                 best = _ranked(el, free, m, k)
@@ -220,8 +221,6 @@ def _ranked(el: np.ndarray, free: np.ndarray, m: JobMenu, k: int) -> list[int]:
         room = np.minimum(room, free[1, el] / m.dem_gpu[0])
     if m.dem_mem > 0:
         room = np.minimum(room, free[2, el] / m.dem_mem)
-    if m.dem_dev[0] > 0:
-        room = np.minimum(room, free[3, el] / m.dem_dev[0])
     top = np.argpartition(-room, k - 1)[:k] if k < el.size else np.arange(el.size)
     order = top[np.lexsort((el[top], -room[top]))]
     return [int(n) for n in el[order]]
@@ -290,14 +289,8 @@ def _options(
     cat_cpu = np.concatenate([m.dem_cpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
     cat_gpu = np.concatenate([m.dem_gpu for m in menus]) if J else np.zeros(0, dtype=np.int64)
     job_mem = np.array([m.dem_mem for m in menus], dtype=np.int64)
-    cat_dev = np.concatenate([m.dem_dev for m in menus]) if J else np.zeros(0, dtype=np.int64)
     # The level fits the node when it is empty.
-    fit = (
-        (cat_cpu[p_at] <= cap[0, p_node])
-        & (cat_gpu[p_at] <= cap[1, p_node])
-        & (job_mem[p_job] <= cap[2, p_node])
-        & (cat_dev[p_at] <= cap[3, p_node])
-    )
+    fit = (cat_cpu[p_at] <= cap[0, p_node]) & (cat_gpu[p_at] <= cap[1, p_node]) & (job_mem[p_job] <= cap[2, p_node])
     stay = p_kind < 2
     if stay.any():
         ok_flat = np.concatenate(
@@ -339,7 +332,6 @@ def _options(
     dem_cpu = gather([m.dem_cpu for m in menus], at1, zeros)
     dem_gpu = gather([m.dem_gpu for m in menus], at1, zeros)
     dem_mem = np.where(wait, 0, np.array([m.dem_mem for m in menus], dtype=np.int64)[opt_job])
-    dem_dev = gather([m.dem_dev for m in menus], at1, zeros)
     running = np.array([m.outlook.job.status == "running" for m in menus], dtype=bool)
     running_of_option = running[opt_job]
     return Problem(
@@ -347,7 +339,6 @@ def _options(
         cap_cpu=cap[0].copy(),
         cap_gpu=cap[1].copy(),
         cap_mem=cap[2].copy(),
-        cap_dev=cap[3].copy(),
         menus=list(menus),
         job_start=job_start,
         opt_job=opt_job,
@@ -357,7 +348,6 @@ def _options(
         dem_cpu=dem_cpu,
         dem_gpu=dem_gpu,
         dem_mem=dem_mem,
-        dem_dev=dem_dev,
         moves=((way == MOVE) | (wait & running_of_option)).astype(np.int64),
         finish_q=finish_q,
         cost=cost,
@@ -398,12 +388,9 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
         return problem, choice
     # Each left-out job's smallest level; a node can take one only if its room holds the least of them.
     least = np.array(
-        [
-            [problem.menus[j].dem_cpu[0], problem.menus[j].dem_gpu[0], problem.menus[j].dem_mem, problem.menus[j].dem_dev[0]]
-            for j in left_out.tolist()
-        ],
+        [[problem.menus[j].dem_cpu[0], problem.menus[j].dem_gpu[0], problem.menus[j].dem_mem] for j in left_out.tolist()],
         dtype=np.int64,
-    ).reshape(-1, 4)
+    ).reshape(-1, 3)
     hot = np.flatnonzero((room >= least.min(axis=0)[:, None]).all(axis=0))
     if hot.size == 0:
         return problem, choice
@@ -454,7 +441,6 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
         dem_cpu=cat(problem.dem_cpu, add.dem_cpu),
         dem_gpu=cat(problem.dem_gpu, add.dem_gpu),
         dem_mem=cat(problem.dem_mem, add.dem_mem),
-        dem_dev=cat(problem.dem_dev, add.dem_dev),
         moves=cat(problem.moves, add.moves),
         finish_q=cat(problem.finish_q, add.finish_q),
         cost=cat(problem.cost, add.cost),

@@ -182,10 +182,7 @@ def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
         if m.outlook.remaining_finish <= 0:
             return f"it has nothing left to learn ({_done_reason(m)}); its {need} go to jobs still learning"
         return f"its {need} are worth more to other jobs this interval (deadlines, priorities or waiting work)"
-    tail = ""
-    if job.gpu_milli is not None and job.gpu_milli > MILLI_PER_GPU // 2:
-        tail = f" (a share over half a GPU needs a device no other such share uses: {job.gpu_milli} + another > 1000 milli)"
-    return f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full{tail}"
+    return f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full"
 
 
 def decode(

@@ -154,8 +154,8 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node]) ->
         order = others[np.lexsort((others, problem.cost[others]))]
         for o in order.tolist():
             on = int(problem.opt_node[o])
-            need = (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o], problem.dem_dev[o])
-            if all(need[r] <= room[r, on] for r in range(4)) and fit(j, on, o):
+            need = (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o])
+            if all(need[r] <= room[r, on] for r in range(3)) and fit(j, on, o):
                 choice[j] = o
                 break
         else:
@@ -188,7 +188,7 @@ def _fill(problem: Problem, choice: np.ndarray, packed_out: set[int], fit: Calla
     best = problem.objective(choice)
     for _, o, j in sorted(cand):
         n = int(problem.opt_node[o])
-        need = np.array([problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o], problem.dem_dev[o]], dtype=np.int64)
+        need = np.array([problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o]], dtype=np.int64)
         if problem.opt_node[choice[j]] >= 0 or (need > room[:, n]).any():
             continue
         was = int(choice[j])

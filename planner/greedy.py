@@ -63,17 +63,15 @@ def greedy(
     cap_mem: np.ndarray,
     migration_budget: int = 0,
     from_current: bool = False,
-    cap_dev: np.ndarray | None = None,
 ) -> GreedyChoice:
     """Return a feasible choice.
 
     ``eligible[j]``: node indices job j may start or move to; ``current_node[j]``: its node (-1: none);
     ``pinned[j]``: it cannot leave that node; ``stay_ok[j]``: which levels it may hold there without a
-    restart (``None`` for jobs not running). ``cap_dev``: the device row (``Problem.cap_dev``;
-    ``None``: the GPU capacity).
+    restart (``None`` for jobs not running).
     """
     J = len(menus)
-    free = np.stack([cap_cpu, cap_gpu, cap_mem, cap_gpu if cap_dev is None else cap_dev]).astype(np.float64)  # (4, N)
+    free = np.stack([cap_cpu, cap_gpu, cap_mem]).astype(np.float64)  # (3, N)
     node = np.full(J, -1, dtype=np.int64)
     level = np.full(J, -1, dtype=np.int64)
     way = np.full(J, -1, dtype=np.int64)
@@ -83,16 +81,10 @@ def greedy(
         free[0, n] -= sign * m.dem_cpu[lv]
         free[1, n] -= sign * m.dem_gpu[lv]
         free[2, n] -= sign * m.dem_mem
-        free[3, n] -= sign * m.dem_dev[lv]
 
     def fits(j: int, n: int, lv: int) -> bool:
         m = menus[j]
-        return bool(
-            m.dem_cpu[lv] <= free[0, n] + 1e-9
-            and m.dem_gpu[lv] <= free[1, n] + 1e-9
-            and m.dem_mem <= free[2, n] + 1e-9
-            and m.dem_dev[lv] <= free[3, n] + 1e-9
-        )
+        return bool(m.dem_cpu[lv] <= free[0, n] + 1e-9 and m.dem_gpu[lv] <= free[1, n] + 1e-9 and m.dem_mem <= free[2, n] + 1e-9)
 
     # 1-2: running jobs stay where they are.
     waiting: list[int] = []
@@ -133,7 +125,6 @@ def greedy(
             (free[0, nodes] >= m.dem_cpu[lv] - 1e-9)
             & (free[1, nodes] >= m.dem_gpu[lv] - 1e-9)
             & (free[2, nodes] >= m.dem_mem - 1e-9)
-            & (free[3, nodes] >= m.dem_dev[lv] - 1e-9)
         )
         if is_move:
             ok &= nodes != current_node[j]
@@ -180,7 +171,7 @@ def greedy(
             gain = float(m.cost[w, lv] - m.cost[w, nxt])
             if gain <= 0:
                 continue
-            if m.dem_cpu[nxt] < m.dem_cpu[lv] or m.dem_gpu[nxt] < m.dem_gpu[lv] or m.dem_dev[nxt] < m.dem_dev[lv]:
+            if m.dem_cpu[nxt] < m.dem_cpu[lv] or m.dem_gpu[nxt] < m.dem_gpu[lv]:
                 continue  # growth only: a jump that trades one resource for another is left to the IP
             share = max(
                 (m.dem_cpu[nxt] - m.dem_cpu[lv]) / max(cap_cpu[n], 1),
@@ -248,7 +239,7 @@ def _preempt(
         m = menus[j]
         assert m.cost is not None
         gain = float(m.wait_cost - m.cost[START, 0])
-        need = np.array([m.dem_cpu[0], m.dem_gpu[0], m.dem_mem, m.dem_dev[0]], dtype=np.float64)
+        need = np.array([m.dem_cpu[0], m.dem_gpu[0], m.dem_mem], dtype=np.float64)
         # Nodes with pausable jobs, most free room (for this job) first.
         el = eligible[j][has_victims[eligible[j]]]
         if el.size == 0:
@@ -266,7 +257,7 @@ def _preempt(
                 if (room >= need - 1e-9).all() or len(victims) >= budget or loss + value >= gain:
                     break
                 mv = menus[v]
-                room += (mv.dem_cpu[level[v]], mv.dem_gpu[level[v]], mv.dem_mem, mv.dem_dev[level[v]])
+                room += (mv.dem_cpu[level[v]], mv.dem_gpu[level[v]], mv.dem_mem)
                 victims.append(v)
                 loss += value
             if victims and (room >= need - 1e-9).all() and loss < gain and (best is None or loss < best[0]):

@@ -69,21 +69,6 @@ def gpu_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int) -> 
     return (gpus * MILLI_PER_GPU * replicas).astype(np.int64)
 
 
-#: A fraction above this many milli cannot share its device with another one above it.
-HALF_GPU_MILLI = MILLI_PER_GPU // 2
-
-
-def device_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int) -> np.ndarray:
-    """Devices a level needs to itself, in thousandths (the unit of the GPU capacity): a whole GPU
-    is a device; a fraction above half a device needs one that no other such fraction shares (two
-    of them exceed 1000 milli); a smaller fraction needs none of its own. Summed per node against
-    its GPUs, this is a valid cut on the aggregate milli-GPU pool: three jobs of 600 milli on two
-    GPUs pass the pool (1800 <= 2000) but not this row (3000 > 2000)."""
-    if gpu_milli is not None:
-        return np.where((gpus > 0) & (gpu_milli > HALF_GPU_MILLI), MILLI_PER_GPU, 0).astype(np.int64)
-    return (gpus * MILLI_PER_GPU * replicas).astype(np.int64)
-
-
 @dataclass
 class JobMenu:
     """Levels of one job and their predictions/costs for each way in (arrays indexed [way, level])."""
@@ -96,7 +81,6 @@ class JobMenu:
     n_cpu: int  # levels form a grid: level = gpu_index * n_cpu + cpu_index
     dem_cpu: np.ndarray  # (L,) total over replicas
     dem_gpu: np.ndarray  # (L,) milli-GPUs over replicas: 1000 a whole GPU, a fractional job's gpu_milli
-    dem_dev: np.ndarray  # (L,) devices it needs to itself, x1000 (see :func:`device_demand_milli`)
     dem_mem: int
     seconds_per_epoch: np.ndarray  # (L,)
     lost: np.ndarray  # (3,) seconds lost per way in
@@ -223,7 +207,6 @@ def build_menu(
         n_cpu=len(cpus),
         dem_cpu=cpu * job.replicas,
         dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, job.replicas),
-        dem_dev=device_demand_milli(job.gpu_milli, gpu, job.replicas),
         dem_mem=job.memory_mib * job.replicas,
         seconds_per_epoch=spe,
         lost=lost,

@@ -6,7 +6,7 @@ is chosen. An option is a node and a level reached by one way in (stay / start /
 
     minimise   Σ_o cost_o · x_o + A · M
     subject to Σ_{o ∈ job j} x_o = 1                                  (one placement per active job)
-               Σ_{o on node n} demand_o^r · x_o ≤ capacity_n^r          (r ∈ cpu, gpu, memory, devices)
+               Σ_{o on node n} demand_o^r · x_o ≤ capacity_n^r          (r ∈ cpu, gpu, memory)
                Σ_o moves_o · x_o ≤ migration_budget          (migrations, restarts and pauses)
                M ≥ Σ_{o ∈ job j} finish_o · x_o                         (makespan)
                x_o ∈ {0, 1}
@@ -33,9 +33,6 @@ class Problem:
     cap_cpu: np.ndarray
     cap_gpu: np.ndarray
     cap_mem: np.ndarray
-    #: Devices x1000 (= the GPU capacity): whole GPUs and fractions over half a device each need a
-    #: device to themselves (planner.menu.device_demand_milli), a cut on the milli-GPU pool.
-    cap_dev: np.ndarray
     menus: list[JobMenu]
     job_start: np.ndarray  # (J+1,)
     opt_job: np.ndarray
@@ -45,7 +42,6 @@ class Problem:
     dem_cpu: np.ndarray
     dem_gpu: np.ndarray
     dem_mem: np.ndarray
-    dem_dev: np.ndarray
     moves: np.ndarray  # 0/1: a checkpoint-restart (migration, restart in place, pause): spends the budget
     finish_q: np.ndarray
     cost: np.ndarray
@@ -90,7 +86,6 @@ class Problem:
             "dem_cpu": self.dem_cpu[keep],
             "dem_gpu": self.dem_gpu[keep],
             "dem_mem": self.dem_mem[keep],
-            "dem_dev": self.dem_dev[keep],
             "moves": self.moves[keep],
             "finish_q": self.finish_q[keep],
             "cost": self.cost[keep],
@@ -106,26 +101,23 @@ class Problem:
                 cap_cpu=self.cap_cpu[nodes],
                 cap_gpu=self.cap_gpu[nodes],
                 cap_mem=self.cap_mem[nodes],
-                cap_dev=self.cap_dev[nodes],
                 opt_node=np.where(on >= 0, node_map[np.maximum(on, 0)], -1),
             )
         fields.update(changes)
         return replace(self, **fields)
 
     def capacity(self) -> np.ndarray:
-        """(4, nodes): CPU, GPUs, memory and devices of each node."""
-        caps = [self.cap_cpu, self.cap_gpu, self.cap_mem, self.cap_dev]
-        return np.stack(caps).astype(np.int64).reshape(4, len(self.node_names))
+        """(3, nodes): CPU, GPUs and memory of each node."""
+        return np.stack([self.cap_cpu, self.cap_gpu, self.cap_mem]).astype(np.int64).reshape(3, len(self.node_names))
 
     def usage(self, options: np.ndarray) -> np.ndarray:
-        """(4, nodes): CPU, GPUs, memory and devices ``options`` take on each node (no-node options take nothing)."""
+        """(3, nodes): CPU, GPUs and memory ``options`` take on each node (no-node options take nothing)."""
         placed = options[self.opt_node[options] >= 0]
         n = len(self.node_names)
         used = [
-            np.bincount(self.opt_node[placed], weights=d[placed], minlength=n)
-            for d in (self.dem_cpu, self.dem_gpu, self.dem_mem, self.dem_dev)
+            np.bincount(self.opt_node[placed], weights=d[placed], minlength=n) for d in (self.dem_cpu, self.dem_gpu, self.dem_mem)
         ]
-        return np.stack(used).astype(np.int64).reshape(4, n)
+        return np.stack(used).astype(np.int64).reshape(3, n)
 
     def objective(self, choice: np.ndarray) -> int:
         """Objective value of a full choice (option index per job)."""
@@ -146,7 +138,6 @@ class Problem:
             ("cpu", self.dem_cpu, self.cap_cpu),
             ("gpu", self.dem_gpu, self.cap_gpu),
             ("memory", self.dem_mem, self.cap_mem),
-            ("devices", self.dem_dev, self.cap_dev),
         ):
             use = np.bincount(self.opt_node[placed], weights=dem[placed], minlength=n)
             for i in np.flatnonzero(use > cap + 1e-9):

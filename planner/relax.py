@@ -119,7 +119,6 @@ def _around(problem: Problem, fixed: np.ndarray, keep: np.ndarray, room: np.ndar
         cap_cpu=room[0],
         cap_gpu=room[1],
         cap_mem=room[2],
-        cap_dev=room[3],
         migration_budget=problem.migration_budget - int(problem.moves[decided].sum()),
         makespan_floor=max(problem.makespan_floor, int(problem.finish_q[decided].max()) if decided.size else 0),
     )
@@ -192,7 +191,7 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     J = problem.n_jobs
     if J == 0 or not problem.node_names:
         return None  # no job, or no node to hand room on (every job waits)
-    dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem, problem.dem_dev)
+    dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
     node_of = problem.opt_node[choice]
     placed = node_of >= 0
     left = problem.capacity() - problem.usage(choice)

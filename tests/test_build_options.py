@@ -29,9 +29,7 @@ def _setup(seed: int):  # type: ignore[no-untyped-def]
     menus = [build_menu(i, o, snap.time, snap.settings.interval_seconds, config, max_gpus) for i, o in enumerate(outlooks)]
     pricing = price_menus(menus, config, snap.time)
     index = {n.name: i for i, n in enumerate(snap.nodes)}
-    # As build_problem has it: CPU, milli-GPUs, memory, devices (x1000).
-    gpus = [n.gpus * 1000 for n in snap.nodes]
-    cap = np.array([[n.cpu_millis for n in snap.nodes], gpus, [n.memory_mib for n in snap.nodes], gpus]).reshape(4, -1)
+    cap = np.array([[n.cpu_millis for n in snap.nodes], [n.gpus for n in snap.nodes], [n.memory_mib for n in snap.nodes]])
     current = np.array(
         [index[m.outlook.job.node] if m.outlook.job.status == "running" and m.outlook.job.node else -1 for m in menus]
     )
@@ -48,12 +46,7 @@ def _expected(menus, cand, current, pinned, stay_ok, cap):  # type: ignore[no-un
         L = m.cpu.size
 
         def fits(n: int, lv: int, m=m) -> bool:  # type: ignore[no-untyped-def]
-            return bool(
-                m.dem_cpu[lv] <= cap[0, n]
-                and m.dem_gpu[lv] <= cap[1, n]
-                and m.dem_mem <= cap[2, n]
-                and m.dem_dev[lv] <= cap[3, n]
-            )
+            return bool(m.dem_cpu[lv] <= cap[0, n] and m.dem_gpu[lv] <= cap[1, n] and m.dem_mem <= cap[2, n])
 
         for n in cand[j]:
             if n == current[j]:
@@ -94,12 +87,7 @@ def test_options_are_every_candidate_level_that_fits_in_order(seed: int, data: s
         else:
             assert m.cost is not None and m.finish_q is not None
             assert (problem.cost[o], problem.finish_q[o]) == (m.cost[way, lv], m.finish_q[way, lv])
-            assert (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o], problem.dem_dev[o]) == (
-                m.dem_cpu[lv],
-                m.dem_gpu[lv],
-                m.dem_mem,
-                m.dem_dev[lv],
-            )
+            assert (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o]) == (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
         assert problem.moves[o] == int(way == MOVE or (way == WAIT_WAY and m.outlook.job.status == "running"))
 
 
@@ -121,7 +109,6 @@ def test_eligible_nodes_are_each_jobs_own_and_read_only(seed: int) -> None:
             and cap[0, i] >= m.dem_cpu[0]
             and cap[1, i] >= m.dem_gpu[0]
             and cap[2, i] >= m.dem_mem
-            and cap[3, i] >= m.dem_dev[0]
         ]
         assert el.tolist() == own
         assert not el.flags.writeable

@@ -57,13 +57,10 @@ def capacity_rows(problem: Problem) -> list[tuple[int, np.ndarray, np.ndarray, i
             (problem.dem_cpu, problem.cap_cpu),
             (problem.dem_gpu, problem.cap_gpu),
             (problem.dem_mem, problem.cap_mem),
-            (problem.dem_dev, problem.cap_dev),
         ):
             d = dem[block]
             if not d.any():
                 continue
-            if dem is problem.dem_dev and cap[n] == problem.cap_gpu[n] and np.array_equal(d, problem.dem_gpu[block]):
-                continue  # no fraction above half a device here: the same row as the GPUs
             # Worst case: every job on the node takes its largest option here.
             worst = np.zeros(int(jobs.max()) + 1, dtype=np.int64)
             np.maximum.at(worst, jobs, d)
