@@ -354,6 +354,11 @@ def plan(
 
 def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome: _Outcome) -> Plan:
     packing = pack_devices(problem, outcome.choice, snapshot.nodes)
+    if packing.why:
+        # Jobs packed out of the node the solver chose: offer them the other nodes with room.
+        wider, again = widen(snapshot.nodes, problem, packing.choice, config.candidate_nodes)
+        if wider is not problem:
+            problem, packing = wider, pack_devices(wider, again, snapshot.nodes, retry=packing.why)
     choice = packing.choice
     assignments, unserved, terms = decode(
         problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why

@@ -22,7 +22,7 @@ waiting, where it fits a device and lowers the objective (:func:`_fill`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,8 +89,12 @@ def _reason(job: Job, gpus: int, node: Node, dev: _Devices) -> str:
     )
 
 
-def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node]) -> Packing:
-    """Number the GPU devices of ``choice`` (see the module docstring); ``nodes`` are the problem's, in order."""
+def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], retry: Mapping[int, str] | None = None) -> Packing:
+    """Number the GPU devices of ``choice`` (see the module docstring); ``nodes`` are the problem's, in order.
+
+    ``retry``: jobs an earlier packing left waiting, with why (job index -> reason), now waiting in
+    ``choice`` of a problem that offers them more nodes (:func:`planner.build.widen`): each start
+    that fits a device there and lowers the objective is taken; the others keep their reason."""
     choice = choice.copy()
     menus = problem.menus
     if not any(m.outlook.job.gpu_milli is not None for m in menus):
@@ -160,20 +164,29 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node]) ->
                 break
         else:
             why[j] = why_text
+    if retry:
+        _fill(problem, choice, set(why), fit, among=set(retry))
+        why.update({j: r for j, r in retry.items() if problem.opt_node[choice[j]] < 0})
     if why:
         _fill(problem, choice, set(why), fit)
     return Packing(choice, device, why)
 
 
-def _fill(problem: Problem, choice: np.ndarray, packed_out: set[int], fit: Callable[[int, int, int], bool]) -> None:
-    """Hand the room the packed-out jobs leave to pending jobs the solver left waiting: each start
-    option (largest objective gain first, ties by option index) that fits the pool and a device and
-    lowers the objective is taken. Only runs when a job was packed out, so plans without
-    fragmentation are exactly the solver's."""
+def _fill(
+    problem: Problem,
+    choice: np.ndarray,
+    packed_out: set[int],
+    fit: Callable[[int, int, int], bool],
+    among: set[int] | None = None,
+) -> None:
+    """Hand the room the packed-out jobs leave to pending jobs the solver left waiting (``among``
+    them, if given): each start option (largest objective gain first, ties by option index) that
+    fits the pool and a device and lowers the objective is taken. Only runs when a job was packed
+    out, so plans without fragmentation are exactly the solver's."""
     menus = problem.menus
     waiting = [
         j
-        for j in range(problem.n_jobs)
+        for j in (sorted(among) if among is not None else range(problem.n_jobs))
         if problem.opt_node[choice[j]] < 0 and j not in packed_out and menus[j].outlook.job.status == "pending"
     ]
     cand = [

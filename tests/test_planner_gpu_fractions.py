@@ -13,6 +13,8 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - a fraction the solver put on a node it cannot pack onto is offered another node with room
   (:func:`planner.devices.pack_devices` on a hand-made choice: the solver itself spreads them);
 - the room a packed-out job leaves goes to a pending job the solver left waiting (hand-made choice);
+- a packed-out job whose options are all on its node gets other nodes from ``widen`` and starts
+  there on the retry (hand-made choice);
 - a snapshot without fractions gets no device anywhere (old snapshots plan as before);
 - ``flowplan explain``'s options count the room fractions leave in milli-GPUs.
 """
@@ -26,7 +28,7 @@ import pytest
 
 from planner import PlannerConfig, Snapshot, check_plan, plan
 from planner.alternatives import job_options
-from planner.build import build_problem
+from planner.build import build_problem, widen
 from planner.core import _outlooks
 from planner.devices import pack_devices
 from planner.plan import Assignment, Plan
@@ -148,3 +150,19 @@ def test_the_room_a_packed_out_job_leaves_goes_to_a_waiting_one() -> None:
     placed = [j for j in range(4) if problem.opt_node[got.choice[j]] >= 0]
     assert placed == [0, 1, 3] and list(got.why) == [2]
     assert got.device[3] in (got.device[0], got.device[1])
+
+
+def test_a_packed_out_fraction_is_offered_nodes_outside_its_candidates() -> None:
+    """With no extra candidate nodes every 600 has options on n0 only (the greedy put all three
+    there); the one packed out gets options on n1 from ``widen`` and starts there on the retry."""
+    snap = _snap([2, 2], [_job(f"p{i}", 600) for i in range(3)])
+    config = PlannerConfig(time_limit=1, candidate_nodes=0)
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+    assert {int(problem.opt_node[o]) for o in range(problem.n_options)} == {-1, 0}
+    choice = np.array([min(o for o in problem.options_of(j) if problem.opt_node[o] == 0) for j in range(3)])
+    first = pack_devices(problem, choice, snap.nodes)
+    assert len(first.why) == 1
+    wider, again = widen(snap.nodes, problem, first.choice, 1)
+    second = pack_devices(wider, again, snap.nodes, retry=first.why)
+    assert sorted(int(wider.opt_node[o]) for o in second.choice) == [0, 0, 1] and second.why == {}
