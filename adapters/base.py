@@ -102,11 +102,16 @@ class Change:
     #: Hard CPU cap per replica (a quota); ``None``: none beyond the job's max. ``cpu_millis`` is a
     #: guaranteed share (a weight), not a cap.
     cpu_limit_millis: int | None = None
+    #: A fractional job's share of one GPU (the snapshot's ``gpu_milli``) and the device it shares
+    #: (the plan's ``gpu_device``); ``None`` for whole-GPU jobs. See :func:`refuse_fractions`.
+    gpu_milli: int | None = None
+    gpu_device: int | None = None
 
     def key(self) -> str:
         """Identifies the change, so that applying it twice can be recognised (idempotency)."""
         cap = f":cap{self.cpu_limit_millis}m" if self.cpu_limit_millis is not None else ""
-        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{self.cpu_millis}m{cap}:{self.gpus}g:{self.replicas}r"
+        dev = f":{self.gpu_milli}mg@dev{self.gpu_device}" if self.gpu_milli is not None else ""
+        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{self.cpu_millis}m{cap}:{self.gpus}g{dev}:{self.replicas}r"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -119,6 +124,7 @@ class Change:
             "from_node": self.from_node,
             "deliver": self.deliver,
             "cpu_limit_millis": self.cpu_limit_millis,
+            **({"gpu_milli": self.gpu_milli, "gpu_device": self.gpu_device} if self.gpu_milli is not None else {}),
         }
 
 
@@ -135,6 +141,21 @@ class Outcome:
     ok: bool
     error: ErrorKind | None = None
     message: str = ""
+
+
+def refuse_fractions(changes: Sequence[Change], adapter: str, why: str, log: logging.Logger) -> list[Outcome] | None:
+    """For an adapter that cannot enforce a GPU fraction: ``None`` when no change places one, else
+    every change refused as ``invalid`` before anything is applied (the plan is refused whole), each
+    message one line naming the fractional job and its ``gpu_milli`` (logged once)."""
+    frac = next((c for c in changes if c.gpu_milli is not None and c.node is not None), None)
+    if frac is None:
+        return None
+    what = f"job {frac.job}: gpu_milli {frac.gpu_milli} (a shared GPU) cannot be enforced on {adapter} ({why})"
+    log.warning("plan refused: %s", what)
+    return [
+        Outcome(c, False, "invalid", what if c is frac else f"job {c.job}: not applied, the plan was refused: {what}")
+        for c in changes
+    ]
 
 
 def apply_each(

@@ -67,6 +67,7 @@ def in_effect(snapshot: Snapshot, action: dict[str, Any]) -> bool:
         and a is not None
         and a.cpu_millis == action.get("cpu_millis")
         and a.gpus == action.get("gpus")
+        and a.gpu_device == action.get("gpu_device")
         and _cap_in_effect(snapshot, job.node, job.max_cpu_millis, a.cpu_limit_millis, action.get("cpu_limit_millis"))
     )
 

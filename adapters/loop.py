@@ -81,6 +81,8 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
             replicas=a.replicas,
             from_node=job.node if job.status == "running" else None,
             deliver=a.deliver or kind == "deliver",
+            gpu_milli=job.gpu_milli,
+            gpu_device=a.gpu_device,
         )
         shrinks = cur is not None and a.cpu_millis <= cur.cpu_millis and a.gpus <= cur.gpus
         out.append((diff_order(kind, shrinks), i, change))

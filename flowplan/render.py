@@ -19,8 +19,9 @@ def _deadline(d: float | None, now: float) -> str:
     return f"in {duration(d - now)}" if d >= now else f"{duration(now - d)} ago"
 
 
-def _alloc(cpu: int, gpus: int) -> str:
-    return f"{cpu / 1000:g}" + (f"+{gpus}g" if gpus else "")
+def _alloc(cpu: int, gpus: int, device: int | None = None) -> str:
+    """``2+1g``; a fractional job's share of one device: ``1+1g shared dev0`` (its fraction is in the snapshot)."""
+    return f"{cpu / 1000:g}" + (f"+{gpus}g" if gpus else "") + (f" shared dev{device}" if device is not None else "")
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -53,8 +54,8 @@ def render_table(plan: Plan, source: str = "", objective: str | None = None, *, 
             where = f"{prev.node} -> {a.node}"
         else:
             where = a.node or "-"
-        was = _alloc(prev.cpu_millis, prev.gpus) if prev is not None else "-"
-        now_alloc = _alloc(a.cpu_millis, a.gpus) if a.node else "-"
+        was = _alloc(prev.cpu_millis, prev.gpus, prev.gpu_device) if prev is not None else "-"
+        now_alloc = _alloc(a.cpu_millis, a.gpus, a.gpu_device) if a.node else "-"
         cpu = now_alloc if was in ("-", now_alloc) else f"{was} -> {now_alloc}"
         action = a.action + ("+deliver" if a.deliver and a.action != "deliver" else "")
         rows.append(

@@ -29,13 +29,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from planner.build import build_problem
 from planner.config import PlannerConfig
-from planner.menu import WAYS
+from planner.menu import WAYS, gpu_demand_milli
 from planner.outlook import build_outlook
 from planner.plan import Assignment, Plan
 from planner.problem import WAIT_WAY
-from planner.snapshot import Snapshot
+from planner.snapshot import MILLI_PER_GPU, Snapshot
 
 __all__ = ["Holder", "JobOptions", "Option", "job_options", "pareto"]
 
@@ -133,7 +135,8 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
 
     # What the plan leaves free on each node once the other jobs have what it gave them.
     nodes = {n.name: n for n in snapshot.nodes}
-    free = {n.name: [n.cpu_millis, n.gpus, n.memory_mib] for n in snapshot.nodes}
+    # GPUs in milli-GPUs, as the planner counts them (a fraction takes its gpu_milli); shown as GPUs.
+    free = {n.name: [n.cpu_millis, n.gpus * MILLI_PER_GPU, n.memory_mib] for n in snapshot.nodes}
     on_node: dict[str, list[Holder]] = {}
     for a in plan.assignments:
         if a.job == job_id or a.node is None or a.node not in free:
@@ -141,7 +144,8 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         other = jobs.get(a.job)
         mem = (other.memory_mib if other is not None else 0) * a.replicas
         used = (a.cpu_millis * a.replicas, a.gpus * a.replicas, mem)
-        free[a.node] = [f - u for f, u in zip(free[a.node], used, strict=True)]
+        milli = int(gpu_demand_milli(other.gpu_milli if other is not None else None, np.array([a.gpus]), a.replicas)[0])
+        free[a.node] = [f - u for f, u in zip(free[a.node], (used[0], milli, mem), strict=True)]
         q = a.predictions
         spare = None
         if q.tier1_deadline is not None and not q.tier1_reached:
@@ -155,8 +159,10 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         short = (0, 0, 0)
         holders: tuple[Holder, ...] = ()
         if node is not None and node in free:
-            need = (cpu * job.replicas, gpus * job.replicas, job.memory_mib * job.replicas)
+            milli = int(gpu_demand_milli(job.gpu_milli, np.array([gpus]), job.replicas)[0])
+            need = (cpu * job.replicas, milli, job.memory_mib * job.replicas)
             short = tuple(max(0, int(n - f)) for n, f in zip(need, free[node], strict=True))  # type: ignore[assignment]
+            short = (short[0], -(-short[1] // MILLI_PER_GPU), short[2])  # whole GPUs short, rounded up
             holders = tuple(on_node.get(node, []))
         return Option(
             node=node,

@@ -27,7 +27,7 @@ from planner.menu import MOVE, START, STAY, JobMenu, build_menu
 from planner.objective import Pricing, price_menus
 from planner.outlook import JobOutlook
 from planner.problem import WAIT_WAY, Problem
-from planner.snapshot import Job, Node, Snapshot
+from planner.snapshot import MILLI_PER_GPU, Job, Node, Snapshot
 
 
 def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarray) -> list[np.ndarray]:
@@ -80,21 +80,26 @@ def gpu_phase_seconds(nodes: Sequence[Node], outlooks: Sequence[JobOutlook], con
     is what the job keeps, held until done)."""
     total = sum(n.gpus for n in nodes)
     most = max((n.gpus for n in nodes), default=0)
-    asked = 0
+    asked = 0  # milli-GPUs
     for o in outlooks:
         job = o.job
-        if job.max_gpus > 0:
+        if job.gpu_milli is not None:
+            asked += job.gpu_milli
+        elif job.max_gpus > 0:
             per = min(job.max_gpus, most // job.replicas) if job.replicas else 0
-            asked += max(per, job.min_gpus) * job.replicas
-    return config.weights.gpu_phase_seconds if asked > total else 0.0
+            asked += max(per, job.min_gpus) * job.replicas * MILLI_PER_GPU
+    return config.weights.gpu_phase_seconds if asked > total * MILLI_PER_GPU else 0.0
 
 
 def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: PlannerConfig) -> tuple[Problem, Pricing]:
     nodes = snapshot.nodes
     N = len(nodes)
     node_index = {n.name: i for i, n in enumerate(nodes)}
+    # GPUs in milli-GPUs (the aggregate relaxation of GPU fractions; :mod:`planner.devices` numbers
+    # the devices after the solve).
     cap = np.array(
-        [[n.cpu_millis for n in nodes], [n.gpus for n in nodes], [n.memory_mib for n in nodes]], dtype=np.int64
+        [[n.cpu_millis for n in nodes], [n.gpus * MILLI_PER_GPU for n in nodes], [n.memory_mib for n in nodes]],
+        dtype=np.int64,
     ).reshape(3, N)
     warnings: list[str] = []
 

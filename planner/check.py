@@ -11,7 +11,12 @@ Rules:
   exempt: it is what the job already has);
 - gangs are all or nothing: an assignment places all ``replicas`` of a job on one node, or none;
 - per node, CPU, GPU and memory used by all jobs placed there fit its capacity — a node that jobs
-  which cannot move already overfill may stay over, as long as the plan adds nothing to it;
+  which cannot move already overfill may stay over, as long as the plan adds nothing to it; a node's
+  GPUs in use are the whole-GPU jobs' GPUs plus the devices fractional jobs share;
+- GPU fractions: a placed fractional job (``gpu_milli``) names a ``gpu_device`` in range, no other
+  assignment names one; per device, the fractional jobs' ``gpu_milli`` add up to at most 1000 (a
+  device the staying jobs already overfill may stay so, if the plan adds no job to it). Whole-GPU
+  jobs are counted, not numbered, so "no device both whole-held and shared" is the count rule above;
 - a job that cannot migrate keeps its node and is not paused; a job that cannot resize live changes
   its allocation only by restarting (``migrate``);
 - actions match the transition (``start`` only for pending jobs, ``keep``/``resize`` only in place ...);
@@ -38,6 +43,8 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     seen: dict[str, int] = defaultdict(int)
     use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     grew: set[str] = set()
+    shared: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # node -> device -> milli
+    joined: set[tuple[str, int]] = set()  # (node, device) a fractional job arrives on
     migrations = 0
 
     for a in plan.assignments:
@@ -58,6 +65,10 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         running = job.status == "running"
         cur_alloc = job.allocation if running else None
         moved = running and a.node is not None and a.node != job.node
+        frac = job.gpu_milli is not None
+        if a.gpu_device is not None and (not frac or a.node is None):
+            what = "the job uses whole GPUs" if not frac else "the job has no node"
+            bad.append(f"{a.job}: gpu_device {a.gpu_device} set, but {what}")
         if a.node is None:
             expected = allowed_actions(job, None, False)
             if a.action not in expected:
@@ -114,8 +125,18 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
                     bad.append(f"{a.job}: node {node.name} lacks label {k}={v}")
         u = use[node.name]
         u[0] += a.cpu_millis * job.replicas
-        u[1] += a.gpus * job.replicas
         u[2] += job.memory_mib * job.replicas
+        if frac and a.gpus > 0:
+            if a.gpu_device is None or not 0 <= a.gpu_device < node.gpus:
+                where = f"{node.name} with {node.gpus} GPU(s)"
+                bad.append(f"{a.job}: fractional (gpu_milli {job.gpu_milli}) but gpu_device {a.gpu_device} on {where}")
+            else:
+                shared[node.name][a.gpu_device] += job.gpu_milli or 0
+                kept = running and not moved and cur_alloc is not None and cur_alloc.gpu_device == a.gpu_device
+                if not kept:
+                    joined.add((node.name, a.gpu_device))
+        else:
+            u[1] += a.gpus * job.replicas
         if arrives or cur_alloc is None or a.cpu_millis > cur_alloc.cpu_millis or a.gpus > cur_alloc.gpus:
             grew.add(node.name)
 
@@ -125,12 +146,23 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
 
     # Capacity, with the exemption for nodes that jobs which cannot move already overfill.
     before: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    shared_before: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for j in snapshot.jobs:
         if j.status == "running" and j.allocation is not None and j.node is not None:
             b = before[j.node]
             b[0] += j.allocation.cpu_millis * j.replicas
-            b[1] += j.allocation.gpus * j.replicas
             b[2] += j.memory_mib * j.replicas
+            if j.gpu_milli is not None and j.allocation.gpu_device is not None:
+                shared_before[j.node][j.allocation.gpu_device] += j.gpu_milli
+            else:
+                b[1] += j.allocation.gpus * j.replicas
+    for name, devices in shared_before.items():
+        before[name][1] += len(devices)
+    for name, devices in sorted(shared.items()):
+        use[name][1] += len(devices)
+        for d, milli in sorted(devices.items()):
+            if milli > 1000 and ((name, d) in joined or milli > shared_before[name].get(d, 0)):
+                bad.append(f"node {name}: GPU device {d} shared by fractional jobs using {milli} milli (over 1000)")
     for name, (cpu, gpu, mem) in sorted(use.items()):
         n = nodes[name]
         over = [

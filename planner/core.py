@@ -1,9 +1,10 @@
 """``plan(snapshot, config, previous=...)``: the planner as a pure function.
 
 Named steps: outlooks (fit models) → build (candidates, options, warm start) → solve (backend, or
-parts of a decomposed problem) → decode → check. The same snapshot and config always give the same
-plan (except ``solver.seconds``, the measured wall time). ``previous`` and ``fits`` only lend cached
-model fits for jobs whose inputs did not change (same digest); they never change the answer.
+parts of a decomposed problem) → devices (number the GPUs fractional jobs share) → decode → check.
+The same snapshot and config always give the same plan (except ``solver.seconds``, the measured
+wall time). ``previous`` and ``fits`` only lend cached model fits for jobs whose inputs did not
+change (same digest); they never change the answer.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from planner.check import check_plan
 from planner.config import PlannerConfig
 from planner.decode import decode
 from planner.decompose import parts_needed, split
+from planner.devices import pack_devices
 from planner.errors import PlanCheckError
 from planner.fanout import fan_out, usable_cpus
 from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth
@@ -351,8 +353,16 @@ def plan(
 
 
 def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome: _Outcome) -> Plan:
-    choice = outcome.choice
-    assignments, unserved, terms = decode(problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem))
+    packing = pack_devices(problem, outcome.choice, snapshot.nodes)
+    if packing.why:
+        # Jobs packed out of the node the solver chose: offer them the other nodes with room.
+        wider, again = widen(snapshot.nodes, problem, packing.choice, config.candidate_nodes)
+        if wider is not problem:
+            problem, packing = wider, pack_devices(wider, again, snapshot.nodes, retry=packing.why)
+    choice = packing.choice
+    assignments, unserved, terms = decode(
+        problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why
+    )
     node_cpu = [n.cpu_millis for n in snapshot.nodes]
     profile = snapshot.settings.objective
     assignments, terms = apply_split(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from planner.menu import MOVE, STAY, JobMenu
 from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
-from planner.snapshot import Job, Node
+from planner.snapshot import MILLI_PER_GPU, Job, Node
 from planner.transitions import action_for, previous_placement
 
 
@@ -92,14 +93,17 @@ def explain(
     now: float,
     why: str | None,
     cpu_millis: int | None = None,
+    gpu_device: int | None = None,
 ) -> str:
     """One sentence per job: what it gets, when it finishes, its deadlines (``cpu_millis``: the
-    share when the node's split changed the level's)."""
+    share when the node's split changed the level's; ``gpu_device``: a fractional job's device)."""
     job = m.outlook.job
     parts: list[str] = []
     if node is not None:
         cpu = int(m.cpu[level]) if cpu_millis is None else cpu_millis
         alloc = cores(cpu) + (f" + {int(m.gpu[level])} GPU" if m.gpu[level] else "")
+        if job.gpu_milli is not None and m.gpu[level]:
+            alloc = cores(cpu) + f" + {job.gpu_milli / MILLI_PER_GPU:g} GPU (shared device {gpu_device})"
         rep = f" x{job.replicas}" if job.replicas > 1 else ""
         verb = {
             "start": "starts on",
@@ -159,7 +163,7 @@ def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
     job: Job = m.outlook.job
     need = (
         f"{cores(int(m.dem_cpu[0]))}"
-        + (f", {int(m.dem_gpu[0])} GPU" if m.dem_gpu[0] else "")
+        + (f", {m.dem_gpu[0] / MILLI_PER_GPU:g} GPU" if m.dem_gpu[0] else "")
         + (f", {m.dem_mem} MiB" if m.dem_mem else "")
     )
     if not eligible_any:
@@ -187,7 +191,14 @@ def decode(
     now: float,
     nodes: list[Node],
     eligible_any: list[bool],
+    devices: Mapping[int, int] | None = None,
+    packed_out: Mapping[int, str] | None = None,
 ) -> tuple[list[Assignment], list[Unserved], ObjectiveTerms]:
+    """The plan's assignments, unserved jobs and objective terms for ``choice``; ``devices`` (job
+    index -> GPU device) and ``packed_out`` (job index -> why it lost its place to fragmentation)
+    come from :func:`planner.devices.pack_devices`."""
+    devices = devices or {}
+    packed_out = packed_out or {}
     assignments: list[Assignment] = []
     unserved: list[Unserved] = []
     qoe = churn = completion = unserved_cost = 0
@@ -209,7 +220,7 @@ def decode(
             action = "deliver"
         why = None
         if node is None:
-            why = unserved_reason(m, nodes, eligible_any[j])
+            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j])
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:
@@ -246,13 +257,14 @@ def decode(
                 node=node,
                 cpu_millis=int(m.cpu[level]) if node is not None else 0,
                 gpus=int(m.gpu[level]) if node is not None else 0,
+                gpu_device=devices.get(j) if node is not None else None,
                 replicas=job.replicas,
                 action=action,
                 deliver=deliver,
                 previous=prev,
                 lost_seconds=lost,
                 predictions=pred,
-                explanation=explain(m, action, node, level, pred, now, why),
+                explanation=explain(m, action, node, level, pred, now, why, gpu_device=devices.get(j)),
             )
         )
     makespan_cost = problem.makespan_weight * fq_max

@@ -19,6 +19,7 @@ import numpy as np
 
 from planner.config import PlannerConfig
 from planner.outlook import JobOutlook
+from planner.snapshot import MILLI_PER_GPU
 
 STAY, START, MOVE = 0, 1, 2
 WAYS = ("stay", "start", "move")
@@ -60,6 +61,14 @@ def gpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig, roo
     return levels
 
 
+def gpu_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int) -> np.ndarray:
+    """GPU demand in milli-GPUs for GPU counts ``gpus`` per replica: 1000 a whole GPU, or the job's
+    ``gpu_milli`` for its one (shared) GPU; the planner's capacities are in the same unit."""
+    if gpu_milli is not None:
+        return np.where(gpus > 0, gpu_milli, 0).astype(np.int64)
+    return (gpus * MILLI_PER_GPU * replicas).astype(np.int64)
+
+
 @dataclass
 class JobMenu:
     """Levels of one job and their predictions/costs for each way in (arrays indexed [way, level])."""
@@ -68,10 +77,10 @@ class JobMenu:
     outlook: JobOutlook
     weight: int
     cpu: np.ndarray  # (L,) millicores per replica
-    gpu: np.ndarray  # (L,) GPUs per replica
+    gpu: np.ndarray  # (L,) GPUs per replica (a count: a fractional job's is 1, its speed is the 1-GPU speed)
     n_cpu: int  # levels form a grid: level = gpu_index * n_cpu + cpu_index
     dem_cpu: np.ndarray  # (L,) total over replicas
-    dem_gpu: np.ndarray
+    dem_gpu: np.ndarray  # (L,) milli-GPUs over replicas: 1000 a whole GPU, a fractional job's gpu_milli
     dem_mem: int
     seconds_per_epoch: np.ndarray  # (L,)
     lost: np.ndarray  # (3,) seconds lost per way in
@@ -197,7 +206,7 @@ def build_menu(
         gpu=gpu,
         n_cpu=len(cpus),
         dem_cpu=cpu * job.replicas,
-        dem_gpu=gpu * job.replicas,
+        dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, job.replicas),
         dem_mem=job.memory_mib * job.replicas,
         seconds_per_epoch=spe,
         lost=lost,

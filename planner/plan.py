@@ -33,6 +33,7 @@ class Placement(Contract):
     node: str | None
     cpu_millis: int
     gpus: int
+    gpu_device: int | None = None
 
 
 class Predictions(Contract):
@@ -64,7 +65,12 @@ class Assignment(Contract):
     cpu_limit_millis: int | None = Field(
         None, description="Hard CPU cap (quota) per replica, set only where a cap is the point; null: the job's max_cpu_millis."
     )
-    gpus: int = Field(description="Per replica.")
+    gpus: int = Field(description="Per replica; a fractional job (gpu_milli) is assigned 1: its share of one device.")
+    gpu_device: int | None = Field(
+        None,
+        description="Fractional jobs (gpu_milli) that are placed: the index (0..gpus-1 of the node) of the GPU device "
+        "they share; null for every other job. A fractional job that stays on its node keeps its device.",
+    )
     replicas: int = 1
     action: Action
     deliver: bool = False

@@ -189,8 +189,8 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     choice (the hint, so the answer is never worse) and its options that fit the room left to it.
     """
     J = problem.n_jobs
-    if J == 0:
-        return None
+    if J == 0 or not problem.node_names:
+        return None  # no job, or no node to hand room on (every job waits)
     dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
     node_of = problem.opt_node[choice]
     placed = node_of >= 0

@@ -1,7 +1,8 @@
 """The Snapshot contract (``apiVersion: flowplan/v1``): what the cluster looks like now.
 
 Units: times are seconds on one clock shared by ``time``, metric ``time`` and deadlines (Unix time is
-the usual choice, but any clock works); CPU is in millicores (1000 = one core); memory in MiB.
+the usual choice, but any clock works); CPU is in millicores (1000 = one core); a GPU fraction
+(``gpu_milli``) in thousandths of one GPU; memory in MiB.
 
 A *job* is one training run: one container, or a gang of ``replicas`` identical containers that are
 placed together on one node, all or nothing; its CPU, GPU and memory figures are per replica. Resizing
@@ -29,6 +30,8 @@ Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]
 MAX_SECONDS = 1e9
 MAX_EPOCHS = 1e9
 MAX_VALUE = 1e12  # largest |loss| or |metric| value
+#: A whole GPU in the unit of ``gpu_milli``: the planner's GPU capacities and demands are in it.
+MILLI_PER_GPU = 1000
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Time = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
@@ -75,6 +78,11 @@ class Allocation(Input):
 
     cpu_millis: Millis
     gpus: Count = 0
+    gpu_device: Annotated[int, Field(ge=0, le=10**6)] | None = Field(
+        None,
+        description="Fractional jobs (gpu_milli) only: the index (0..gpus-1 of the node) of the GPU device the job "
+        "shares with other fractional jobs. Null for whole-GPU jobs.",
+    )
     cpu_limit_millis: Annotated[int, Field(ge=1, le=10**9)] | None = Field(
         None, description="Hard CPU cap (quota) in force, per replica; null: none beyond the job's max_cpu_millis."
     )
@@ -293,11 +301,34 @@ def speed_prior_problem(job: Job) -> str | None:
     return None
 
 
+def gpu_fraction_problem(job: Job) -> str | None:
+    """Why ``job``'s ``gpu_milli`` / ``allocation.gpu_device`` do not go together (``None``: they do),
+    naming the field and its value."""
+    alloc = job.allocation
+    if job.gpu_milli is None:
+        if alloc is not None and alloc.gpu_device is not None:
+            return f"allocation.gpu_device: {alloc.gpu_device}, but the job uses whole GPUs (no gpu_milli)"
+        return None
+    for name, value in (("min_gpus", job.min_gpus), ("max_gpus", job.max_gpus), ("replicas", job.replicas)):
+        if value != 1:
+            return f"{name}: {value}, but a fractional job (gpu_milli {job.gpu_milli}) needs min_gpus = max_gpus = replicas = 1"
+    if job.status == "running" and alloc is not None:
+        if alloc.gpus != 1:
+            return (
+                f"allocation.gpus: {alloc.gpus}, but a fractional job (gpu_milli {job.gpu_milli}) holds 1 (a share of one device)"
+            )
+        if alloc.gpu_device is None:
+            return f"allocation.gpu_device: missing; a running fractional job (gpu_milli {job.gpu_milli}) names its device"
+    return None
+
+
 class Job(Input):
     """One training run (a container, or a gang of ``replicas`` containers on one node).
 
-    Cross-field rules: ``min_cpu_millis <= max_cpu_millis``, ``min_gpus <= max_gpus``, and a
-    running job has ``node`` and ``allocation`` (the last is in the JSON Schema too).
+    Cross-field rules: ``min_cpu_millis <= max_cpu_millis``, ``min_gpus <= max_gpus``, a
+    running job has ``node`` and ``allocation`` (the last is in the JSON Schema too), and a fractional
+    job (``gpu_milli``) has ``min_gpus = max_gpus = replicas = 1`` and, running, ``allocation.gpus = 1``
+    with its ``allocation.gpu_device`` (:func:`gpu_fraction_problem`).
     """
 
     model_config = ConfigDict(
@@ -333,6 +364,12 @@ class Job(Input):
     min_gpus: Count = 0
     max_gpus: Count = 0
     memory_mib: Annotated[int, Field(ge=0, le=10**9)] = Field(0, description="Memory per replica in MiB.")
+    gpu_milli: Annotated[int, Field(ge=1, le=999)] | None = Field(
+        None,
+        description="A fraction of ONE GPU, in thousandths (460: 0.46 of a GPU): the job shares a device with other "
+        "fractional jobs, whose gpu_milli on that device add up to at most 1000. Only with min_gpus = max_gpus = 1 "
+        "and replicas = 1. Null: whole GPUs (min_gpus..max_gpus), as before.",
+    )
     gpu_type: str | None = Field(None, description="Only nodes with this GPU model qualify.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Labels a node must carry.")
     resizable: bool = Field(True, description="CPU/GPU can change in place without a restart.")
@@ -373,6 +410,9 @@ class Job(Input):
                 raise ValueError("a running job needs 'node'")
             if self.allocation is None:
                 raise ValueError("a running job needs 'allocation'")
+        problem = gpu_fraction_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         if self.speed_prior is not None:
             problem = speed_prior_problem(self)
             if problem is not None:
@@ -441,6 +481,12 @@ class Snapshot(Input):
             ids[job.id] = i
             if job.node is not None and job.node not in names:
                 raise ValueError(f"jobs[{i}].node: unknown node name '{job.node}'")
+            device = job.allocation.gpu_device if job.allocation is not None and job.status == "running" else None
+            if device is not None and job.node is not None and device >= self.nodes[names[job.node]].gpus:
+                gpus = self.nodes[names[job.node]].gpus
+                raise ValueError(
+                    f"jobs[{i}].allocation.gpu_device: {device} is out of range for node '{job.node}' with {gpus} GPU(s)"
+                )
         return self
 
     def node(self, name: str) -> Node:

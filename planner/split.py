@@ -131,7 +131,7 @@ def _rewrite(
             "basis": p.basis + "; completion times from the node's share rollout (shares pass on when jobs finish)",
         }
     )
-    text = explain(m, action, a.node, level, pred, now, None, cpu_millis=share)
+    text = explain(m, action, a.node, level, pred, now, None, cpu_millis=share, gpu_device=a.gpu_device)
     text += f"; guaranteed {share / 1000:g} CPU, more when others idle (up to {job.max_cpu_millis / 1000:g})"
     return a.model_copy(update={"cpu_millis": share, "action": action, "predictions": pred, "explanation": text})
 

@@ -86,7 +86,9 @@ def allowed_actions(job: Job, node: str | None, same_allocation: bool) -> tuple[
 def previous_placement(job: Job) -> Placement | None:
     """Where a running job is and what it holds (an assignment's ``previous``); ``None`` for any other job."""
     if job.status == "running" and job.allocation is not None:
-        return Placement(node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus)
+        return Placement(
+            node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus, gpu_device=job.allocation.gpu_device
+        )
     return None
 
 

@@ -26,7 +26,10 @@ scheduler; the simulator has none, so there a name it does not run stands in). C
 - gangs (where a backend's users can declare one: Kubernetes, ``flowplan.io/gang``; Docker labels and
   the simulator's scenarios cannot): a gang of 3 is one job with 3 replicas; a start, a resize, a
   migration and a pause each change every pod, show in the next observe, and applied again are
-  ``ok`` no-ops that leave every pod alone; a change naming another replica count is ``conflict``.
+  ``ok`` no-ops that leave every pod alone; a change naming another replica count is ``conflict``;
+- GPU fractions: Docker and Kubernetes refuse a change list that places one, whole and before
+  applying anything (every outcome ``invalid``, one naming the job and its ``gpu_milli``); the
+  simulator, which enforces fractions, applies the rest.
 """
 
 from __future__ import annotations
@@ -393,3 +396,29 @@ def test_a_gang_is_one_job_changed_whole(backend: Backend) -> None:
     [wrong] = ad.apply([Change("cg", "start", n0, 500, 0, replicas=2)])
     assert (wrong.ok, wrong.error) == (False, "conflict"), wrong
     assert state(ad.observe(), "cg")[0] == "pending"
+
+
+def test_a_gpu_fraction_is_enforced_or_the_plan_refused_whole(backend: Backend) -> None:
+    """Docker and Kubernetes cannot enforce a share of one GPU: a change list that places one is
+    refused whole, every outcome ``invalid``, nothing applied, the message naming the job and its
+    ``gpu_milli``. The simulator enforces fractions (tests/test_sim_gpu_fractions.py): its CPU-only
+    nodes have no device, so the GPU start is a ``conflict`` and the start beside it is applied."""
+    n0, _ = backend.nodes
+    ad = backend.adapter()
+    ad.observe()
+    changes = [
+        Change("ca", "start", n0, 500, 0),
+        Change("cb", "start", n0, 500, 1, gpu_milli=460, gpu_device=0),
+    ]
+    outcomes = ad.apply(changes)
+    snap = ad.observe()
+    if backend.name == "sim":
+        assert [(o.ok, o.error) for o in outcomes] == [(True, None), (False, "conflict")]
+        assert "node n0 lacks room" in outcomes[1].message
+        assert state(snap, "ca")[:2] == ("running", n0)
+    else:
+        assert [(o.ok, o.error) for o in outcomes] == [(False, "invalid"), (False, "invalid")]
+        assert "job cb: gpu_milli 460 (a shared GPU) cannot be enforced on" in outcomes[1].message
+        assert state(snap, "ca")[0] == "pending"
+    assert state(snap, "cb")[0] == "pending"
+    assert all("\n" not in o.message for o in outcomes)

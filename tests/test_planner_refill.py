@@ -11,7 +11,8 @@ Case matrix:
   room, hints them with that choice, and the released problem's solve puts a job back into the room;
 - a choice with no room any waiting job fits: nothing is released;
 - room on a node that is no left-out job's candidate (the solve moved a job away from it):
-  ``widen`` gives the left-out jobs options there, and only there, existing options unchanged.
+  ``widen`` gives the left-out jobs options there, and only there, existing options unchanged;
+- a cluster without nodes (found by the API's schema tests): every job waits, nothing to refill.
 
 Nothing is faked: the snapshot is what the simulator's policy saw; real fits, HiGHS and CP-SAT.
 """
@@ -185,3 +186,10 @@ def test_widen_offers_idle_room_outside_the_candidates() -> None:
     assert (wider.job_start[1:] - 1)[np.isin(np.arange(wider.n_jobs), wider.opt_job[waits])].tolist() == np.flatnonzero(
         waits
     ).tolist()
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_a_cluster_without_nodes_plans_every_job_waiting(solver: SolverName) -> None:
+    snap = Snapshot.model_validate({"time": 0.0, "jobs": [{"id": "a", "status": "pending"}]})
+    p = plan(snap, PlannerConfig(solver=solver, time_limit=1)).plan
+    assert [(a.job, a.action) for a in p.assignments] == [("a", "wait")]

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -582,7 +582,12 @@ class DockerAdapter(Adapter):
     # -- apply -----------------------------------------------------------------------------------
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
-        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data."""
+        """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data. A
+        plan that places a GPU fraction is refused whole, before anything is applied: Docker hands
+        out whole devices (``--gpus``) and cannot share one without MPS or vGPU."""
+        refused = refuse_fractions(changes, "Docker", "it hands out whole devices; sharing one needs MPS or vGPU", log)
+        if refused is not None:
+            return refused
         return apply_each(changes, self._apply_one, DockerAdapterError, log)
 
     def _apply_one(self, ch: Change) -> str:

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -384,7 +384,14 @@ class KubernetesAdapter(GangOps, Adapter):
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         """Carry out ``changes``, each on its own, up to ``workers`` at once, phase by phase and each
         job's in order (module docstring); one outcome per change, in the order of ``changes``,
-        errors as data (a bug of ours too: it must not stop the other changes)."""
+        errors as data (a bug of ours too: it must not stop the other changes). A plan that places a
+        GPU fraction is refused whole, before anything is applied: ``nvidia.com/gpu`` is a whole-device
+        count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
+        does not configure."""
+        why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
+        refused = refuse_fractions(changes, "Kubernetes", why, log)
+        if refused is not None:
+            return refused
         outcomes: dict[int, Outcome] = {}
         for phase in self._phases(changes):
             by_job: dict[str, list[tuple[int, Change]]] = {}

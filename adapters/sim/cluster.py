@@ -52,6 +52,7 @@ from adapters.base import Adapter, Change, Outcome
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
+from planner.snapshot import MILLI_PER_GPU as ONE_GPU_MILLI
 from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
 #: Least progress at one allocation (in epochs) before its speed is reported.
@@ -129,6 +130,7 @@ class SimJob:
     cpu_millis: int = 0  # guaranteed share (weight) per replica
     gpus: int = 0
     cpu_limit: int | None = None  # hard cap (quota) per replica set by the plan
+    gpu_device: int | None = None  # a fractional job's shared device (spec.gpu_milli)
     replicas: int = 1
     progress: float = 0.0  # epochs done (continuous)
     blocked_until: float = 0.0
@@ -364,7 +366,9 @@ class SimCluster(Adapter):
 
     def _hold(self, j: SimJob, seconds: float, cpu_seconds: float) -> None:
         j.busy_seconds += seconds
-        self.used_gpu_seconds += seconds * j.gpus * j.replicas
+        # Utilisation in milli-GPUs: a fractional job holds its share of one device.
+        held = j.spec.gpu_milli / ONE_GPU_MILLI if j.spec.gpu_milli is not None and j.gpus else j.gpus * j.replicas
+        self.used_gpu_seconds += seconds * held
         self.used_cpu_seconds += cpu_seconds
 
     def _epoch_done(self, j: SimJob, k: int, tk: float) -> None:
@@ -385,8 +389,11 @@ class SimCluster(Adapter):
         self.events.append((tk, j.spec.id, "finish"))
 
     # -- placing -----------------------------------------------------------------------------------
-    def _place(self, j: SimJob, node: str, cpu: int, gpus: int, limit: int | None, blocked_until: float) -> None:
+    def _place(
+        self, j: SimJob, node: str, cpu: int, gpus: int, limit: int | None, blocked_until: float, device: int | None = None
+    ) -> None:
         j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit = "running", node, cpu, gpus, limit
+        j.gpu_device = device if j.spec.gpu_milli is not None and gpus else None
         j.blocked_until = blocked_until
         j.t_adv = self.t
         j.effective, j.rate, j.next_event = 0.0, 0.0, math.inf
@@ -426,7 +433,17 @@ class SimCluster(Adapter):
                 for (c, g), (sec, ep) in sorted(j.trained.items())
                 if ep >= MIN_SPEED_EPOCHS and c >= 1
             )
-            key = (j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit, len(j.history), j.delivered_at is not None, speeds)
+            key = (
+                j.status,
+                j.node,
+                j.cpu_millis,
+                j.gpus,
+                j.gpu_device,
+                j.cpu_limit,
+                len(j.history),
+                j.delivered_at is not None,
+                speeds,
+            )
             if j.view is not None and j.view_key == key:
                 # Nothing it shows changed (validating it again is most of the cost) but the CPU it uses.
                 if j.view.cpu_used_millis != mine:
@@ -451,9 +468,12 @@ class SimCluster(Adapter):
                     status=cast(JobStatus, j.status),  # "future" jobs are not in a snapshot
                     task=task_name(s.model, s.batch_size),
                     node=j.node if running else None,
-                    allocation=Allocation(cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit)
+                    allocation=Allocation(
+                        cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit, gpu_device=j.gpu_device
+                    )
                     if running
                     else None,
+                    gpu_milli=s.gpu_milli,
                     cpu_used_millis=mine,
                     min_cpu_millis=s.min_cpu_millis,
                     max_cpu_millis=s.max_cpu_millis,
@@ -538,61 +558,91 @@ class SimCluster(Adapter):
         waiting = [j for j in self.jobs.values() if j.status == "pending"]
         if not waiting:
             return 0
-        room: list[tuple[float, int, int]] = []
+        room: list[tuple[float, int, int, int]] = []  # CPU, whole GPUs, memory, most milli one device has free
         for name, n in self.nodes.items():
             placed = self.on[name].values()
-            gpus = n.gpus - sum(j.gpus * j.replicas for j in placed)
+            gpus, load = self._gpu_room(name, "")
             mem = n.memory_mib - sum(j.spec.memory_mib * j.replicas for j in placed)
-            room.append((n.cpu_millis - self.cpu_use(name), gpus, mem))
+            most = max([ONE_GPU_MILLI - x for x in load if x > 0] + ([ONE_GPU_MILLI] if gpus > 0 else [0]))
+            room.append((n.cpu_millis - self.cpu_use(name), gpus, mem, most))
         count = 0
         for j in waiting:
             s, r = j.spec, j.replicas
             if any(
-                cpu + 1e-6 >= s.min_cpu_millis * r and gpus >= s.min_gpus * r and (s.memory_mib == 0 or mem >= s.memory_mib * r)
-                for cpu, gpus, mem in room
+                cpu + 1e-6 >= s.min_cpu_millis * r
+                and (most >= s.gpu_milli if s.gpu_milli is not None else gpus >= s.min_gpus * r)
+                and (s.memory_mib == 0 or mem >= s.memory_mib * r)
+                for cpu, gpus, mem, most in room
             ):
                 count += 1
         return count
 
+    def _gpu_room(self, node: str, exclude: str) -> tuple[int, list[int]]:
+        """``node``'s whole devices free (none held whole, none shared) and the milli-GPUs used on
+        each device by fractional jobs, leaving ``exclude`` out."""
+        load = [0] * self.nodes[node].gpus
+        whole = 0
+        for j in self.on[node].values():
+            if j.spec.id == exclude:
+                continue
+            if j.gpu_device is not None and j.spec.gpu_milli is not None and j.gpu_device < len(load):
+                load[j.gpu_device] += j.spec.gpu_milli
+            else:
+                whole += j.gpus * j.replicas
+        return len(load) - whole - sum(1 for x in load if x > 0), load
+
+    def _gpu_fits(self, node: str, j: SimJob, gpus: int, device: int | None) -> str | None:
+        """Why ``j`` with ``gpus`` per replica (a fractional job: on ``device``) does not fit the GPUs
+        of ``node`` (``None``: it does)."""
+        free, load = self._gpu_room(node, j.spec.id)
+        milli = j.spec.gpu_milli
+        if milli is None or not gpus:
+            return None if gpus * j.replicas <= free else f"{free} GPUs free"
+        if device is None or not 0 <= device < len(load):
+            return f"no GPU device {device} for a fraction of {milli} milli"
+        if load[device] + milli > ONE_GPU_MILLI or (load[device] == 0 and free < 1):
+            room = ONE_GPU_MILLI - load[device] if load[device] > 0 else 0
+            return f"GPU device {device} has {room} milli free for a fraction of {milli}"
+        return None
+
     def _free(self, node: str, exclude: str) -> tuple[int, int, int]:
         """Room on ``node`` by guarantees (admission), leaving ``exclude`` out."""
         n = self.nodes[node]
-        cpu, gpu, mem = n.cpu_millis, n.gpus, n.memory_mib
+        cpu, mem = n.cpu_millis, n.memory_mib
         for j in self.on[node].values():
             if j.spec.id != exclude:
                 cpu -= j.cpu_millis * j.replicas
-                gpu -= j.gpus * j.replicas
                 mem -= j.spec.memory_mib * j.replicas
-        return cpu, gpu, mem
+        return cpu, self._gpu_room(node, exclude)[0], mem
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         self._sync()
         # A migrating job checkpoints and stops before any job is placed, so moves between nodes
         # (swaps included) find the room the movers leave, as they would on a real cluster.
-        lifted: dict[str, tuple[str, int, int, int | None]] = {}
+        lifted: dict[str, tuple[str, int, int, int | None, int | None]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
             if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None and not _in_effect(j, c):
-                lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit)
+                lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device)
                 self._checkpoint(j)
                 self._unplace(j)  # holds nothing while it moves
         out = [self._apply_one(c, lifted) for c in changes]
         # Never neither: a mover that found no room restarts where it was, or else waits paused.
-        for job_id, (src, cpu, gpus, limit) in lifted.items():
+        for job_id, (src, cpu, gpus, limit, device) in lifted.items():
             j = self.jobs[job_id]
             if j.node is not None:
                 continue
-            free_cpu, free_gpu, _ = self._free(src, job_id)
-            if cpu <= free_cpu and gpus <= free_gpu:
-                self._place(j, src, cpu, gpus, limit, self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds)
+            free_cpu, _, _ = self._free(src, job_id)
+            if cpu <= free_cpu and self._gpu_fits(src, j, gpus, device) is None:
+                self._place(j, src, cpu, gpus, limit, self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds, device)
                 j.in_place += 1
             else:
-                j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
+                j.status, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device = "pending", 0, 0, None, None
                 j.pauses += 1
         self._refresh()
         return out
 
-    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int, int | None]]) -> Outcome:
+    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int, int | None, int | None]]) -> Outcome:
         j = self.jobs.get(c.job)
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
@@ -606,7 +656,7 @@ class SimCluster(Adapter):
                 return Outcome(c, True, message="already paused (pending)")
             self._checkpoint(j)
             self._unplace(j)
-            j.status, j.cpu_millis, j.gpus, j.cpu_limit = "pending", 0, 0, None
+            j.status, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device = "pending", 0, 0, None, None
             j.pauses += 1
             self.events.append((now, j.spec.id, "pause"))
             return Outcome(c, True)
@@ -620,10 +670,12 @@ class SimCluster(Adapter):
             return Outcome(c, False, "conflict", f"not running: a pending job is started, not {c.kind}d")
         cpu, gpu, mem = self._free(c.node, j.spec.id)
         r = j.replicas
-        if c.cpu_millis * r > cpu or c.gpus * r > gpu or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
-            return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpu} GPUs free)")
+        short = self._gpu_fits(c.node, j, c.gpus, c.gpu_device)
+        if c.cpu_millis * r > cpu or short is not None or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
+            gpus = short or f"{gpu} GPUs free"
+            return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpus})")
         if c.kind == "start":
-            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds)
+            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device)
             j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
@@ -634,6 +686,7 @@ class SimCluster(Adapter):
             if c.node != j.node or not (j.spec.resizable or cap_only):
                 return Outcome(c, False, "invalid", "cannot resize live")
             j.cpu_millis, j.gpus, j.cpu_limit = c.cpu_millis, c.gpus, c.cpu_limit_millis
+            j.gpu_device = c.gpu_device if j.spec.gpu_milli is not None and c.gpus else None
             j.resizes += 1
             self._dirty.add(c.node)
             return Outcome(c, True)
@@ -642,7 +695,7 @@ class SimCluster(Adapter):
                 self._checkpoint(j)
                 self._unplace(j)
             back = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
-            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, back)
+            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device)
             j.migrations += 1
             self.events.append((now, j.spec.id, f"migrate to {c.node}"))
             return Outcome(c, True)
@@ -662,5 +715,5 @@ def _in_effect(j: SimJob, c: Change) -> bool:
     return (
         j.status == "running"
         and j.node == c.node
-        and (j.cpu_millis, j.gpus, j.cpu_limit) == (c.cpu_millis, c.gpus, c.cpu_limit_millis)
+        and (j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device) == (c.cpu_millis, c.gpus, c.cpu_limit_millis, c.gpu_device)
     )

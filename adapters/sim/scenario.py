@@ -90,6 +90,7 @@ class JobSpec:
     tier2_deadline: float | None
     cpu_scale: float
     tag: bool = False  # the job a "job_jct" scenario is about (FlowCon's "specific job")
+    gpu_milli: int | None = None  # a share of one GPU (1..999), shared with other fractional jobs
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,10 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         raise ScenarioError(f"{where}.min_gpus: {min_g} exceeds max_gpus {max_g}")
     if gpu and min_g < 1:
         raise ScenarioError(f"{where}.min_gpus: a gpu job needs at least 1 GPU, got {min_g}")
+    if r.get("gpu_milli") is not None and not (gpu and min_g == max_g == 1):
+        raise ScenarioError(
+            f"{where}.gpu_milli: {r['gpu_milli']}, but a fraction of one GPU needs kind 'gpu' and min_gpus = max_gpus = 1"
+        )
     # Deadlines: factor x the time the job needs alone at its largest allocation, from its arrival.
     best = truth.epoch_seconds(max_cpu, max_g)
     restart = float(r.get("restart_seconds", 10.0))
@@ -232,13 +237,14 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         tier2_deadline=tiers["tier2_deadline"],
         cpu_scale=float(r.get("cpu_scale", 1.0)),
         tag=bool(r.get("tag", False)),
+        gpu_milli=int(r["gpu_milli"]) if r.get("gpu_milli") is not None else None,
     )
 
 
 _JOB_KEYS = {
     "id", "model", "batch_size", "kind", "arrival", "count", "epochs", "min_cpu_millis", "max_cpu_millis", "min_gpus",
     "max_gpus", "memory_mib", "checkpoint_seconds", "restart_seconds", "priority", "resizable", "tier1",
-    "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag",
+    "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag", "gpu_milli",
 }  # fmt: skip
 
 
@@ -274,6 +280,8 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
             _num(row[key], f"{where}.{key}", lo=0, hi=86400)
     if "priority" in row:
         _num(row["priority"], f"{where}.priority", lo=0.01, hi=100)
+    if "gpu_milli" in row:
+        _num(row["gpu_milli"], f"{where}.gpu_milli", lo=1, hi=999, integer=True)
     if "cpu_scale" in row:
         _num(row["cpu_scale"], f"{where}.cpu_scale", lo=0.001, hi=1000)
     for key in ("tier1", "tier2"):

@@ -26,6 +26,7 @@ from planner.check import check_plan
 from planner.core import snapshot_digest
 from planner.errors import PlanCheckError
 from planner.plan import Action, Assignment, ObjectiveTerms, Plan, PlanSummary, Predictions, SolverReport, Unserved
+from planner.policies.shared_gpus import SharedGpus
 from planner.progress import judged_series, reached
 from planner.snapshot import Job, Node, Snapshot
 from planner.transitions import action_for, lost_seconds, previous_placement
@@ -109,7 +110,8 @@ def cores(millis: int) -> str:
 
 def describe(job: Job, cpu: int, gpus: int) -> str:
     """``4 CPU + 1 GPU x2``: an allocation per replica, as the explanations print it."""
-    return cores(cpu) + (f" + {gpus} GPU" if gpus else "") + (f" x{job.replicas}" if job.replicas > 1 else "")
+    gpu = f" + {job.gpu_milli / 1000:g} GPU (shared)" if job.gpu_milli is not None and gpus else f" + {gpus} GPU" if gpus else ""
+    return cores(cpu) + gpu + (f" x{job.replicas}" if job.replicas > 1 else "")
 
 
 def metric_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, Direction]:
@@ -136,22 +138,39 @@ def _tier_reached(job: Job) -> bool:
 
 
 class Ledger:
-    """Free CPU / GPU / memory and container counts per node while a policy hands resources out."""
+    """Free CPU / GPU / memory and container counts per node while a policy hands resources out.
+
+    ``free[node][1]`` counts whole GPU devices: none held whole, none shared. A fractional job
+    (``gpu_milli``) with a GPU shares a device instead (:mod:`planner.policies.shared_gpus`); the
+    device each got is in ``device``, for :func:`build_plan`.
+    """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
         self.free: dict[str, list[int]] = {n.name: [n.cpu_millis, n.gpus, n.memory_mib] for n in snapshot.nodes}
         self.containers: dict[str, int] = {n.name: 0 for n in snapshot.nodes}
         self.jobs_on: dict[str, list[str]] = {n.name: [] for n in snapshot.nodes}
+        self.shared = SharedGpus(snapshot.nodes)
+        self.device = self.shared.device
 
     def fits(self, node: str, job: Job, cpu: int, gpus: int) -> bool:
         f, r = self.free[node], job.replicas
-        return cpu * r <= f[0] and gpus * r <= f[1] and job.memory_mib * r <= f[2]
+        if job.gpu_milli is not None and gpus > 0:
+            gpu_ok = self.shared.pick(node, job, f[1]) is not None
+        else:
+            gpu_ok = gpus * r <= f[1]
+        return cpu * r <= f[0] and gpu_ok and job.memory_mib * r <= f[2]
 
     def take(self, node: str, job: Job, cpu: int, gpus: int) -> None:
         f, r = self.free[node], job.replicas
         f[0] -= cpu * r
-        f[1] -= gpus * r
+        if job.gpu_milli is not None and gpus > 0:
+            device = self.shared.pick(node, job, f[1])
+            # Only a policy that skipped fits() gets None: the least-used device, which the checker refuses.
+            load = self.shared.load[node]
+            f[1] -= self.shared.take(node, job, device if device is not None else min(range(len(load)), key=load.__getitem__))
+        else:
+            f[1] -= gpus * r
         f[2] -= job.memory_mib * r
         self.containers[node] += r
         self.jobs_on[node].append(job.id)
@@ -159,7 +178,10 @@ class Ledger:
     def give(self, node: str, job: Job, cpu: int, gpus: int) -> None:
         f, r = self.free[node], job.replicas
         f[0] += cpu * r
-        f[1] += gpus * r
+        if job.gpu_milli is not None and job.id in self.device:
+            f[1] += self.shared.give(node, job)
+        else:
+            f[1] += gpus * r
         f[2] += job.memory_mib * r
         self.containers[node] -= r
         self.jobs_on[node].remove(job.id)
@@ -246,9 +268,12 @@ def build_plan(
     *,
     started: float,
     message: str,
+    devices: Mapping[str, int] | None = None,
 ) -> Plan:
     """The Plan for ``decisions`` (one per active job), checked; ``started`` is ``time.perf_counter()``
-    at the start of the policy call (for ``solver.seconds``)."""
+    at the start of the policy call (for ``solver.seconds``); ``devices``: the GPU device of each
+    placed fractional job (``Ledger.device``)."""
+    devices = devices or {}
     assignments: list[Assignment] = []
     unserved: list[Unserved] = []
     migrations = resizes = 0
@@ -271,6 +296,7 @@ def build_plan(
                 cpu_millis=d.cpu_millis if d.node is not None else 0,
                 cpu_limit_millis=d.cpu_limit_millis if d.node is not None else None,
                 gpus=d.gpus if d.node is not None else 0,
+                gpu_device=devices.get(job.id) if d.node is not None and job.gpu_milli is not None else None,
                 replicas=job.replicas,
                 action=action,
                 previous=prev,

@@ -152,5 +152,6 @@ class DockerPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message="Docker default: start at once, equal CPU share (CFS), no migration",
         )

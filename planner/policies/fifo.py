@@ -71,5 +71,6 @@ class FifoPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message="FIFO: submission order, requested resources, head-of-line blocking",
         )

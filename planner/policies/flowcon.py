@@ -181,6 +181,7 @@ class FlowConPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message=f"FlowCon: growth-efficiency CPU limits, alpha {self.test.alpha:g}",
         )
 

@@ -14,6 +14,10 @@ Mechanism (kube-scheduler, default profile; the baseline of SpeCon, IEEE Systems
   set; a resource the node has none of is left out), requested counting this pod; equal weights.
   The highest total wins (kube-scheduler breaks ties at random; here by node order, to stay
   deterministic). Together they *spread* pods and keep CPU and memory use balanced;
+- a GPU-sharing pod (``gpu_milli``) requests its fraction of one device: the filter needs a device
+  with that much room, and it is packed best fit onto the fullest device that holds it (the
+  GPU-share scheduler of the Alibaba trace, :mod:`planner.policies.shared_gpus`; every baseline
+  shares devices this way);
 - a pod that fits nowhere stays pending; no preemption (all pods have the same priority);
 - a bound pod is never resized or moved (the default controllers do neither).
 """
@@ -101,5 +105,6 @@ class KubernetesPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message="kube-scheduler default: requests = the user's max, LeastAllocated + BalancedAllocation, no resize",
         )

@@ -200,7 +200,12 @@ class OptimusPolicy:
             d = Decision(node, cpu, gpus, why)
             decisions[job.id] = Decision(node, cpu, gpus, why, _predictions(m, d, snapshot.time))
         return build_plan(
-            snapshot, self.name, decisions, started=t0, message="Optimus: hyperbola + speed fits, greedy marginal gain per unit"
+            snapshot,
+            self.name,
+            decisions,
+            started=t0,
+            devices=ledger.device,
+            message="Optimus: hyperbola + speed fits, greedy marginal gain per unit",
         )
 
     def _grow(

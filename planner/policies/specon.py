@@ -141,5 +141,6 @@ class SpeConPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message=f"SpeCon: speculative migration of slow-growing jobs, alpha {self.test.alpha:g}",
         )

@@ -135,6 +135,7 @@ class TiresiasPolicy:
             self.name,
             decisions,
             started=t0,
+            devices=ledger.device,
             message=f"Tiresias 2D-LAS: queue thresholds {', '.join(f'{t:g}' for t in self.thresholds)}",
         )
 
@@ -161,23 +162,21 @@ class TiresiasPolicy:
                 ),
                 key=lambda j: -rank[j.id],
             )
-            freed = list(ledger.free[node.name])
+            # Pause candidates on the ledger itself (a fraction frees its device only when it was
+            # the last on it), then put them back as they were: stayers get their own device back.
+            on_node = list(ledger.jobs_on[node.name])
             chosen: list[Job] = []
             for v in cands:
-                if len(chosen) >= budget:
-                    break
-                if (
-                    cpu * job.replicas <= freed[0]
-                    and gpus * job.replicas <= freed[1]
-                    and job.memory_mib * job.replicas <= freed[2]
-                ):
+                if len(chosen) >= budget or ledger.fits(node.name, job, cpu, gpus):
                     break
                 d = decisions[v.id]
-                freed[0] += d.cpu_millis * v.replicas
-                freed[1] += d.gpus * v.replicas
-                freed[2] += v.memory_mib * v.replicas
+                ledger.give(node.name, v, d.cpu_millis, d.gpus)
                 chosen.append(v)
-            ok = cpu * job.replicas <= freed[0] and gpus * job.replicas <= freed[1] and job.memory_mib * job.replicas <= freed[2]
+            ok = ledger.fits(node.name, job, cpu, gpus)
+            for v in chosen:
+                d = decisions[v.id]
+                ledger.take(node.name, v, d.cpu_millis, d.gpus)
+            ledger.jobs_on[node.name] = on_node
             if chosen and ok and (best is None or (len(chosen), order) < best[:2]):
                 best = (len(chosen), order, node.name, chosen)
         return (best[2], best[3]) if best is not None else None

@@ -1,0 +1,214 @@
+"""GPU devices after the solve: which device each fractional job shares, and who does not fit.
+
+The integer program sees a node's GPUs as one pool of ``gpus * 1000`` milli-GPUs (the aggregate
+relaxation: a whole GPU is 1000, a fraction its ``gpu_milli``), so it cannot see fragmentation: two
+jobs of 600 milli fit 1200 of a 2-GPU node's 2000, but three do not fit its two devices. This step
+numbers the devices, node by node, deterministically:
+
+1. running jobs that stay on their node keep what they hold: a fractional job its ``gpu_device``,
+   a whole-GPU job its count of whole devices (whole devices are counted, not numbered);
+2. whole-GPU newcomers take devices no fractional job shares, largest first;
+3. fractional newcomers are packed best-fit decreasing: largest ``gpu_milli`` first (ties: problem
+   order), onto the shared device with the least room that still fits (ties: lowest index), else
+   onto the lowest-numbered free device.
+
+A newcomer that does not fit its chosen node is offered its other options (another node, cheapest
+first) where both the pool and a device have room (so the relaxation's blind spot does not starve it
+interval after interval); failing that it is set to its no-node option (wait, or pause for a
+running job that was to move: both cost what the move cost against the budget), with a reason that
+names the fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
+waiting, where it fits a device and lowers the objective (:func:`_fill`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.menu import START, STAY
+from planner.problem import Problem
+from planner.snapshot import MILLI_PER_GPU, Job, Node
+
+
+@dataclass
+class _Devices:
+    """One node's devices: ``whole`` devices held whole (counted), ``load`` milli per device shared."""
+
+    gpus: int
+    whole: int = 0
+    load: list[int] = field(default_factory=list)
+
+    def shared(self) -> int:
+        return sum(1 for x in self.load if x > 0)
+
+    def free_whole(self) -> int:
+        return self.gpus - self.whole - self.shared()
+
+    def free_milli(self) -> int:
+        return max(self.gpus * MILLI_PER_GPU - self.whole * MILLI_PER_GPU - sum(self.load), 0)
+
+    def device_for(self, milli: int) -> int | None:
+        """Best fit: the shared device with the least room that fits, else the lowest free one."""
+        fits = [(-x, d) for d, x in enumerate(self.load) if 0 < x and x + milli <= MILLI_PER_GPU]
+        if fits:
+            return min(fits)[1]
+        if self.free_whole() > 0:
+            return next(d for d, x in enumerate(self.load) if x == 0)
+        return None
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The choice after packing, each placed fractional job's device, and why a job lost its place."""
+
+    choice: np.ndarray
+    device: dict[int, int]
+    why: dict[int, str]
+
+
+def _gpus(problem: Problem, j: int, option: int) -> int:
+    m = problem.menus[j]
+    return int(m.gpu[int(problem.opt_level[option])]) * m.outlook.job.replicas
+
+
+def _stays(job: Job, node: Node) -> bool:
+    return job.status == "running" and job.node == node.name
+
+
+def _reason(job: Job, gpus: int, node: Node, dev: _Devices) -> str:
+    free = f"{dev.free_milli() / MILLI_PER_GPU:g} GPU free there in total"
+    if job.gpu_milli is not None:
+        return (
+            f"needs {job.gpu_milli / MILLI_PER_GPU:g} GPU on {node.name}: {free} but no single device has "
+            f"{job.gpu_milli} milli free (GPU fragmentation)"
+        )
+    return (
+        f"needs {gpus} whole GPU(s) on {node.name}: {free} but only {max(dev.free_whole(), 0)} device(s) no fractional job shares"
+    )
+
+
+def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], retry: Mapping[int, str] | None = None) -> Packing:
+    """Number the GPU devices of ``choice`` (see the module docstring); ``nodes`` are the problem's, in order.
+
+    ``retry``: jobs an earlier packing left waiting, with why (job index -> reason), now waiting in
+    ``choice`` of a problem that offers them more nodes (:func:`planner.build.widen`): each start
+    that fits a device there and lowers the objective is taken; the others keep their reason."""
+    choice = choice.copy()
+    menus = problem.menus
+    if not any(m.outlook.job.gpu_milli is not None for m in menus):
+        return Packing(choice, {}, {})
+    devs = [_Devices(gpus=n.gpus, load=[0] * n.gpus) for n in nodes]
+    device: dict[int, int] = {}
+    whole_new: list[int] = []
+    frac_new: list[int] = []
+    for j in range(problem.n_jobs):
+        n = int(problem.opt_node[choice[j]])
+        if n < 0:
+            continue
+        job = menus[j].outlook.job
+        held = job.allocation.gpu_device if job.allocation is not None and _stays(job, nodes[n]) else None
+        if job.gpu_milli is not None and held is not None and held < nodes[n].gpus:
+            devs[n].load[held] += job.gpu_milli
+            device[j] = held
+        elif job.gpu_milli is None and _stays(job, nodes[n]):
+            devs[n].whole += _gpus(problem, j, int(choice[j]))
+        elif job.gpu_milli is None:
+            if _gpus(problem, j, int(choice[j])) > 0:
+                whole_new.append(j)
+        else:
+            frac_new.append(j)
+
+    def fit(j: int, n: int, option: int) -> bool:
+        """Give job ``j`` devices on node ``n`` for ``option`` if they are free (True: done)."""
+        job = menus[j].outlook.job
+        if job.gpu_milli is None:
+            g = _gpus(problem, j, option)
+            if g > devs[n].free_whole():
+                return False
+            devs[n].whole += g
+            return True
+        d = devs[n].device_for(job.gpu_milli)
+        if d is None:
+            return False
+        devs[n].load[d] += job.gpu_milli
+        device[j] = d
+        return True
+
+    failed: list[int] = []
+    whole_new.sort(key=lambda j: (-_gpus(problem, j, int(choice[j])), j))
+    frac_new.sort(key=lambda j: (-(menus[j].outlook.job.gpu_milli or 0), j))
+    for j in whole_new + frac_new:
+        if not fit(j, int(problem.opt_node[choice[j]]), int(choice[j])):
+            failed.append(j)
+    why: dict[int, str] = {}
+    for j in failed:
+        n = int(problem.opt_node[choice[j]])
+        job = menus[j].outlook.job
+        why_text = _reason(job, _gpus(problem, j, int(choice[j])), nodes[n], devs[n])
+        opts = np.array(problem.options_of(j), dtype=np.int64)
+        wait = opts[problem.opt_node[opts] < 0]
+        if wait.size == 0:
+            continue  # a job that cannot leave its node keeps it; the checker judges the plan
+        choice[j] = int(wait[0])
+        room = problem.capacity() - problem.usage(choice)
+        # Other nodes only, and never back onto its own node (a stay keeps a device, which is step 1's).
+        others = opts[(problem.opt_node[opts] >= 0) & (problem.opt_node[opts] != n) & (problem.opt_way[opts] != STAY)]
+        order = others[np.lexsort((others, problem.cost[others]))]
+        for o in order.tolist():
+            on = int(problem.opt_node[o])
+            need = (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o])
+            if all(need[r] <= room[r, on] for r in range(3)) and fit(j, on, o):
+                choice[j] = o
+                break
+        else:
+            why[j] = why_text
+    if retry:
+        _fill(problem, choice, set(why), fit, among=set(retry))
+        why.update({j: r for j, r in retry.items() if problem.opt_node[choice[j]] < 0})
+    if why:
+        _fill(problem, choice, set(why), fit)
+    return Packing(choice, device, why)
+
+
+def _fill(
+    problem: Problem,
+    choice: np.ndarray,
+    packed_out: set[int],
+    fit: Callable[[int, int, int], bool],
+    among: set[int] | None = None,
+) -> None:
+    """Hand the room the packed-out jobs leave to pending jobs the solver left waiting (``among``
+    them, if given): each start option (largest objective gain first, ties by option index) that
+    fits the pool and a device and lowers the objective is taken. Only runs when a job was packed
+    out, so plans without fragmentation are exactly the solver's."""
+    menus = problem.menus
+    waiting = [
+        j
+        for j in (sorted(among) if among is not None else range(problem.n_jobs))
+        if problem.opt_node[choice[j]] < 0 and j not in packed_out and menus[j].outlook.job.status == "pending"
+    ]
+    cand = [
+        (int(problem.cost[o]) - int(problem.cost[choice[j]]), o, j)
+        for j in waiting
+        for o in problem.options_of(j)
+        if problem.opt_node[o] >= 0 and problem.opt_way[o] == START
+    ]
+    if not cand:
+        return
+    room = problem.capacity() - problem.usage(choice)
+    best = problem.objective(choice)
+    for _, o, j in sorted(cand):
+        n = int(problem.opt_node[o])
+        need = np.array([problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o]], dtype=np.int64)
+        if problem.opt_node[choice[j]] >= 0 or (need > room[:, n]).any():
+            continue
+        was = int(choice[j])
+        choice[j] = o
+        got = problem.objective(choice)
+        if got >= best or not fit(j, n, o):
+            choice[j] = was
+            continue
+        best = got
+        room[:, n] -= need
