@@ -23,7 +23,7 @@ import numpy as np
 
 from planner.config import PlannerConfig
 from planner.greedy import GreedyChoice, greedy
-from planner.menu import MOVE, START, STAY, JobMenu, build_menu
+from planner.menu import MOVE, START, STAY, JobMenu, build_menu, gpu_unit
 from planner.objective import Pricing, price_menus
 from planner.outlook import JobOutlook
 from planner.problem import WAIT_WAY, Problem
@@ -95,10 +95,11 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     nodes = snapshot.nodes
     N = len(nodes)
     node_index = {n.name: i for i, n in enumerate(nodes)}
-    # GPUs in milli-GPUs (the aggregate relaxation of GPU fractions; :mod:`planner.devices` numbers
-    # the devices after the solve).
+    # GPUs in units of ``unit`` milli-GPUs (the aggregate relaxation of GPU fractions; whole GPUs
+    # without them; :mod:`planner.devices` numbers the devices after the solve).
+    unit = gpu_unit(o.job for o in outlooks)
     cap = np.array(
-        [[n.cpu_millis for n in nodes], [n.gpus * MILLI_PER_GPU for n in nodes], [n.memory_mib for n in nodes]],
+        [[n.cpu_millis for n in nodes], [n.gpus * MILLI_PER_GPU // unit for n in nodes], [n.memory_mib for n in nodes]],
         dtype=np.int64,
     ).reshape(3, N)
     warnings: list[str] = []
@@ -106,7 +107,7 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     interval = snapshot.settings.interval_seconds
     max_gpus = max((n.gpus for n in nodes), default=0)
     phase = gpu_phase_seconds(nodes, outlooks, config)
-    menus = [build_menu(i, o, snapshot.time, interval, config, max_gpus, phase) for i, o in enumerate(outlooks)]
+    menus = [build_menu(i, o, snapshot.time, interval, config, max_gpus, phase, unit) for i, o in enumerate(outlooks)]
     pricing = price_menus(menus, config, snapshot.time)
 
     current = np.array(

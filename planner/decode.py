@@ -163,7 +163,7 @@ def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
     job: Job = m.outlook.job
     need = (
         f"{cores(int(m.dem_cpu[0]))}"
-        + (f", {m.dem_gpu[0] / MILLI_PER_GPU:g} GPU" if m.dem_gpu[0] else "")
+        + (f", {m.dem_gpu[0] * m.gpu_unit / MILLI_PER_GPU:g} GPU" if m.dem_gpu[0] else "")
         + (f", {m.dem_mem} MiB" if m.dem_mem else "")
     )
     if not eligible_any:

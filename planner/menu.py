@@ -13,13 +13,14 @@ Costs are integers (the IP objective needs them): see :mod:`planner.objective` f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from planner.config import PlannerConfig
 from planner.outlook import JobOutlook
-from planner.snapshot import MILLI_PER_GPU
+from planner.snapshot import MILLI_PER_GPU, Job
 
 STAY, START, MOVE = 0, 1, 2
 WAYS = ("stay", "start", "move")
@@ -61,6 +62,14 @@ def gpu_levels(lo: int, hi: int, current: int | None, config: PlannerConfig, roo
     return levels
 
 
+def gpu_unit(jobs: Iterable[Job]) -> int:
+    """The unit of the GPU row, in milli-GPUs: the largest that divides every demand and capacity
+    (a whole GPU when no job is fractional, so a snapshot without fractions gives the integer
+    program the same coefficients, and the same plan, as before fractions existed; else the
+    greatest common divisor of 1,000 and every ``gpu_milli``, e.g. 20 for 460 and 500)."""
+    return math.gcd(MILLI_PER_GPU, *(j.gpu_milli for j in jobs if j.gpu_milli is not None))
+
+
 def gpu_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int) -> np.ndarray:
     """GPU demand in milli-GPUs for GPU counts ``gpus`` per replica: 1000 a whole GPU, or the job's
     ``gpu_milli`` for its one (shared) GPU; the planner's capacities are in the same unit."""
@@ -80,7 +89,7 @@ class JobMenu:
     gpu: np.ndarray  # (L,) GPUs per replica (a count: a fractional job's is 1, its speed is the 1-GPU speed)
     n_cpu: int  # levels form a grid: level = gpu_index * n_cpu + cpu_index
     dem_cpu: np.ndarray  # (L,) total over replicas
-    dem_gpu: np.ndarray  # (L,) milli-GPUs over replicas: 1000 a whole GPU, a fractional job's gpu_milli
+    dem_gpu: np.ndarray  # (L,) GPU demand over replicas, in units of ``gpu_unit`` milli-GPUs
     dem_mem: int
     seconds_per_epoch: np.ndarray  # (L,)
     lost: np.ndarray  # (3,) seconds lost per way in
@@ -93,6 +102,8 @@ class JobMenu:
     wait_finish_s: float  # estimated finish if left unplaced this interval
     t1_slack_s: float | None = None  # seconds from now to the tier-1 deadline (None: no open deadline)
     phase_seconds: float = 0.0  # > 0: priced with the phase model (see PlannerConfig.weights.gpu_phase_seconds)
+    #: Milli-GPUs per unit of ``dem_gpu`` (and of the problem's GPU capacities): see :func:`gpu_unit`.
+    gpu_unit: int = MILLI_PER_GPU
     # Filled in by :func:`price_menus` once the horizon is known.
     finish_q: np.ndarray | None = None  # (3, L)
     cost: np.ndarray | None = None  # (3, L)
@@ -116,6 +127,7 @@ def build_menu(
     config: PlannerConfig,
     max_node_gpus: int | None = None,
     phase_seconds: float = 0.0,
+    gpu_unit: int = MILLI_PER_GPU,
 ) -> JobMenu:
     job = outlook.job
     cur = job.allocation if job.status == "running" else None
@@ -206,7 +218,7 @@ def build_menu(
         gpu=gpu,
         n_cpu=len(cpus),
         dem_cpu=cpu * job.replicas,
-        dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, job.replicas),
+        dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, job.replicas) // gpu_unit,
         dem_mem=job.memory_mib * job.replicas,
         seconds_per_epoch=spe,
         lost=lost,

@@ -15,7 +15,9 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - the room a packed-out job leaves goes to a pending job the solver left waiting (hand-made choice);
 - a packed-out job whose options are all on its node gets other nodes from ``widen`` and starts
   there on the retry (hand-made choice);
-- a snapshot without fractions gets no device anywhere (old snapshots plan as before);
+- a snapshot without fractions gets no device anywhere (old snapshots plan as before), and its GPU
+  row is in whole GPUs (the coefficients it had before fractions); with fractions, in their common
+  unit;
 - ``flowplan explain``'s options count the room fractions leave in milli-GPUs.
 """
 
@@ -166,3 +168,21 @@ def test_a_packed_out_fraction_is_offered_nodes_outside_its_candidates() -> None
     wider, again = widen(snap.nodes, problem, first.choice, 1)
     second = pack_devices(wider, again, snap.nodes, retry=first.why)
     assert sorted(int(wider.opt_node[o]) for o in second.choice) == [0, 0, 1] and second.why == {}
+
+
+def test_the_gpu_row_is_in_whole_gpus_without_fractions_and_in_their_common_unit_with_them() -> None:
+    """Without a fractional job the integer program's GPU row is in whole GPUs, the coefficients it
+    had before fractions existed (so such snapshots plan as before, bit for bit with CP-SAT); with
+    fractions it is in the largest unit dividing 1,000 and every ``gpu_milli`` (460 and 500: 20)."""
+    config = PlannerConfig()
+    whole = _snap([2, 4], [_job("a"), _job("b", max_gpus=2)])
+    outlooks = _outlooks(whole, config, None, None)
+    problem, _ = build_problem(whole, [outlooks[j.id][1] for j in whole.jobs], config)
+    assert problem.cap_gpu.tolist() == [2, 4]
+    assert {int(problem.dem_gpu[o]) for o in range(problem.n_options) if problem.opt_node[o] >= 0} == {1, 2}
+    shared = _snap([2, 4], [_job("a", 460), _job("b", 500), _job("c")])
+    outlooks = _outlooks(shared, config, None, None)
+    problem, _ = build_problem(shared, [outlooks[j.id][1] for j in shared.jobs], config)
+    assert problem.cap_gpu.tolist() == [100, 200]
+    placed = [o for o in range(problem.n_options) if problem.opt_node[o] >= 0]
+    assert {int(problem.opt_job[o]): int(problem.dem_gpu[o]) for o in placed} == {0: 23, 1: 25, 2: 50}
