@@ -126,7 +126,7 @@ def bootstrap(values: list[float], draws: int = 4000, seed: int = 0) -> tuple[fl
     """95 % percentile interval of the mean, resampling the workloads."""
     x = np.asarray(values, dtype=float)
     means = np.random.default_rng(seed).choice(x, size=(draws, x.size), replace=True).mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+    return round(float(np.percentile(means, 2.5)), 1) + 0.0, round(float(np.percentile(means, 97.5)), 1) + 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
