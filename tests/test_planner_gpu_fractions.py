@@ -8,8 +8,7 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - a whole-GPU job and two fractions on a 2-GPU node: the fractions share the device the whole job
   leaves;
 - a running fractional job keeps its device; a newcomer is packed best-fit onto it;
-- the same snapshot planned twice gives the same plan (devices included; CP-SAT: CBC breaks ties
-  differently from call to call);
+- the same snapshot planned twice gives the same plan (devices included);
 - a fraction the solver put on a node it cannot pack onto is offered another node with room
   (:func:`planner.devices.pack_devices` on a hand-made choice: the solver itself spreads them);
 - the room a packed-out job leaves goes to a pending job the solver left waiting (hand-made choice);
@@ -94,10 +93,7 @@ def test_a_staying_fraction_keeps_its_device_and_a_newcomer_joins_it(solver: str
     assert (a["new"].node, a["new"].gpu_device) == ("n0", 1)  # best fit: the device with the least room that fits
 
 
-# CP-SAT only: PuLP's CBC returns a different one of several tie-optimal solutions from call to call
-# (on this snapshot 3-4 in 20 calls of the backend alone, threads=1, randomSeed 0, with or without a
-# time limit), so its plans differ where the ties do; that is the backend's, not the packing's.
-@pytest.mark.parametrize("solver", ["cpsat"])
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_the_same_snapshot_gives_the_same_plan(solver: str) -> None:
     jobs = [_job(f"p{i}", m) for i, m in enumerate((700, 460, 300, 250, 600, 900))] + [_job("w", None, max_gpus=2)]
     snap = _snap([2, 2], jobs)

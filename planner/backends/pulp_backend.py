@@ -69,7 +69,10 @@ class PulpBackend:
             with warnings.catch_warnings():
                 # PuLP 3.x flags its bundled CBC for removal in 4.0; pyproject pins pulp < 4.
                 warnings.simplefilter("ignore", DeprecationWarning)
-                solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, warmStart=True, threads=1, options=["randomSeed 0"])
+                # Seeds other than 0: CLP's "randomSeed 0" seeds from the clock, so CBC returned a
+                # different one of several (near-)optimal solutions on every call.
+                options = ["randomSeed 1", "randomCbcSeed 1"]
+                solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, warmStart=True, threads=1, options=options)
         lp.solve(solver)
         status_txt = pulp.LpStatus.get(lp.status, "Unknown")
         values = np.array([v.value() if v.value() is not None else 0.0 for v in x])
