@@ -6,9 +6,11 @@ A plan keeps only what each job got. Storing every job's runners-up in every pla
 planner's own steps run again (outlooks, then menus, candidate nodes and options in
 :func:`planner.build.build_problem`; no solve) and one job's options are read off:
 
-- each option: its node, CPU and GPUs per replica, how it gets there (``stay``, ``start``,
-  ``move``, or no node: ``wait`` / ``pause``), the time that way loses, the predicted epoch time,
-  and the time to tier 1 and to the finish, and whether the tier-1 deadline is met;
+- each option (on the candidate nodes the planner built before the solve, and on the node the plan
+  gave the job if the refill found it there after the solve): its node, CPU and GPUs per replica,
+  how it gets there (``stay``, ``start``, ``move``, or no node: ``wait`` / ``pause``), the time
+  that way loses, the predicted epoch time, and the time to tier 1 and to the finish, and whether
+  the tier-1 deadline is met;
 - how much it needs beyond what the plan left free on that node once the other jobs had their
   guarantees (shares add up to the node, so more CPU always comes from someone), and who holds it;
 - the smallest option (fewest GPUs, then least CPU) that meets the tier-1 deadline.
@@ -192,12 +194,18 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         if name not in nodes:
             continue
         opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way])))
+    way = _way_of(given)
+    if given.node is not None and given.node in nodes and way in WAYS and given.node not in {x.node for x in opts}:
+        # The plan's node is not among the candidates built before the solve: the refill gave it after
+        # (``planner.build.widen``: room a move freed, offered at every level of the job's menu).
+        w = WAYS.index(way)
+        for level in range(menu.cpu.size):
+            opts.append(option(given.node, way, int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[w])))
     opts.sort(key=lambda x: (x.finish_s is None, x.finish_s or 0.0, x.gpus, x.cpu_millis, x.node or ""))
     meeting = [x for x in opts if x.tier1_met]
     to_meet = min(meeting, key=lambda x: (x.gpus, x.cpu_millis, not x.fits, x.tier1_s or 0.0)) if meeting else None
-    given_opt = option(
-        given.node, _way_of(given), given.cpu_millis if given.node else 0, given.gpus if given.node else 0, given.lost_seconds
-    )
+    cpu, gpus = (given.cpu_millis, given.gpus) if given.node else (0, 0)
+    given_opt = option(given.node, way, cpu, gpus, given.lost_seconds)
     return JobOptions(
         job=job_id,
         time=now,

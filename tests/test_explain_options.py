@@ -14,12 +14,16 @@ Cases: every active job of the shipped snapshots built from measured curves and 
 - the allocation offered to meet the deadline meets it, and no option with fewer GPUs, or as many
   GPUs and less CPU, does; where none is offered, no option meets it.
 
+A job the refill placed after the solve on a node outside its candidates (a recorded philly-scale
+snapshot, ``tests/data/snapshots``) has that node among its options, at every level of its menu.
+
 Then, as processes on a real state file: the text and JSON of ``explain`` agree, and a plan stored
 without its snapshot says the options cannot be worked out.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -155,6 +159,20 @@ def test_what_meeting_the_deadline_takes_meets_it_and_is_the_smallest(
         offered += 1
     has = any(f.tier1_deadline_s is not None for f in found.values())
     assert offered > 0 or not has  # where there are deadlines, some can be met
+
+
+def test_the_node_the_refill_gave_a_job_is_among_its_options() -> None:
+    snap = Snapshot.model_validate_json(
+        gzip.decompress((ROOT / "tests" / "data" / "snapshots" / "philly-scale-t448.json.gz").read_bytes())
+    )
+    config = PlannerConfig(fit_processes=1)
+    got = plan(snap, config).plan
+    given = next(a for a in got.assignments if a.job == "philly-161")
+    assert (given.node, given.action) == ("gpu-node-16", "migrate")  # the refill's widen put it there
+    found = job_options(snap, got, "philly-161", config)
+    there = [o for o in found.options if o.node == "gpu-node-16"]
+    assert there and all(o.way == "move" for o in there)
+    assert (given.gpus, "move") in {(o.gpus, o.way) for o in there}
 
 
 def test_explain_text_and_json_agree_on_a_real_state_file(tmp_path: Path) -> None:
