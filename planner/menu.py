@@ -231,4 +231,5 @@ def build_menu(
         wait_finish_s=wait_finish,
         t1_slack_s=t1_slack,
         phase_seconds=tau,
+        gpu_unit=gpu_unit,
     )

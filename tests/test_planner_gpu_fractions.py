@@ -182,3 +182,12 @@ def test_the_gpu_row_is_in_whole_gpus_without_fractions_and_in_their_common_unit
     assert problem.cap_gpu.tolist() == [100, 200]
     placed = [o for o in range(problem.n_options) if problem.opt_node[o] >= 0]
     assert {int(problem.opt_job[o]): int(problem.dem_gpu[o]) for o in placed} == {0: 23, 1: 25, 2: 50}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_fraction_left_waiting_is_told_its_share_in_gpus(solver: str) -> None:
+    """Two 600s on one GPU: the pool holds one; the other waits, told it needs 0.6 GPU (not the
+    GPU row's units, 3 of 200 milli, as a bug once printed)."""
+    by = _by_job(_plan(_snap([1], [_job("a", 600), _job("b", 600)]), solver))
+    waiting = [a for a in by.values() if a.node is None]
+    assert len(waiting) == 1 and "0.6 GPU" in waiting[0].explanation, waiting[0].explanation
