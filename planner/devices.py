@@ -14,9 +14,10 @@ numbers the devices, node by node, deterministically:
 
 A newcomer that does not fit its chosen node is offered its other options (another node, cheapest
 first) where both the pool and a device have room (so the relaxation's blind spot does not starve it
-interval after interval); failing that it is set to its no-node option (wait, or pause for a
-running job that was to move: both cost what the move cost against the budget), with a reason that
-names the fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
+interval after interval); failing that, a running job that was to move stays where it runs, on the
+device it holds, if that room is still free (a move the devices cannot take is no reason to pause
+it); otherwise it is set to its no-node option (wait, or pause), with a reason that names the
+fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
 waiting, where it fits a device and lowers the objective (:func:`_fill`).
 """
 
@@ -163,13 +164,60 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], re
                 choice[j] = o
                 break
         else:
-            why[j] = why_text
+            if not _stay_put(problem, choice, j, room, devs, device, nodes):
+                why[j] = why_text
     if retry:
         _fill(problem, choice, set(why), fit, among=set(retry))
         why.update({j: r for j, r in retry.items() if problem.opt_node[choice[j]] < 0})
     if why:
         _fill(problem, choice, set(why), fit)
     return Packing(choice, device, why)
+
+
+def _stay_put(
+    problem: Problem,
+    choice: np.ndarray,
+    j: int,
+    room: np.ndarray,
+    devs: list[_Devices],
+    device: dict[int, int],
+    nodes: Sequence[Node],
+) -> bool:
+    """A running job whose move packs nowhere stays where it runs, on the device it holds, if that room
+    is still there (its stay option closest to what it holds, cheapest first): a move the devices
+    cannot take is no reason to pause a job that was running. True: it stays."""
+    job = problem.menus[j].outlook.job
+    if job.status != "running" or job.node is None or job.allocation is None:
+        return False
+    own = next((k for k, nd in enumerate(nodes) if nd.name == job.node), None)
+    if own is None:
+        return False
+    held = job.allocation.gpu_device
+    d = devs[own]
+    if job.gpu_milli is not None:
+        if (
+            held is None
+            or held >= d.gpus
+            or d.load[held] + job.gpu_milli > MILLI_PER_GPU
+            or (d.load[held] == 0 and d.free_whole() < 1)
+        ):
+            return False
+    elif job.allocation.gpus * job.replicas > d.free_whole():
+        return False
+    opts = np.array(problem.options_of(j), dtype=np.int64)
+    stays = opts[(problem.opt_node[opts] == own) & (problem.opt_way[opts] == STAY)]
+    for o in stays[np.lexsort((stays, problem.cost[stays]))].tolist():
+        need = (problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o])
+        if all(need[r] <= room[r, own] for r in range(3)):
+            choice[j] = o
+            if job.gpu_milli is not None:
+                assert held is not None
+                d.load[held] += job.gpu_milli
+                device[j] = held
+            else:
+                d.whole += job.allocation.gpus * job.replicas
+            return True
+    return False
 
 
 def _fill(

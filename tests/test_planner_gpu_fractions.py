@@ -191,3 +191,28 @@ def test_a_fraction_left_waiting_is_told_its_share_in_gpus(solver: str) -> None:
     by = _by_job(_plan(_snap([1], [_job("a", 600), _job("b", 600)]), solver))
     waiting = [a for a in by.values() if a.node is None]
     assert len(waiting) == 1 and "0.6 GPU" in waiting[0].explanation, waiting[0].explanation
+
+
+def test_a_running_fraction_whose_move_does_not_pack_stays_on_its_device() -> None:
+    """A hand-made choice moves a running 500 from n0 to n1, whose two devices each hold a 600 (800
+    milli free in all, 400 on each): no device takes it and no other node has room. It stays on n0,
+    on the device it holds; it used to be paused (found replaying the Alibaba trace: running pods
+    paused for a move the devices could not take, while their own device still held them)."""
+
+    def running(job_id: str, milli: int, node: str, device: int) -> dict[str, Any]:
+        alloc = {"cpu_millis": 1000, "gpus": 1, "gpu_device": device}
+        return _job(job_id, milli, status="running", node=node, allocation=alloc)
+
+    snap = _snap([1, 2], [running("mover", 500, "n0", 0), running("b0", 600, "n1", 0), running("b1", 600, "n1", 1)])
+    config = PlannerConfig(time_limit=1)
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+
+    def cheapest(j: int, node: int) -> int:
+        return min((o for o in problem.options_of(j) if problem.opt_node[o] == node), key=lambda o: problem.cost[o])
+
+    choice = np.array([cheapest(0, 1), cheapest(1, 1), cheapest(2, 1)])
+    got = pack_devices(problem, choice, snap.nodes)
+    assert got.why == {}
+    assert int(problem.opt_node[got.choice[0]]) == 0 and got.device[0] == 0
+    assert [got.device[1], got.device[2]] == [0, 1]
