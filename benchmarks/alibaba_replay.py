@@ -181,13 +181,16 @@ def main(argv: list[str] | None = None) -> int:
         f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each"
     )
     priors = history_priors(library)
-    results: list[tuple[str, RunResult, float]] = []
+    policies = []
     for name in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        try:
-            policy = make_policy(name, curve_priors=priors) if name in ("flowplan", "oracle") else make_policy(name)
+        options = {"curve_priors": priors} if name in ("flowplan", "oracle") else {}
+        try:  # every name checked before the first (long) run
+            policies.append((name, make_policy(name, **options)))
         except ValueError as e:
             print(f"error: --policies: {e}", file=sys.stderr)
             return 2
+    results: list[tuple[str, RunResult, float]] = []
+    for name, policy in policies:
         t = time.perf_counter()
         run = simulate(scenario, policy, name, 0, library, data=data, record_timeline=False)
         results.append((name, run, time.perf_counter() - t))

@@ -194,18 +194,18 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         if name not in nodes:
             continue
         opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way])))
-    way = _way_of(given)
-    if given.node is not None and given.node in nodes and way in WAYS and given.node not in {x.node for x in opts}:
+    given_way = _way_of(given)
+    if given.node is not None and given.node in nodes and given_way in WAYS and given.node not in {x.node for x in opts}:
         # The plan's node is not among the candidates built before the solve: the refill gave it after
         # (``planner.build.widen``: room a move freed, offered at every level of the job's menu).
-        w = WAYS.index(way)
+        w = WAYS.index(given_way)
         for level in range(menu.cpu.size):
-            opts.append(option(given.node, way, int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[w])))
+            opts.append(option(given.node, given_way, int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[w])))
     opts.sort(key=lambda x: (x.finish_s is None, x.finish_s or 0.0, x.gpus, x.cpu_millis, x.node or ""))
     meeting = [x for x in opts if x.tier1_met]
     to_meet = min(meeting, key=lambda x: (x.gpus, x.cpu_millis, not x.fits, x.tier1_s or 0.0)) if meeting else None
     cpu, gpus = (given.cpu_millis, given.gpus) if given.node else (0, 0)
-    given_opt = option(given.node, way, cpu, gpus, given.lost_seconds)
+    given_opt = option(given.node, given_way, cpu, gpus, given.lost_seconds)
     return JobOptions(
         job=job_id,
         time=now,
