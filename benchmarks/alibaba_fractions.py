@@ -53,12 +53,11 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def load_snapshot(n_nodes: int, n_pods: int, seed: int, pods_file: str = "default", data: Path = DATA) -> Snapshot:
-    """The trace sample as a snapshot with every pod pending, in creation order (module docstring)."""
-    rng = np.random.default_rng(seed)
+def sample_nodes(rng: np.random.Generator, n_nodes: int, data: Path = DATA) -> list[dict[str, Any]]:
+    """``n_nodes`` GPU nodes of the trace drawn with ``rng``, as they are (in the node list's order)."""
     nodes = _rows(data / "openb_node_list_gpu_node.csv")
     pick = sorted(rng.choice(len(nodes), size=min(n_nodes, len(nodes)), replace=False).tolist())
-    node_list = [
+    return [
         {
             "name": nodes[i]["sn"],
             "cpu_millis": int(nodes[i]["cpu_milli"]),
@@ -68,6 +67,12 @@ def load_snapshot(n_nodes: int, n_pods: int, seed: int, pods_file: str = "defaul
         }
         for i in pick
     ]
+
+
+def load_snapshot(n_nodes: int, n_pods: int, seed: int, pods_file: str = "default", data: Path = DATA) -> Snapshot:
+    """The trace sample as a snapshot with every pod pending, in creation order (module docstring)."""
+    rng = np.random.default_rng(seed)
+    node_list = sample_nodes(rng, n_nodes, data)
     pods = [r for r in _rows(data / f"openb_pod_list_{pods_file}.csv") if int(r["num_gpu"]) >= 1]
     pods.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
     start = int(rng.integers(0, max(len(pods) - n_pods, 1)))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from alibaba_fractions import POD_FILES, _rows
+from alibaba_fractions import POD_FILES, _rows, sample_nodes
 
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import ScenarioError, parse_scenario
@@ -66,18 +66,7 @@ def scenario_doc(
 ) -> tuple[dict[str, Any], int]:
     """The replay as a scenario document, and how many pods of the window were left out (too big)."""
     rng = np.random.default_rng(seed)
-    rows = _rows(trace / "openb_node_list_gpu_node.csv")
-    pick = sorted(rng.choice(len(rows), size=min(nodes, len(rows)), replace=False).tolist())
-    node_list = [
-        {
-            "name": rows[i]["sn"],
-            "cpu_millis": int(rows[i]["cpu_milli"]),
-            "memory_mib": int(rows[i]["memory_mib"]),
-            "gpus": int(rows[i]["gpu"]),
-            **({"gpu_type": rows[i]["model"]} if rows[i]["model"] else {}),
-        }
-        for i in pick
-    ]
+    node_list = sample_nodes(rng, nodes, trace)
     biggest = (
         max(n["cpu_millis"] for n in node_list),
         max(n["memory_mib"] for n in node_list),
