@@ -90,6 +90,9 @@ class RunResult:
     #: Intervals that raised (the loop's error boundary: logged, skipped); a run gives up after
     #: :data:`GIVE_UP_AFTER` in a row.
     failed_intervals: int = 0
+    #: Planning time per interval, median and 99th percentile (beside the mean, p95 and max above).
+    plan_seconds_median: float = 0.0
+    plan_seconds_p99: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -351,6 +354,8 @@ def simulate(
         plan_seconds_mean=float(np.mean(plan_times)) if plan_times else 0.0,
         plan_seconds_p95=_pct(plan_times, 95) or 0.0,
         plan_seconds_max=max(plan_times, default=0.0),
+        plan_seconds_median=_pct(plan_times, 50) or 0.0,
+        plan_seconds_p99=_pct(plan_times, 99) or 0.0,
         checker_failures=failures,
         idle_waits=idle_waits,
         makespan_lower_bound=makespan_lower_bound(
