@@ -51,13 +51,20 @@ class _Devices:
         return max(self.gpus * MILLI_PER_GPU - self.whole * MILLI_PER_GPU - sum(self.load), 0)
 
     def device_for(self, milli: int) -> int | None:
-        """Best fit: the shared device with the least room that fits, else the lowest free one."""
-        fits = [(-x, d) for d, x in enumerate(self.load) if 0 < x and x + milli <= MILLI_PER_GPU]
-        if fits:
-            return min(fits)[1]
-        if self.free_whole() > 0:
-            return next(d for d, x in enumerate(self.load) if x == 0)
-        return None
+        return best_fit(self.load, milli, self.free_whole())
+
+
+def best_fit(load: Sequence[int], milli: int, whole_free: int) -> int | None:
+    """The device a new fraction of ``milli`` goes to, given the milli-GPUs each device's fractions
+    use (``load``) and how many devices nobody uses (``whole_free``): the shared device with the least
+    room that still holds it (ties: lowest index), else the lowest-numbered free device; ``None``:
+    none. The planner's packing and every baseline's ledger use this one rule."""
+    fits = [(-x, d) for d, x in enumerate(load) if 0 < x and x + milli <= MILLI_PER_GPU]
+    if fits:
+        return min(fits)[1]
+    if whole_free > 0:
+        return next((d for d, x in enumerate(load) if x == 0), None)
+    return None
 
 
 @dataclass(frozen=True)

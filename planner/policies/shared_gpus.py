@@ -10,7 +10,8 @@ one device, and packs by milli-GPU like the Alibaba trace's GPU-sharing schedule
 
 from __future__ import annotations
 
-from planner.snapshot import MILLI_PER_GPU, Job, Node
+from planner.devices import best_fit
+from planner.snapshot import Job, Node
 
 
 class SharedGpus:
@@ -27,12 +28,7 @@ class SharedGpus:
         held = job.allocation.gpu_device if job.status == "running" and job.node == node and job.allocation else None
         if held is not None and held < len(load):
             return held  # a job that stays keeps its device
-        fits = [(-x, d) for d, x in enumerate(load) if 0 < x and x + milli <= MILLI_PER_GPU]
-        if fits:
-            return min(fits)[1]
-        if whole_free > 0:
-            return next((d for d, x in enumerate(load) if x == 0), None)
-        return None
+        return best_fit(load, milli, whole_free)
 
     def take(self, node: str, job: Job, device: int) -> int:
         """Put ``job`` on ``device``; returns how many whole devices that takes (1 if it was free)."""
