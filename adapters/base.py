@@ -106,12 +106,17 @@ class Change:
     #: (the plan's ``gpu_device``); ``None`` for whole-GPU jobs. See :func:`refuse_fractions`.
     gpu_milli: int | None = None
     gpu_device: int | None = None
+    #: A gang spread over nodes (the plan's ``placement``): ``(node, replicas)`` per node, rank 0's
+    #: first; ``None``: all ``replicas`` on ``node``. See :func:`refuse_spanning`.
+    placement: tuple[tuple[str, int], ...] | None = None
 
     def key(self) -> str:
         """Identifies the change, so that applying it twice can be recognised (idempotency)."""
         cap = f":cap{self.cpu_limit_millis}m" if self.cpu_limit_millis is not None else ""
         dev = f":{self.gpu_milli}mg@dev{self.gpu_device}" if self.gpu_milli is not None else ""
-        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{self.cpu_millis}m{cap}:{self.gpus}g{dev}:{self.replicas}r"
+        spread = "@" + ",".join(f"{n}x{k}" for n, k in self.placement) if self.placement is not None else ""
+        what = f"{self.cpu_millis}m{cap}:{self.gpus}g{dev}:{self.replicas}r{spread}"
+        return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{what}"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -125,6 +130,7 @@ class Change:
             "deliver": self.deliver,
             "cpu_limit_millis": self.cpu_limit_millis,
             **({"gpu_milli": self.gpu_milli, "gpu_device": self.gpu_device} if self.gpu_milli is not None else {}),
+            **({"placement": [list(s) for s in self.placement]} if self.placement is not None else {}),
         }
 
 
@@ -151,9 +157,26 @@ def refuse_fractions(changes: Sequence[Change], adapter: str, why: str, log: log
     if frac is None:
         return None
     what = f"job {frac.job}: gpu_milli {frac.gpu_milli} (a shared GPU) cannot be enforced on {adapter} ({why})"
+    return _refuse_whole(changes, frac, what, log)
+
+
+def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
+    """For an adapter that runs a gang on one node only: ``None`` when no change spreads a job's
+    replicas over several nodes, else every change refused as ``invalid`` before anything is applied,
+    each message one line naming the job and its placement (logged once)."""
+    spread = next((c for c in changes if c.placement is not None and len(c.placement) > 1 and c.node is not None), None)
+    if spread is None:
+        return None
+    where = ", ".join(f"{k} on {n}" for n, k in spread.placement or ())
+    count = len(spread.placement or ())
+    what = f"job {spread.job}: replicas on {count} nodes ({where}) cannot be placed by {adapter} yet (one node per job)"
+    return _refuse_whole(changes, spread, what, log)
+
+
+def _refuse_whole(changes: Sequence[Change], culprit: Change, what: str, log: logging.Logger) -> list[Outcome]:
     log.warning("plan refused: %s", what)
     return [
-        Outcome(c, False, "invalid", what if c is frac else f"job {c.job}: not applied, the plan was refused: {what}")
+        Outcome(c, False, "invalid", what if c is culprit else f"job {c.job}: not applied, the plan was refused: {what}")
         for c in changes
     ]
 

@@ -9,8 +9,12 @@ Rules:
 - CPU and GPU are within the job's bounds, and a CPU cap (``cpu_limit_millis``) is not below the
   guaranteed share (a kept allocation of a job that cannot resize live is
   exempt: it is what the job already has);
-- gangs are all or nothing: an assignment places all ``replicas`` of a job on one node, or none;
-- per node, CPU, GPU and memory used by all jobs placed there fit its capacity — a node that jobs
+- gangs are all or nothing: an assignment places between ``min_replicas`` (else ``replicas``) and
+  ``replicas`` replicas, or none; on one node, or, with a ``placement``, on at most ``max_nodes``
+  distinct known nodes, rank 0's node (the assignment's ``node``) first, adding up to its count;
+  every node a replica arrives on is schedulable and qualifies;
+- per node, CPU, GPU and memory used by all jobs placed there fit its capacity (a gang's per-replica
+  figures times its replicas there) — a node that jobs
   which cannot move already overfill may stay over, as long as the plan adds nothing to it; a node's
   GPUs in use are the whole-GPU jobs' GPUs plus the devices fractional jobs share;
 - GPU fractions: a placed fractional job (``gpu_milli``) names a ``gpu_device`` in range, no other
@@ -28,8 +32,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
-from planner.plan import Plan
+from planner.plan import Assignment, Plan, assigned_shares
 from planner.snapshot import Job, Snapshot
 from planner.transitions import PLACED, TABLE, allowed_actions
 
@@ -56,8 +61,11 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         if job.status == "finished":
             bad.append(f"{a.job}: assignment for a finished job")
             continue
-        if a.replicas != job.replicas:
-            bad.append(f"{a.job}: {a.replicas} of {job.replicas} replicas placed (gangs are all or nothing)")
+        if a.node is not None and not job.fewest_replicas <= a.replicas <= job.replicas:
+            span = f"[{job.fewest_replicas}, {job.replicas}]"
+            bad.append(f"{a.job}: {a.replicas} replicas placed, outside {span} (gangs are all or nothing)")
+        shares = assigned_shares(a)
+        bad.extend(_placement_problems(job, a, nodes))
         for name in ("cpu_millis", "gpus", "lost_seconds"):
             v = getattr(a, name)
             if isinstance(v, float) and not math.isfinite(v):
@@ -65,6 +73,8 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         running = job.status == "running"
         cur_alloc = job.allocation if running else None
         moved = running and a.node is not None and a.node != job.node
+        current = dict(job.shares())
+        same_shares = dict(shares) == current
         frac = job.gpu_milli is not None
         if a.gpu_device is not None and (not frac or a.node is None):
             what = "the job uses whole GPUs" if not frac else "the job has no node"
@@ -97,12 +107,14 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         if a.cpu_limit_millis is not None and a.cpu_limit_millis < a.cpu_millis and not kept_as_is:
             bad.append(f"{a.job}: cpu_limit_millis {a.cpu_limit_millis} below its guaranteed cpu_millis {a.cpu_millis}")
         # Transitions (planner.transitions: the one table every part reads).
-        expected = allowed_actions(job, a.node, same)
+        expected = allowed_actions(job, a.node, same, same_shares)
         if a.action in PLACED and a.action not in expected:
             if not running:
                 what = "pending job placed"
             elif moved:
                 what = f"moved {job.node} -> {a.node}"
+            elif not same_shares:
+                what = "replicas changed" + ("" if job.elastic else " (not elastic)")
             elif same:
                 what = "allocation unchanged"
             elif not job.resizable:
@@ -112,20 +124,32 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             bad.append(f"{a.job}: {what} with action '{a.action}' (expected {_either(expected)})")
         if moved and not job.migratable:
             bad.append(f"{a.job}: cannot migrate but moved {job.node} -> {a.node}")
+        elif running and not same_shares and not job.elastic and not job.migratable:
+            bad.append(f"{a.job}: cannot checkpoint (migratable=false) but its replicas changed")
         if running:
             migrations += int(TABLE[a.action].restart)
         arrives = (not running) or moved
-        if arrives:
-            if not node.schedulable:
-                bad.append(f"{a.job}: placed on unschedulable node {node.name}")
-            if job.gpu_type is not None and node.gpu_type != job.gpu_type:
-                bad.append(f"{a.job}: needs GPU type {job.gpu_type}, node {node.name} has {node.gpu_type}")
-            for k, v in job.node_selector.items():
-                if node.labels.get(k) != v:
-                    bad.append(f"{a.job}: node {node.name} lacks label {k}={v}")
-        u = use[node.name]
-        u[0] += a.cpu_millis * job.replicas
-        u[2] += job.memory_mib * job.replicas
+        for name, count in shares:
+            there = nodes.get(name)
+            if there is None:
+                continue  # reported by _placement_problems
+            if arrives or name not in current:
+                if not there.schedulable:
+                    bad.append(f"{a.job}: placed on unschedulable node {there.name}")
+                if job.gpu_type is not None and there.gpu_type != job.gpu_type:
+                    bad.append(f"{a.job}: needs GPU type {job.gpu_type}, node {there.name} has {there.gpu_type}")
+                for k, v in job.node_selector.items():
+                    if there.labels.get(k) != v:
+                        bad.append(f"{a.job}: node {there.name} lacks label {k}={v}")
+            u = use[name]
+            u[0] += a.cpu_millis * count
+            u[2] += job.memory_mib * count
+            if not frac:
+                u[1] += a.gpus * count
+            if arrives or count > current.get(name, 0) or cur_alloc is None:
+                grew.add(name)
+            elif a.cpu_millis > cur_alloc.cpu_millis or a.gpus > cur_alloc.gpus:
+                grew.add(name)
         if frac and a.gpus > 0:
             if a.gpu_device is None or not 0 <= a.gpu_device < node.gpus:
                 where = f"{node.name} with {node.gpus} GPU(s)"
@@ -135,10 +159,6 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
                 kept = running and not moved and cur_alloc is not None and cur_alloc.gpu_device == a.gpu_device
                 if not kept:
                     joined.add((node.name, a.gpu_device))
-        else:
-            u[1] += a.gpus * job.replicas
-        if arrives or cur_alloc is None or a.cpu_millis > cur_alloc.cpu_millis or a.gpus > cur_alloc.gpus:
-            grew.add(node.name)
 
     for jid in sorted(active):
         if seen.get(jid, 0) != 1:
@@ -149,13 +169,14 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     shared_before: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for j in snapshot.jobs:
         if j.status == "running" and j.allocation is not None and j.node is not None:
-            b = before[j.node]
-            b[0] += j.allocation.cpu_millis * j.replicas
-            b[2] += j.memory_mib * j.replicas
             if j.gpu_milli is not None and j.allocation.gpu_device is not None:
                 shared_before[j.node][j.allocation.gpu_device] += j.gpu_milli
-            else:
-                b[1] += j.allocation.gpus * j.replicas
+            for name, count in j.shares():
+                b = before[name]
+                b[0] += j.allocation.cpu_millis * count
+                b[2] += j.memory_mib * count
+                if j.gpu_milli is None or j.allocation.gpu_device is None:
+                    b[1] += j.allocation.gpus * count
     for name, devices in shared_before.items():
         before[name][1] += len(devices)
     for name, devices in sorted(shared.items()):
@@ -183,14 +204,34 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     for j in snapshot.jobs:
         if j.status != "running" or j.allocation is None or j.node is None:
             continue
-        n, b = nodes[j.node], before[j.node]
-        overfull = b[0] > n.cpu_millis or b[1] > n.gpus or b[2] > n.memory_mib
+        caps = {name: (nodes[name].cpu_millis, nodes[name].gpus, nodes[name].memory_mib) for name, _ in j.shares()}
+        overfull = any(any(v > c for v, c in zip(before[name], cap, strict=True)) for name, cap in caps.items())
         outside = not (
             j.min_cpu_millis <= j.allocation.cpu_millis <= j.max_cpu_millis and j.min_gpus <= j.allocation.gpus <= j.max_gpus
         )
         forced += int(j.migratable and (overfull or outside))
     if migrations > max(snapshot.settings.migration_budget, forced):
         bad.append(f"{migrations} migrations and pauses exceed the budget of {snapshot.settings.migration_budget}")
+    return bad
+
+
+def _placement_problems(job: Job, a: Assignment, nodes: Mapping[str, object]) -> list[str]:
+    """What is wrong with an assignment's ``placement`` (its shape; capacity is checked per node)."""
+    if a.placement is None:
+        return []
+    if a.node is None:
+        return [f"{a.job}: a placement but no node"]
+    bad: list[str] = []
+    names = [s.node for s in a.placement]
+    if names[0] != a.node:
+        bad.append(f"{a.job}: placement starts on {names[0]}, but rank 0's node is {a.node}")
+    if len(set(names)) != len(names):
+        bad.append(f"{a.job}: placement names a node twice ({', '.join(names)})")
+    if len(set(names)) > job.max_nodes:
+        bad.append(f"{a.job}: placement spans {len(set(names))} nodes, max_nodes is {job.max_nodes}")
+    if sum(s.replicas for s in a.placement) != a.replicas:
+        bad.append(f"{a.job}: placement holds {sum(s.replicas for s in a.placement)} replicas, the assignment {a.replicas}")
+    bad.extend(f"{a.job}: unknown node '{n}' in its placement" for n in names if n not in nodes)
     return bad
 
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.snapshot import API_VERSION, Contract
+from planner.snapshot import API_VERSION, Contract, Share
 
 Action = Literal["start", "keep", "resize", "migrate", "pause", "wait", "deliver"]
 
@@ -34,6 +34,8 @@ class Placement(Contract):
     cpu_millis: int
     gpus: int
     gpu_device: int | None = None
+    replicas: int = 1
+    placement: list[Share] | None = None
 
 
 class Predictions(Contract):
@@ -71,13 +73,27 @@ class Assignment(Contract):
         description="Fractional jobs (gpu_milli) that are placed: the index (0..gpus-1 of the node) of the GPU device "
         "they share; null for every other job. A fractional job that stays on its node keeps its device.",
     )
-    replicas: int = 1
+    replicas: int = Field(1, description="How many replicas run (the job's replicas, or fewer down to min_replicas).")
+    placement: list[Share] | None = Field(
+        None,
+        description="When the replicas do not all run on `node`: the replicas on each node, rank 0's node (`node`) "
+        "first, adding up to `replicas`. Null: all on node (or no node).",
+    )
     action: Action
     deliver: bool = False
     previous: Placement | None = None
     lost_seconds: float = Field(0.0, description="Time this action costs the job (checkpoint + restart, start-up).")
     predictions: Predictions
     explanation: str
+
+
+def assigned_shares(a: Assignment) -> tuple[tuple[str, int], ...]:
+    """Where an assignment puts the job's replicas, ``(node, replicas)`` per node, rank 0's first."""
+    if a.node is None:
+        return ()
+    if a.placement is None:
+        return ((a.node, a.replicas),)
+    return tuple((s.node, s.replicas) for s in a.placement)
 
 
 class Unserved(Contract):

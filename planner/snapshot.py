@@ -4,10 +4,14 @@ Units: times are seconds on one clock shared by ``time``, metric ``time`` and de
 the usual choice, but any clock works); CPU is in millicores (1000 = one core); a GPU fraction
 (``gpu_milli``) in thousandths of one GPU; memory in MiB.
 
-A *job* is one training run: one container, or a gang of ``replicas`` identical containers that are
-placed together on one node, all or nothing; its CPU, GPU and memory figures are per replica. Resizing
-a job that is not ``resizable`` live, or moving it to another node, is a restart: it checkpoints
-(``checkpoint_seconds``), is re-created, and restores (``restart_seconds``); both count as migrations.
+A *job* is one training run: one container, or a gang of ``replicas`` identical containers placed all
+or nothing; its CPU, GPU and memory figures are per replica. A gang sits on one node unless the job
+allows more (``max_nodes``): then its *placement* is the replicas on each node, rank 0's node (``node``)
+first. A job with ``min_replicas`` below ``replicas`` can train with any count in between (a data-
+parallel job whose workers the planner chooses). Resizing a job that is not ``resizable`` live,
+moving it to another node, or changing its count or placement when it is not ``elastic`` is a restart:
+it checkpoints (``checkpoint_seconds``), is re-created, and restores (``restart_seconds``); each
+counts as a migration.
 
 Validation is strict: unknown fields, NaN, infinities, negative capacities, duplicate names and jobs
 on unknown nodes are rejected with the path of the offending field. Numbers are bounded so that
@@ -86,6 +90,13 @@ class Allocation(Input):
     cpu_limit_millis: Annotated[int, Field(ge=1, le=10**9)] | None = Field(
         None, description="Hard CPU cap (quota) in force, per replica; null: none beyond the job's max_cpu_millis."
     )
+
+
+class Share(Input):
+    """Replicas of one job on one node: a job spanning nodes has one per node."""
+
+    node: Name
+    replicas: Annotated[int, Field(ge=1, le=1024)]
 
 
 class MetricPoint(Input):
@@ -301,6 +312,34 @@ def speed_prior_problem(job: Job) -> str | None:
     return None
 
 
+def gang_problem(job: Job) -> str | None:
+    """Why ``job``'s replica count, ``max_nodes`` and ``placement`` do not go together (``None``: they
+    do), naming the field and its value."""
+    if job.min_replicas is not None and job.min_replicas > job.replicas:
+        return f"min_replicas: {job.min_replicas} exceeds replicas {job.replicas}"
+    if job.gpu_milli is not None and (job.max_nodes != 1 or job.fewest_replicas != 1):
+        return f"max_nodes: {job.max_nodes}, but a fractional job (gpu_milli {job.gpu_milli}) runs as one replica on one node"
+    if job.placement is None:
+        return None
+    if job.status != "running":
+        return f"placement: set, but the job is {job.status} (only a running job has one)"
+    if not job.placement:
+        return "placement: empty; a running job's replicas are somewhere (null: all on node)"
+    if job.placement[0].node != job.node:
+        return f"placement[0].node: '{job.placement[0].node}', but rank 0 runs on node '{job.node}' (list it first)"
+    seen: set[str] = set()
+    for i, share in enumerate(job.placement):
+        if share.node in seen:
+            return f"placement[{i}].node: '{share.node}' listed twice"
+        seen.add(share.node)
+    if len(job.placement) > job.max_nodes:
+        return f"placement: {len(job.placement)} nodes, but max_nodes is {job.max_nodes}"
+    count = sum(s.replicas for s in job.placement)
+    if not job.fewest_replicas <= count <= job.replicas:
+        return f"placement: {count} replicas in all, outside [{job.fewest_replicas}, {job.replicas}] (min_replicas, replicas)"
+    return None
+
+
 def gpu_fraction_problem(job: Job) -> str | None:
     """Why ``job``'s ``gpu_milli`` / ``allocation.gpu_device`` do not go together (``None``: they do),
     naming the field and its value."""
@@ -328,7 +367,8 @@ class Job(Input):
     Cross-field rules: ``min_cpu_millis <= max_cpu_millis``, ``min_gpus <= max_gpus``, a
     running job has ``node`` and ``allocation`` (the last is in the JSON Schema too), and a fractional
     job (``gpu_milli``) has ``min_gpus = max_gpus = replicas = 1`` and, running, ``allocation.gpus = 1``
-    with its ``allocation.gpu_device`` (:func:`gpu_fraction_problem`).
+    with its ``allocation.gpu_device`` (:func:`gpu_fraction_problem`); a gang's count and placement
+    follow :func:`gang_problem`.
     """
 
     model_config = ConfigDict(
@@ -358,7 +398,30 @@ class Job(Input):
         description="CPU it used per replica over the last interval, as the adapter measured it (running jobs; null: "
         "not measured). Informational: shown by flowplan status; the planner plans from speeds, not from this.",
     )
-    replicas: Annotated[int, Field(ge=1, le=1024)] = 1
+    replicas: Annotated[int, Field(ge=1, le=1024)] = Field(
+        1, description="Identical containers (workers) of the job, placed all or nothing; its most when min_replicas is set."
+    )
+    min_replicas: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="The fewest replicas the job can train with (null: exactly replicas). The planner then chooses a "
+        "count in [min_replicas, replicas].",
+    )
+    max_nodes: Annotated[int, Field(ge=1, le=1024)] = Field(
+        1,
+        description="The most nodes the job's replicas may spread over (1: all on one node). Replicas on several "
+        "nodes synchronise over the network and train slower; the planner prices that.",
+    )
+    elastic: bool = Field(
+        False,
+        description="The replica count and placement can change while the job runs (torchrun --nnodes MIN:MAX, "
+        "Horovod elastic) without a checkpoint-restart; false: a new count or placement restarts the job.",
+    )
+    placement: list[Share] | None = Field(
+        None,
+        max_length=1024,
+        description="Running jobs whose replicas are not all `replicas` on `node`: the replicas on each node, rank 0's "
+        "node first (it is `node`), the sum the running count. Null: all replicas on node.",
+    )
     min_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
     max_cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = 1000
     min_gpus: Count = 0
@@ -399,6 +462,20 @@ class Job(Input):
     )
     delivered: bool = Field(False, description="The tier-1 model was already handed over.")
 
+    @property
+    def fewest_replicas(self) -> int:
+        """The smallest count the job may run with (``min_replicas``, else ``replicas``)."""
+        return self.replicas if self.min_replicas is None else self.min_replicas
+
+    def shares(self) -> tuple[tuple[str, int], ...]:
+        """Where a running job's replicas are, ``(node, replicas)`` per node, rank 0's first; ``()``
+        for a job that is not running."""
+        if self.status != "running" or self.node is None:
+            return ()
+        if self.placement is None:
+            return ((self.node, self.replicas),)
+        return tuple((s.node, s.replicas) for s in self.placement)
+
     @model_validator(mode="after")
     def _consistent(self) -> Job:
         if self.min_cpu_millis > self.max_cpu_millis:
@@ -410,7 +487,7 @@ class Job(Input):
                 raise ValueError("a running job needs 'node'")
             if self.allocation is None:
                 raise ValueError("a running job needs 'allocation'")
-        problem = gpu_fraction_problem(self)
+        problem = gpu_fraction_problem(self) or gang_problem(self)
         if problem is not None:
             raise ValueError(problem)
         if self.speed_prior is not None:
@@ -481,6 +558,9 @@ class Snapshot(Input):
             ids[job.id] = i
             if job.node is not None and job.node not in names:
                 raise ValueError(f"jobs[{i}].node: unknown node name '{job.node}'")
+            for k, share in enumerate(job.placement or ()):
+                if share.node not in names:
+                    raise ValueError(f"jobs[{i}].placement[{k}].node: unknown node name '{share.node}'")
             device = job.allocation.gpu_device if job.allocation is not None and job.status == "running" else None
             if device is not None and job.node is not None and device >= self.nodes[names[job.node]].gpus:
                 gpus = self.nodes[names[job.node]].gpus

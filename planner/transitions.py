@@ -15,7 +15,13 @@ running, its node, the same allocation      ``keep`` (or ``deliver``: keep, and 
 running, its node, another allocation       ``resize`` when it can change live, else
                                             ``migrate`` (a restart in place); a live-
                                             resizable job may still be restarted
+running, its node, another replica count    ``resize`` when the job is ``elastic`` (and
+or placement (a gang's rank 0 stays)        its per-replica share can change live or
+                                            stays), else ``migrate``
 ==========================================  =========================================
+
+For a gang, ``node`` is rank 0's node; "the same allocation" means the same per-replica share, and
+"the same shares" the same replicas on the same nodes (:meth:`Job.shares`).
 
 :data:`TABLE` says, per action, whether the job is placed afterwards, whether it is a checkpoint-
 restart (it spends the migration budget), which seconds it loses, the adapter change it becomes
@@ -59,23 +65,26 @@ TABLE: dict[Action, Transition] = {
 PLACED: frozenset[Action] = frozenset(a for a, t in TABLE.items() if t.placed)
 
 
-def action_for(job: Job, node: str | None, same_allocation: bool) -> Action:
+def action_for(job: Job, node: str | None, same_allocation: bool, same_shares: bool = True) -> Action:
     """The action that takes ``job`` to ``node`` (``None``: no node), given whether its allocation
-    there equals the one it holds (only meaningful on its own node)."""
+    there equals the one it holds and whether its replicas stay where they are (both only
+    meaningful on its own node)."""
     if node is None:
         return "pause" if job.status == "running" else "wait"
     if job.status != "running":
         return "start"
     if node != job.node:
         return "migrate"
+    if not same_shares:
+        return "resize" if job.elastic and (same_allocation or job.resizable) else "migrate"
     if same_allocation:
         return "keep"
     return "resize" if job.resizable else "migrate"
 
 
-def allowed_actions(job: Job, node: str | None, same_allocation: bool) -> tuple[Action, ...]:
+def allowed_actions(job: Job, node: str | None, same_allocation: bool, same_shares: bool = True) -> tuple[Action, ...]:
     """Every action a plan may name for this transition (:func:`action_for`'s first)."""
-    first = action_for(job, node, same_allocation)
+    first = action_for(job, node, same_allocation, same_shares)
     if first == "keep":
         return ("keep", "deliver")
     if first == "resize":
@@ -87,7 +96,12 @@ def previous_placement(job: Job) -> Placement | None:
     """Where a running job is and what it holds (an assignment's ``previous``); ``None`` for any other job."""
     if job.status == "running" and job.allocation is not None:
         return Placement(
-            node=job.node, cpu_millis=job.allocation.cpu_millis, gpus=job.allocation.gpus, gpu_device=job.allocation.gpu_device
+            node=job.node,
+            cpu_millis=job.allocation.cpu_millis,
+            gpus=job.allocation.gpus,
+            gpu_device=job.allocation.gpu_device,
+            replicas=sum(k for _, k in job.shares()),
+            placement=job.placement,
         )
     return None
 

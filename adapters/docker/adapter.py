@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions, refuse_spanning
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -586,6 +586,7 @@ class DockerAdapter(Adapter):
         plan that places a GPU fraction is refused whole, before anything is applied: Docker hands
         out whole devices (``--gpus``) and cannot share one without MPS or vGPU."""
         refused = refuse_fractions(changes, "Docker", "it hands out whole devices; sharing one needs MPS or vGPU", log)
+        refused = refused or refuse_spanning(changes, "Docker", log)
         if refused is not None:
             return refused
         return apply_each(changes, self._apply_one, DockerAdapterError, log)

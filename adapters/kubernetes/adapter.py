@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_spanning
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -389,7 +389,7 @@ class KubernetesAdapter(GangOps, Adapter):
         count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
         does not configure."""
         why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
-        refused = refuse_fractions(changes, "Kubernetes", why, log)
+        refused = refuse_fractions(changes, "Kubernetes", why, log) or refuse_spanning(changes, "Kubernetes", log)
         if refused is not None:
             return refused
         outcomes: dict[int, Outcome] = {}
