@@ -115,11 +115,16 @@ class MetricPoint(Input):
 
 
 class SpeedPoint(Input):
-    """An observed training speed at a past allocation (per replica)."""
+    """An observed training speed at a past allocation (``cpu_millis`` and ``gpus`` per replica):
+    the seconds one epoch of the whole job took with ``replicas`` replicas on ``nodes`` nodes."""
 
     cpu_millis: Annotated[int, Field(ge=1, le=10**9)]
     gpus: Count = 0
     seconds_per_epoch: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+    replicas: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None, description="How many replicas ran (null: the job's replicas)."
+    )
+    nodes: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="Over how many nodes they were spread.")
 
 
 #: Most jobs, and most points, a speed prior may carry (what an adapter borrows is a handful).
