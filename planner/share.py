@@ -431,10 +431,21 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
     # Makespan first: every job is reserved what finishes it by the node's makespan lower bound.
     node = _Node(jobs, rates)
     path: list[tuple[float, list[float]]] = []
-    fair, _, _ = _rollout(node, lambda active, left, left1, now: _equal_levels(node, active, capacity), path)
+    # A node that holds every job with work left at its max: the equal split and the rule both give
+    # each its max at every event (every step of every job fits, whatever its value), so both
+    # rollouts run at the max, without the rule, and no guard can find a job late. The same floats
+    # as the full path, in less time (most nodes of a GPU cluster are like this).
+    ample = sum(j.hi * j.replicas for j in jobs if j.remaining > 0) <= capacity
+    at_max = [float(j.hi) for j in jobs]
+    fair, _, _ = _rollout(
+        node, (lambda *_: at_max) if ample else (lambda active, left, left1, now: _equal_levels(node, active, capacity)), path
+    )
     times = [t for t, _ in path] if path else [0.0]
     fair_shares = [x for _, x in path] if path else [[0.0] * J]
     breaks = times if profile != MAKESPAN_FIRST else None  # the floors change where the equal split's shares do
+    if ample:
+        finish, tier1, first = _rollout(node, lambda *_: at_max, breaks=breaks)
+        return _whole(jobs, first, finish, tier1, fair, capacity)
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
     guarded = critical.tolist()
@@ -503,6 +514,13 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
             critical = critical | late
             guarded = critical.tolist()
             finish, tier1, first = _rollout(node, allocate, breaks=breaks)
+    return _whole(jobs, first, finish, tier1, fair, capacity)
+
+
+def _whole(
+    jobs: Sequence[ShareJob], first: np.ndarray, finish: np.ndarray, tier1: np.ndarray, fair: np.ndarray, capacity: float
+) -> NodeSplit:
+    """The split of ``first`` (a share per job, exact) in whole millicores, every millicore handed out."""
     level = np.array([int(np.searchsorted(j.grid, f)) for j, f in zip(jobs, first, strict=True)])
     # Whole millicores: each exact share rounded down, a millicore more to the largest remainders
     # (a guarded job's floor is met, not missed by a fraction), then whatever the grid left over.

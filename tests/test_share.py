@@ -271,3 +271,33 @@ def test_an_assumed_tier1_deadline_gets_the_max_until_a_curve_can_tell() -> None
     # On a node too small for its max beside the others' minimums it gets all the room there is.
     crowded = split_node([assumed, *others], 1000, MEAN)
     assert crowded.shares[0] == 500 and int(crowded.shares.sum()) == 1000
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.floats(min_value=0.0, max_value=50.0), min_size=1, max_size=6),
+    spare=st.integers(min_value=0, max_value=3000),
+    blocked=st.floats(min_value=0.0, max_value=300.0),
+    profile=st.sampled_from([MEAN, SPAN]),
+)
+def test_a_node_that_holds_everyone_at_max_gives_everyone_its_max(
+    sizes: list[float], spare: int, blocked: float, profile: str
+) -> None:
+    """When the node's CPU covers every job with work left at its max (``spare`` beyond that), the
+    split gives each its max and predicts its finish at that speed from the end of its start-up: the
+    shortcut that skips the rule there (most nodes of a GPU cluster) answers what the rule would.
+    Jobs with nothing left keep at least their minimum."""
+    jobs = [
+        ShareJob(**{**_sqrt(500, 2500 + 500 * (i % 3), e, 60.0).__dict__, "blocked": blocked * (i % 2)})
+        for i, e in enumerate(sizes)
+    ]
+    need = sum(j.hi for j in jobs if j.remaining > 0) + sum(j.lo for j in jobs if j.remaining <= 0)
+    split = split_node(jobs, need + spare, profile)
+    for j, job in enumerate(jobs):
+        if job.remaining > 0:
+            assert split.shares[j] == job.hi
+            expected = job.blocked + job.remaining * float(job.seconds_per_epoch[-1])
+            assert abs(split.finish[j] - expected) <= 1e-9 * max(expected, 1.0)
+            assert abs(split.fair_finish[j] - expected) <= 1e-9 * max(expected, 1.0)
+        else:
+            assert job.lo <= split.shares[j] <= job.hi
