@@ -20,7 +20,8 @@ Starts ``flowplan serve`` (one uvicorn process, a fresh state file), then:
 
 4. **Warm 50-job plans** (``--phases warm``): ``--clients`` clients each re-plan their own cluster (a
    50-job snapshot of :mod:`benchmarks.workload` on ``--nodes`` nodes) ``--rounds`` + 1 times, back to
-   back, while one more client polls ``/healthz`` and ``/metrics``. The plans are reported as each
+   back, while one more client polls ``/healthz`` and ``/metrics`` (in its own process unless
+   ``--poller thread``: a thread beside the clients times their GIL too). The plans are reported as each
    client's *first* and its *repeat* ones, and by ``FlowPlan-Fitted-Jobs``: *warm* (every fit was the
    worker's already) and *fitting* (some were fitted), each with the planner's own time
    (``solver.seconds``) beside the client's latency, which includes waiting for a worker.
@@ -40,6 +41,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
+import multiprocessing.process
 import os
 import queue
 import re
@@ -51,6 +54,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -245,28 +249,49 @@ def _clients_and_poller(
                     resp.raise_for_status()
 
     polls: dict[str, list[float]] = {"/healthz": [], "/metrics": []}
-
-    def poller() -> None:
-        with httpx.Client(base_url=url, timeout=300) as http:
-            while not done.is_set():
-                for path, seen in polls.items():
-                    t = time.perf_counter()
-                    http.get(path).raise_for_status()
-                    seen.append(time.perf_counter() - t)
-                done.wait(args.poll_ms / 1000)
-
-    watcher = threading.Thread(target=poller)
+    if args.poller == "process":
+        # Its own interpreter: the clients' threads (parsing 50-job plans) cannot hold its GIL, so
+        # what it times is the service's answer, not the benchmark's own contention.
+        ctx = multiprocessing.get_context("spawn")
+        stop, results = ctx.Event(), ctx.Queue()
+        watcher: threading.Thread | multiprocessing.process.BaseProcess = ctx.Process(
+            target=_poll, args=(url, args.poll_ms, stop, results)
+        )
+    else:
+        stop, results = done, queue.Queue()
+        watcher = threading.Thread(target=_poll, args=(url, args.poll_ms, stop, results))
     clients = [threading.Thread(target=planner_client, args=(k,)) for k in range(len(bodies))]
-    start = time.perf_counter()
     watcher.start()
+    first = results.get(timeout=60)  # the poller's first answers: it is up
+    start = time.perf_counter()
     for th in clients:
         th.start()
     for th in clients:
         th.join()
     wall = time.perf_counter() - start
-    done.set()
+    stop.set()
+    for path, seen in results.get(timeout=60).items():
+        polls[path].extend(seen)
     watcher.join()
+    del first
     return answers, polls, wall
+
+
+def _poll(url: str, poll_ms: float, stop: Any, results: Any) -> None:
+    """Poll ``/healthz`` and ``/metrics`` every ``poll_ms`` until ``stop`` is set; put ``None`` once
+    the first round answered, then the latencies (seconds) of every later round, by path."""
+    seen: dict[str, list[float]] = {"/healthz": [], "/metrics": []}
+    with httpx.Client(base_url=url, timeout=300) as http:
+        for path in seen:
+            http.get(path).raise_for_status()
+        results.put(None)
+        while not stop.is_set():
+            for path, times in seen.items():
+                t = time.perf_counter()
+                http.get(path).raise_for_status()
+                times.append(time.perf_counter() - t)
+            stop.wait(poll_ms / 1000)
+    results.put(seen)
 
 
 def _load_report(answers: list[Answer], polls: dict[str, list[float]], wall: float) -> dict[str, dict[str, float]]:
@@ -340,6 +365,13 @@ def main() -> None:
         help="load: times each client posts every example snapshot; warm: re-plans after the first",
     )
     p.add_argument("--poll-ms", type=float, default=50.0, help="load phase: pause between health/metrics polls")
+    p.add_argument(
+        "--poller",
+        choices=("process", "thread"),
+        default="process",
+        help="where the health/metrics poller runs: its own process (default; the clients' threads cannot delay "
+        "it) or a thread beside the clients (as before)",
+    )
     p.add_argument("--workers", type=int, help="FLOWPLAN_PLAN_WORKERS for the server (default: its own)")
     p.add_argument("--queue", type=int, help="FLOWPLAN_PLAN_QUEUE for the server (default: its own)")
     args = p.parse_args()
