@@ -2,7 +2,9 @@
 
 For each curve of the Pollux/AdaptDL artifact (``../shared/data``) and observed share 25 % / 50 %:
 fit on the observed epochs, then count how many of the *future* measured points fall inside the
-model's 80 % band (``±1.2816·band(k)``). A calibrated band covers about 80 %.
+model's 80 % band (``±1.2816·band(k)``). A calibrated band covers about 80 %. Then the same for
+fits on the first 1 and 2 epochs with the same-model prior: too few points for any family, so the
+prior alone predicts, and its band is the references' disagreement.
 
     python benchmarks/bench_band.py [--data DIR]
 """
@@ -56,6 +58,21 @@ def main() -> None:
             f"{share:8.0%}  {len(cover):6d}  {np.mean(cover):30.1%}  {np.median(cover):6.1%}  ({np.mean(flat):.1%})"
             f"  | {len(cover_prior)} {np.mean(cover_prior):.1%} {np.median(cover_prior):.1%}"
         )
+    print("observed  curves  prior alone: mean coverage of the 80% band  median")
+    for n in (1, 2):
+        cover = []
+        for path in sorted(traces.glob("*/validation-*.csv")):
+            with path.open() as fh:
+                v = np.array([float(r["metric"]) for r in csv.DictReader(fh)])
+            if n >= v.size:
+                continue
+            me = next(c for c in curves if c["curve"] == f"{path.parent.name}/{path.stem}")
+            prior = priors_for(me, curves)["flowplan+prior"]
+            fit = fit_learning_curve(np.arange(1, n + 1), v[:n], DIRECTIONS[path.parent.name], prior=prior)  # type: ignore[arg-type]
+            if isinstance(fit, CurveFit):
+                k = np.arange(n + 1, v.size + 1)
+                cover.append(float(np.mean(np.abs(v[n:] - fit.predict(k)) <= 1.2816 * fit.band(k))))
+        print(f"{n:2d} epoch{'s' if n > 1 else ' '}  {len(cover):6d}  {np.mean(cover):38.1%}  {np.median(cover):6.1%}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ SCALE_WEIGHT = 0.1
 KEEP_FACTOR = 1.5
 #: Points of the tabulated prior curve.
 TABLE_POINTS = 512
+#: Fewest points that can tell references apart (each is fitted with an offset and a scale): with
+#: fewer, the band spans every reference's end, not only the kept ones'.
+FIT_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -156,9 +159,12 @@ class PriorFit:
     scale: float
     offset: float
     references: int
-    #: Standard deviation between the averaged references at the end of the table (badness units):
-    #: how much the earlier runs disagree about where this one ends.
+    #: Standard deviation between the references at the end of the table (badness units): how much
+    #: the earlier runs that fit the points disagree about where this one ends (the averaged ones;
+    #: every reference below :data:`FIT_POINTS` points, which cannot tell them apart).
     spread_end: float
+    #: The same disagreement at every epoch of the table.
+    spread: Arr | None = None
 
     def at(self, k: Arr) -> Arr:
         return np.interp(k, self.epochs, self.z)
@@ -221,6 +227,13 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
         keep = [b for b in best if b[0] <= KEEP_FACTOR * top + 1e-12]
         each = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in keep])
         curve = np.minimum.accumulate(each.mean(axis=0))
+        # The band: how far the references that fit the points disagree, epoch by epoch. Below
+        # FIT_POINTS points every reference fits them (its offset and scale take up one point each),
+        # so the points cannot tell them apart: all of them count; the curve stays the best ones'.
+        pool = each
+        if int(seen.sum()) < FIT_POINTS and len(keep) < len(best):
+            pool = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in best])
+        spread = pool.std(axis=0)
         fitted = np.interp(kk, grid, curve)
         sse_row = float((w[seen] * (zz - fitted) ** 2).sum())
         out.append(
@@ -232,7 +245,8 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
                 scale=float(np.mean([b[3] for b in keep])),
                 offset=float(np.mean([b[4] for b in keep])),
                 references=len(keep),
-                spread_end=float(each[:, -1].std()),
+                spread_end=float(spread[-1]),
+                spread=spread,
             )
         )
     return out

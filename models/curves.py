@@ -569,8 +569,9 @@ def _prior_only(k: Arr, v: Arr, direction: Direction, prior: CurvePrior, value_r
         direction=direction,
         params=_prior_params(pf),
         residual_std=math.sqrt(pf.sse / max(float(k.size), 1.0)),
-        # No cross-validation: the band grows with the references' disagreement about the end.
-        drift_std=pf.spread_end / max(float(pf.epochs[-1]) - last, 1.0),
+        # No cross-validation: the band is the references' disagreement at each epoch.
+        drift_std=0.0 if pf.spread is not None else pf.spread_end / max(float(pf.epochs[-1]) - last, 1.0),
+        spread=tuple(float(x) for x in pf.spread) if pf.spread is not None else None,
         holdout_error=None,
         n_points=int(k.size),
         first_epoch=float(k[0]),

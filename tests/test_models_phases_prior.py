@@ -198,6 +198,26 @@ def test_prior_predicts_from_one_or_two_points(n: int) -> None:
     assert isinstance(fit_learning_curve(np.arange(1, n + 1), acc[:n], "higher", prior=shapes), CannotPredict)
 
 
+@pytest.mark.parametrize("n", (1, 2))
+def test_a_prior_alone_has_a_band_as_wide_as_its_references_disagree(n: int) -> None:
+    """From one or two points every reference fits (an offset and a scale each), so the points cannot
+    tell them apart: the band at each epoch is how far all of them, fitted to the points, disagree
+    there, even where the curve is the best one's alone. Measured ncf curves of the other batch sizes
+    as the references; at the end the band is their spread, and most of the job's later measured
+    points lie inside its 80 % band (a band of zero, as before, left nearly all of them outside)."""
+    acc = real_curve("ncf", 1024)
+    refs = [(np.arange(1, 11), real_curve("ncf", b)) for b in BATCHES["ncf"] if b != 1024]
+    fit = fit_learning_curve(np.arange(1, n + 1), acc[:n], "higher", prior=CurvePrior.of(refs))
+    assert isinstance(fit, CurveFit) and fit.family == "prior"
+    k = np.arange(n + 1, 11)
+    band = fit.band(k)
+    assert np.all(band > 0.0)
+    ends = np.array([r[-1] for _, r in refs])
+    assert 0.3 * ends.std() < band[-1] < 3.0 * ends.std()
+    inside = np.abs(fit.predict(k) - acc[n:]) <= 1.2816 * band
+    assert inside.mean() >= 0.6, (inside, band)
+
+
 def test_convergence_interval() -> None:
     acc = real_curve("cifar10", 128)[:50]
     fit = fit_learning_curve(np.arange(1, 51), acc, "higher")
