@@ -88,6 +88,9 @@ class JobOutlook:
     #: What the speed rests on (:func:`planner.progress.job_speed`; "truth" for the oracle) and that in words.
     speed_basis: SpeedBasis | Literal["truth"] = "assumed"
     speed_note: str = ""
+    #: Epochs to the finish read on the pessimistic side of the curve's band (:data:`TAIL_QUANTILE`);
+    #: ``None``: the same as ``remaining_finish`` (no band, or a finish that is not predicted).
+    remaining_finish_high: float | None = None
 
 
 def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
@@ -150,6 +153,12 @@ def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
     )
 
 
+#: The pessimistic side the tail guard reads a finish on (the curve's band, one-sided): a job that
+#: may well take this long is protected like the one the median says is longest.
+TAIL_QUANTILE = 0.8
+TAIL_Z = NormalDist().inv_cdf(TAIL_QUANTILE)
+
+
 def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOutlook:
     epochs, values, metric, direction = _series(job)
     epoch = float(max((p.epoch for p in job.history), default=0.0))
@@ -182,10 +191,10 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     # its prediction band, towards worse (0 at the median).
     quantile = NormalDist().inv_cdf(settings.deadline_confidence)
 
-    def left_to(value: float) -> float | None:
+    def left_to(value: float, z: float | None = None) -> float | None:
         if curve is None:
             return None
-        k = curve.epoch_reaching(value, quantile_z=quantile)
+        k = curve.epoch_reaching(value, quantile_z=quantile if z is None else z)
         if k is None:
             return None
         # Not reached in the data (the caller checked): at least one more epoch to show it.
@@ -197,8 +206,12 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         r2 = 0.0 if t2_reached else left_to(target.tier2.value)
 
     # Finish: tier 2 if reachable, else convergence, else the configured guess; capped by max_epochs.
+    finish_high: float | None = None
     if r2 is not None:
         finish = r2
+        if not t2_reached and target is not None and target.tier2 is not None:
+            high = left_to(target.tier2.value, TAIL_Z)
+            finish_high = high if high is not None else (max_left if max_left is not None else None)
     elif max_left is not None and target is not None and target.tier2 is not None:
         # Training towards a tier 2 the curve says it will not reach: it runs until max_epochs
         # (a job does not stop because the planner thinks it has converged).
@@ -220,6 +233,8 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     if max_left is None or max_left > 0:
         finish = max(finish, min(MIN_REMAINING_EPOCHS, max_left if max_left is not None else MIN_REMAINING_EPOCHS))
     finish = min(finish, MAX_REMAINING_EPOCHS)
+    if finish_high is not None:
+        finish_high = min(max(finish_high, finish), max_left if max_left is not None else MAX_REMAINING_EPOCHS)
 
     tiers_from_prior = False
     if curve is None and prior is not None and target is not None:
@@ -267,4 +282,5 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         tier2_deadline=d2,
         speed_basis=speed.basis,
         speed_note=speed.note,
+        remaining_finish_high=None if tiers_from_prior or finish_high is None else float(finish_high),
     )

@@ -19,7 +19,9 @@ finish and hand their share on:
     the kernel gives Docker's default) keeps at least its share *along that split's own
     trajectory*, so the batch's critical path is never slower than the default's; and so does any
     other job the rollout shows ending after that split's makespan (a long job held back behind
-    the critical one by shortest-first), so the batch ends no later than under the default;
+    the critical one by shortest-first), so the batch ends no later than under the default; and so
+    does a job whose pessimistic remaining work (``ShareJob.remaining_high``) would stretch its
+    equal-split finish to that makespan (it may well be the one that ends last);
   - ``deadlines>makespan>mean-jct``, lexicographically: a first rollout reserves every job what
     finishes it by the node's makespan lower bound (the slowest job alone at its max, or the total
     work at each job's most efficient share over the node; longest first when that does not fit),
@@ -79,6 +81,9 @@ class ShareJob:
     #: Tier 1 only assumed (no curve yet): a deadline it seems unable to meet still gets its max,
     #: since nothing is known yet to say it cannot.
     tier1_assumed: bool = False
+    #: Epochs to its finish on the pessimistic side of its prediction (None: ``remaining``): the
+    #: tail guard protects a job that may well end last, not only the one the median says will.
+    remaining_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -448,6 +453,10 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
         return _whole(jobs, first, finish, tier1, fair, capacity)
     finite = np.where(np.isfinite(fair), fair, -1.0)
     critical = finite >= finite.max() - 1e-6 if J else np.zeros(0, dtype=bool)
+    # And every job that may well end last: its equal-split finish stretched by its pessimistic
+    # remaining work over the median's reaches the median makespan.
+    stretch = np.array([(j.remaining_high / j.remaining) if (j.remaining_high and j.remaining > 0) else 1.0 for j in jobs])
+    critical = critical | ((finite > 0) & (finite * stretch >= finite.max() - 1e-6))
     guarded = critical.tolist()
     guard = np.full(J, math.inf)
     no_floor = [0.0] * J

@@ -41,6 +41,7 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         seconds_per_epoch=np.asarray(spe, dtype=float),
         grid=grid,
         remaining=float(o.remaining_finish),
+        remaining_high=float(o.remaining_finish_high) if o.remaining_finish_high is not None else None,
         remaining_tier1=float(o.remaining_tier1) if open1 and o.remaining_tier1 is not None else None,
         deadline=deadline,
         blocked=float(m.lost[way]),

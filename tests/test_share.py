@@ -17,6 +17,8 @@ Nothing is faked: plans come from the real planner; curves are measured ones whe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from conftest import random_snapshot
 from hypothesis import HealthCheck, example, given, settings
@@ -301,3 +303,19 @@ def test_a_node_that_holds_everyone_at_max_gives_everyone_its_max(
             assert abs(split.fair_finish[j] - expected) <= 1e-9 * max(expected, 1.0)
         else:
             assert job.lo <= split.shares[j] <= job.hi
+
+
+def test_a_job_that_may_well_end_last_is_guarded_too() -> None:
+    """Three jobs on 6 cores: by the median the 60-epoch one ends last and is the one guarded, so
+    shortest-first starves the 30-epoch one (500 millicores) while the 10-epoch one runs. If the
+    30-epoch job's pessimistic reading is 80 epochs (its band), at its equal-split pace it may well
+    end after the batch: it keeps its equal share too. A pessimistic 35 epochs stays short of that
+    and changes nothing."""
+    short, mid, long_ = _linear(500, 6000, 10, 60.0), _linear(500, 6000, 30, 60.0), _linear(500, 6000, 60, 60.0)
+    median = split_node([short, mid, long_], 6000, MEAN)
+    assert median.shares.tolist() == [3500, 500, 2000]
+    unsure = split_node([short, replace(mid, remaining_high=80.0), long_], 6000, MEAN)
+    assert unsure.shares.tolist() == [2000, 2000, 2000]
+    assert unsure.finish[2] <= median.finish[2] + 1e-6  # the longest is no later for it
+    near = split_node([short, replace(mid, remaining_high=35.0), long_], 6000, MEAN)
+    assert near.shares.tolist() == median.shares.tolist()
