@@ -2,7 +2,7 @@
 
 The simulator's embedded default scenario must run on a fresh machine without ``../shared/data``;
 this keeps what it needs (every measured validation curve with its steps per epoch, and the
-single-node step-time tables) in one small JSON file. Re-running rewrites a byte-identical file;
+single-node step-time tables, the multi-node ones by node and worker count, and the throughput form fitted to each model) in one small JSON file. Re-running rewrites a byte-identical file;
 ``tests/test_simulator.py`` checks that it matches the data.
 
 Usage::
