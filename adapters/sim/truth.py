@@ -139,11 +139,12 @@ class TraceLibrary:
                 if row.nodes == 1 and row.table == "placements":
                     table.setdefault(row.replicas, []).append((float(row.local_batch), row.step_seconds))
                 elif row.nodes > 1 and math.isfinite(row.step_seconds) and row.step_seconds > 0:
-                    groups.setdefault((row.nodes, row.replicas), {}).setdefault(float(row.local_batch), []).append(row.step_seconds)
+                    per = groups.setdefault((row.nodes, row.replicas), {})
+                    per.setdefault(float(row.local_batch), []).append(row.step_seconds)
             steps[model] = {k: sorted(v) for k, v in sorted(table.items())}
             multi[model] = {
-                nk: [(b, float(f"{statistics.geometric_mean(ts):.{MULTI_DIGITS}g}")) for b, ts in sorted(per.items())]
-                for nk, per in sorted(groups.items())
+                nk: [(b, float(f"{statistics.geometric_mean(ts):.{MULTI_DIGITS}g}")) for b, ts in sorted(by_batch.items())]
+                for nk, by_batch in sorted(groups.items())
             }
             forms[model] = table_prior(rows).params
         return cls(curves, steps, str(data), multi, forms)
