@@ -13,7 +13,10 @@ Mechanism (the discretised 2D-LAS variant, which needs no knowledge of job durat
   a queue, FIFO by submission time;
 - every interval, jobs are considered in priority order; each gets what it requested (``max_cpu_millis``,
   ``max_gpus`` per replica, as in FIFO) when it fits, on the eligible node where it fits most tightly
-  (Tiresias consolidates); running jobs keep their node. A job that does not fit is skipped (no
+  (Tiresias consolidates); running jobs keep their node. A gang that may spread (``max_nodes``
+  above 1) gets all its ``replicas`` on one node when one holds them (best fit), else over the
+  fewest nodes (those with room for the most replicas first, at most ``max_nodes``): Tiresias places
+  a job consolidated when it can and spreads it otherwise. A job that does not fit is skipped (no
   head-of-line blocking). A waiting job may *preempt* (pause, checkpoint) running jobs of strictly
   lower-priority queues on one node, lowest priority first, as few as free enough room, within the
   snapshot's ``migration_budget``;
@@ -26,16 +29,32 @@ import time
 from collections.abc import Sequence
 
 from planner.plan import Plan
-from planner.policies.common import Decision, Ledger, active_jobs, build_plan, describe, held, may_arrive, submission_order
+from planner.policies.common import (
+    Decision,
+    Ledger,
+    active_jobs,
+    build_plan,
+    decided_shares,
+    describe,
+    held,
+    may_arrive,
+    most_room_first,
+    place_replicas,
+    running_count,
+    spreads,
+    submission_order,
+)
 from planner.snapshot import Job, Snapshot
 
 #: Queue thresholds of attained service [GPU-s, or core-s for CPU jobs]: one hour, then ten.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0)
 
 
-def service_rate(job: Job, cpu: int, gpus: int) -> float:
-    """Service per second of a job holding ``cpu`` / ``gpus`` per replica (GPU-s, or core-s without GPUs)."""
-    return float(gpus * job.replicas) if job.max_gpus > 0 else cpu * job.replicas / 1000.0
+def service_rate(job: Job, cpu: int, gpus: int, replicas: int | None = None) -> float:
+    """Service per second of a job holding ``cpu`` / ``gpus`` per replica over ``replicas`` replicas
+    (``None``: the job's count; GPU-s, or core-s without GPUs)."""
+    r = job.replicas if replicas is None else replicas
+    return float(gpus * r) if job.max_gpus > 0 else cpu * r / 1000.0
 
 
 class TiresiasPolicy:
@@ -60,7 +79,8 @@ class TiresiasPolicy:
                 first = min((p.time for p in job.history), default=snapshot.time)
                 ran = max(snapshot.time - first, 0.0) if job.status == "running" and job.allocation is not None else 0.0
                 alloc = job.allocation
-                self.attained[job.id] = ran * service_rate(job, alloc.cpu_millis, alloc.gpus) if alloc is not None else 0.0
+                rate = service_rate(job, alloc.cpu_millis, alloc.gpus, running_count(job)) if alloc is not None else 0.0
+                self.attained[job.id] = ran * rate
             elif job.status == "running":
                 self.attained[job.id] += dt * self.given.get(job.id, 0.0)
         self.last_time = snapshot.time
@@ -80,7 +100,7 @@ class TiresiasPolicy:
         for job in prio:
             if job.status == "running" and job.node is not None:
                 cpu, gpus = held(job)
-                ledger.take(job.node, job, cpu, gpus)
+                ledger.take_all(job, job.shares(), cpu, gpus)
                 decisions[job.id] = Decision(job.node, cpu, gpus)
         budget = snapshot.settings.migration_budget
         preempted: dict[str, str] = {}
@@ -88,6 +108,9 @@ class TiresiasPolicy:
             if job.status == "running":
                 continue
             cpu, gpus = job.max_cpu_millis, job.max_gpus
+            if spreads(job):
+                decisions[job.id] = self._place_gang(snapshot, ledger, job, cpu, gpus)
+                continue
             fits = [
                 (ledger.free[n.name][1] - gpus * job.replicas, ledger.free[n.name][0] - cpu * job.replicas, i, n.name)
                 for i, n in enumerate(snapshot.nodes)
@@ -107,7 +130,7 @@ class TiresiasPolicy:
             node, vs = victims
             for v in vs:
                 d = decisions[v.id]
-                ledger.give(node, v, d.cpu_millis, d.gpus)
+                ledger.give(node, v, d.cpu_millis, d.gpus, running_count(v))
                 decisions[v.id] = Decision(None)
                 preempted[v.id] = job.id
             budget -= len(vs)
@@ -126,10 +149,12 @@ class TiresiasPolicy:
             elif d.node is None:
                 why = d.why
             else:
-                self.given[job.id] = service_rate(job, d.cpu_millis, d.gpus)
+                shares = decided_shares(job, d)
+                self.given[job.id] = service_rate(job, d.cpu_millis, d.gpus, sum(k for _, k in shares))
                 verb = "keeps" if job.status == "running" else "starts with"
-                why = f"{verb} {describe(job, d.cpu_millis, d.gpus)} on {d.node} (queue {q}, {a:.0f} {unit} attained)"
-            decisions[job.id] = Decision(d.node, d.cpu_millis, d.gpus, why)
+                what = describe(job, d.cpu_millis, d.gpus, shares)
+                why = f"{verb} {what} on {d.node} (queue {q}, {a:.0f} {unit} attained)"
+            decisions[job.id] = Decision(d.node, d.cpu_millis, d.gpus, why, placement=d.placement)
         return build_plan(
             snapshot,
             self.name,
@@ -138,6 +163,24 @@ class TiresiasPolicy:
             devices=ledger.device,
             message=f"Tiresias 2D-LAS: queue thresholds {', '.join(f'{t:g}' for t in self.thresholds)}",
         )
+
+    @staticmethod
+    def _place_gang(snapshot: Snapshot, ledger: Ledger, job: Job, cpu: int, gpus: int) -> Decision:
+        """A spreading gang with all its replicas: on the one node that holds them most tightly, else
+        over the fewest nodes; waits when they do not fit (no preemption for it)."""
+        whole = [
+            (ledger.free[n.name][1] - gpus * job.replicas, ledger.free[n.name][0] - cpu * job.replicas, i, n.name)
+            for i, n in enumerate(snapshot.nodes)
+            if may_arrive(n, job) and ledger.fits(n.name, job, cpu, gpus)
+        ]
+        if whole:
+            node = min(whole)[3]
+            ledger.take(node, job, cpu, gpus)
+            return Decision(node, cpu, gpus, placement=((node, job.replicas),))
+        shares = place_replicas(ledger, job, cpu, gpus, job.replicas, most_room_first(ledger, job, cpu, gpus))
+        if shares is None:
+            return Decision(None, why=f"waits: the nodes lack room for its request of {describe(job, cpu, gpus)}")
+        return Decision(shares[0][0], cpu, gpus, placement=shares)
 
     def _victims(
         self, snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decision], job: Job, rank: dict[str, int], budget: int
@@ -158,6 +201,7 @@ class TiresiasPolicy:
                     and j.migratable
                     and decisions[j.id].node == node.name
                     and j.node == node.name
+                    and len(j.shares()) == 1
                     and self.queue(j) > q
                 ),
                 key=lambda j: -rank[j.id],
@@ -170,12 +214,12 @@ class TiresiasPolicy:
                 if len(chosen) >= budget or ledger.fits(node.name, job, cpu, gpus):
                     break
                 d = decisions[v.id]
-                ledger.give(node.name, v, d.cpu_millis, d.gpus)
+                ledger.give(node.name, v, d.cpu_millis, d.gpus, running_count(v))
                 chosen.append(v)
             ok = ledger.fits(node.name, job, cpu, gpus)
             for v in chosen:
                 d = decisions[v.id]
-                ledger.take(node.name, v, d.cpu_millis, d.gpus)
+                ledger.take(node.name, v, d.cpu_millis, d.gpus, running_count(v))
             ledger.jobs_on[node.name] = on_node
             if chosen and ok and (best is None or (len(chosen), order) < best[:2]):
                 best = (len(chosen), order, node.name, chosen)
