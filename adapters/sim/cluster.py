@@ -27,6 +27,10 @@ and cap, its targets and bounds. What it does (``apply``):
   progress) on its new node; jobs checkpoint at every epoch end and every
   ``checkpoint_every_seconds`` (600 by default) of training, and the work since then is lost;
 - ``pause``: as a migration, but the job waits unplaced;
+- gangs (:mod:`adapters.sim.gangs`): a change's ``replicas`` and ``placement`` say how many replicas
+  run on which nodes; each holds the per-replica share on its node, and the job trains at the truth's
+  speed for that placement. A new count or placement is live (``resize``) only for an ``elastic``
+  job; for any other the loop sends ``migrate`` (a checkpoint-restart);
 - ``deliver``: the tier-1 model is handed over (recorded).
 
 As every adapter (:mod:`adapters.base`), it treats a change already in effect as an ``ok`` no-op
@@ -49,7 +53,7 @@ from typing import cast
 import numpy as np
 
 from adapters.base import Adapter, Change, Outcome
-from adapters.sim.gangs import Shares, change_shares, fits_over_nodes, shares_problem, snapshot_placement
+from adapters.sim.gangs import Shares, change_shares, could_start, shares_problem, snapshot_placement
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
@@ -578,7 +582,8 @@ class SimCluster(Adapter):
     def idle_waits(self) -> int:
         """Pending (or paused) jobs that some node could hold now: its idle CPU (capacity minus what the
         placed jobs use under the water-fill, starting ones counted busy), free GPUs and free memory (by
-        guarantees) cover the job's minimum. Zero for a work-conserving policy."""
+        guarantees) cover the job's minimum (a gang: its fewest replicas over up to ``max_nodes`` nodes).
+        Zero for a work-conserving policy."""
         waiting = [j for j in self.jobs.values() if j.status == "pending"]
         if not waiting:
             return 0
@@ -589,26 +594,7 @@ class SimCluster(Adapter):
             mem = n.memory_mib - sum(j.spec.memory_mib * j.here(name) for j in placed)
             most = max([ONE_GPU_MILLI - x for x in load if x > 0] + ([ONE_GPU_MILLI] if gpus > 0 else [0]))
             room.append((n.cpu_millis - self.cpu_use(name), gpus, mem, most))
-        count = 0
-        for j in waiting:
-            s = j.spec
-            if s.gpu_milli is not None:
-                count += any(
-                    cpu + 1e-6 >= s.min_cpu_millis and most >= s.gpu_milli and (s.memory_mib == 0 or mem >= s.memory_mib)
-                    for cpu, _, mem, most in room
-                )
-                continue
-            # Replicas at their minimum each node holds; a gang may add up several nodes' (max_nodes).
-            per_node = [
-                min(
-                    math.floor((cpu + 1e-6) / s.min_cpu_millis),
-                    gpus // s.min_gpus if s.min_gpus else s.replicas,
-                    mem // s.memory_mib if s.memory_mib else s.replicas,
-                )
-                for cpu, gpus, mem, _ in room
-            ]
-            count += fits_over_nodes(per_node, s.fewest_replicas, s.max_nodes)
-        return count
+        return sum(could_start(j.spec, room) for j in waiting)
 
     def _gpu_room(self, node: str, exclude: str) -> tuple[int, list[int]]:
         """``node``'s whole devices free (none held whole, none shared) and the milli-GPUs used on

@@ -12,7 +12,8 @@ simulator refuses a ``resize`` that changes the count or placement of a job that
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 
 from adapters.base import Change
 from adapters.sim.scenario import JobSpec
@@ -55,7 +56,21 @@ def snapshot_placement(shares: Shares, replicas: int) -> list[Share] | None:
     return [Share(node=n, replicas=k) for n, k in shares]
 
 
-def fits_over_nodes(per_node: Iterable[int], fewest: int, max_nodes: int) -> bool:
-    """Whether ``fewest`` replicas fit on at most ``max_nodes`` nodes that hold ``per_node`` replicas each."""
-    best = sorted((max(k, 0) for k in per_node), reverse=True)[:max_nodes]
-    return sum(best) >= fewest
+def could_start(s: JobSpec, room: Sequence[tuple[float, int, int, int]]) -> bool:
+    """Whether a waiting job could start now at its minimum, given each node's room (idle CPU, whole
+    GPUs free, memory free, most milli-GPUs one device has free): a fractional job on one node, any
+    other with its fewest replicas over at most ``max_nodes`` nodes."""
+    if s.gpu_milli is not None:
+        return any(
+            cpu + 1e-6 >= s.min_cpu_millis and most >= s.gpu_milli and (s.memory_mib == 0 or mem >= s.memory_mib)
+            for cpu, _, mem, most in room
+        )
+    per_node = [
+        min(
+            math.floor((cpu + 1e-6) / s.min_cpu_millis),
+            gpus // s.min_gpus if s.min_gpus else s.replicas,
+            mem // s.memory_mib if s.memory_mib else s.replicas,
+        )
+        for cpu, gpus, mem, _ in room
+    ]
+    return sum(sorted((max(k, 0) for k in per_node), reverse=True)[: s.max_nodes]) >= s.fewest_replicas

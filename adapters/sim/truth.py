@@ -209,9 +209,7 @@ class TraceLibrary:
         table = self.multi[model]
         if (nodes, workers) in table:
             return _interpolate(table[(nodes, workers)], local_batch)
-        n0, k0 = min(
-            table, key=lambda nk: (abs(math.log(nk[0] / nodes)) + abs(math.log(nk[1] / workers)), -nk[0], -nk[1])
-        )
+        n0, k0 = min(table, key=lambda nk: (abs(math.log(nk[0] / nodes)) + abs(math.log(nk[1] / workers)), -nk[0], -nk[1]))
         anchor = _interpolate(table[(n0, k0)], local_batch)
         form = self.forms[model].as_array()
         b = np.array([float(local_batch)] * 2)
