@@ -57,6 +57,17 @@ def service_rate(job: Job, cpu: int, gpus: int, replicas: int | None = None) -> 
     return float(gpus * r) if job.max_gpus > 0 else cpu * r / 1000.0
 
 
+def tightest(snapshot: Snapshot, ledger: Ledger, job: Job, cpu: int, gpus: int) -> str | None:
+    """The eligible node where all the job's replicas fit most tightly (fewest GPUs, then CPU, left;
+    ties: node order), ``None`` when none holds them (Tiresias consolidates)."""
+    fits = [
+        (ledger.free[n.name][1] - gpus * job.replicas, ledger.free[n.name][0] - cpu * job.replicas, i, n.name)
+        for i, n in enumerate(snapshot.nodes)
+        if may_arrive(n, job) and ledger.fits(n.name, job, cpu, gpus)
+    ]
+    return min(fits)[3] if fits else None
+
+
 class TiresiasPolicy:
     """Tiresias 2D-LAS; see the module docstring. ``thresholds``: queue limits of attained service."""
 
@@ -111,13 +122,8 @@ class TiresiasPolicy:
             if spreads(job):
                 decisions[job.id] = self._place_gang(snapshot, ledger, job, cpu, gpus)
                 continue
-            fits = [
-                (ledger.free[n.name][1] - gpus * job.replicas, ledger.free[n.name][0] - cpu * job.replicas, i, n.name)
-                for i, n in enumerate(snapshot.nodes)
-                if may_arrive(n, job) and ledger.fits(n.name, job, cpu, gpus)
-            ]
-            if fits:
-                node = min(fits)[3]
+            node = tightest(snapshot, ledger, job, cpu, gpus)
+            if node is not None:
                 ledger.take(node, job, cpu, gpus)
                 decisions[job.id] = Decision(node, cpu, gpus)
                 continue
@@ -168,13 +174,8 @@ class TiresiasPolicy:
     def _place_gang(snapshot: Snapshot, ledger: Ledger, job: Job, cpu: int, gpus: int) -> Decision:
         """A spreading gang with all its replicas: on the one node that holds them most tightly, else
         over the fewest nodes; waits when they do not fit (no preemption for it)."""
-        whole = [
-            (ledger.free[n.name][1] - gpus * job.replicas, ledger.free[n.name][0] - cpu * job.replicas, i, n.name)
-            for i, n in enumerate(snapshot.nodes)
-            if may_arrive(n, job) and ledger.fits(n.name, job, cpu, gpus)
-        ]
-        if whole:
-            node = min(whole)[3]
+        node = tightest(snapshot, ledger, job, cpu, gpus)
+        if node is not None:
             ledger.take(node, job, cpu, gpus)
             return Decision(node, cpu, gpus, placement=((node, job.replicas),))
         shares = place_replicas(ledger, job, cpu, gpus, job.replicas, most_room_first(ledger, job, cpu, gpus))
