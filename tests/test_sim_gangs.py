@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from adapters.base import Change
@@ -305,3 +306,46 @@ def test_pollux_span_end_to_end_with_a_baseline(library: TraceLibrary, data_dir:
     r = simulate(sc, make_policy("tiresias"), "tiresias", 0, library, data=data_dir, on_tick=seen, record_timeline=False)
     assert r.finished and r.checker_failures == 0 and r.failed_intervals == 0
     assert spread and r.makespan is not None and r.makespan >= r.makespan_lower_bound
+
+
+def random_gangs(seed: int) -> dict[str, Any]:
+    """A small random cluster of 4-GPU nodes with gangs of every kind: 1-10 replicas, some with a
+    ``min_replicas``, spread allowed over enough nodes to hold them, some elastic."""
+    rng = np.random.default_rng(seed)
+    n_nodes = int(rng.integers(2, 5))
+    jobs = []
+    for i in range(int(rng.integers(5, 10))):
+        r = int(rng.integers(1, min(10, 4 * n_nodes) + 1))
+        model, batch = [("cifar10", 512), ("yolov3", 64), ("deepspeech2", 160), ("ncf", 1024)][int(rng.integers(0, 4))]
+        job = {"id": f"j{i}", "model": model, "batch_size": batch, "kind": "gpu", "epochs": 2,
+               "arrival": float(rng.uniform(0, 600)), "min_cpu_millis": 2000, "replicas": r,
+               "max_nodes": int(rng.integers(math.ceil(r / 4), min(r, n_nodes) + 1)),
+               "elastic": bool(rng.integers(0, 2)), "checkpoint_seconds": 10, "restart_seconds": 20}  # fmt: skip
+        if r > 1 and rng.integers(0, 2):
+            job["min_replicas"] = int(rng.integers(1, r + 1))
+        jobs.append(job)
+    return {
+        "name": f"random-gangs-{seed}",
+        "interval_seconds": 60,
+        "max_hours": 24,
+        "nodes": [{"name": "n", "count": n_nodes, "cpu_millis": 16000, "gpus": 4}],
+        "jobs": jobs,
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", BASELINES)
+def test_baselines_run_random_gangs_to_the_end(library: TraceLibrary, name: str, seed: int) -> None:
+    """Every baseline runs random gang workloads with every plan checked and no failed interval, and
+    finishes every job it can run: all of them (each can run at its full count on the cluster), but
+    for Docker and FlowCon, which run a gang on one host, those whose fewest replicas no host holds:
+    they wait, and never hold up the others."""
+    sc = parse_scenario(random_gangs(seed))
+    r = simulate(sc, make_policy(name), name, seed, library, record_timeline=False)
+    assert r.checker_failures == 0 and r.failed_intervals == 0
+    one_host = name in ("docker", "flowcon")
+    fewest = {j["id"]: j.get("min_replicas", j["replicas"]) for j in random_gangs(seed)["jobs"]}
+    for j in r.jobs:
+        never = one_host and fewest[j.id] > 4
+        assert (j.start is None and j.finish is None) if never else j.finish is not None, (j.id, fewest[j.id])
+    assert r.finished == (not one_host or max(fewest.values()) <= 4)
