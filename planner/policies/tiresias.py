@@ -19,7 +19,8 @@ Mechanism (the discretised 2D-LAS variant, which needs no knowledge of job durat
   a job consolidated when it can and spreads it otherwise. A job that does not fit is skipped (no
   head-of-line blocking). A waiting job may *preempt* (pause, checkpoint) running jobs of strictly
   lower-priority queues on one node, lowest priority first, as few as free enough room, within the
-  snapshot's ``migration_budget``;
+  snapshot's ``migration_budget`` (a spreading gang: on any nodes, lowest priority first, until it
+  fits over nodes);
 - no resizing, no migration (a preempted job resumes later wherever it fits).
 """
 
@@ -120,7 +121,17 @@ class TiresiasPolicy:
                 continue
             cpu, gpus = job.max_cpu_millis, job.max_gpus
             if spreads(job):
-                decisions[job.id] = self._place_gang(snapshot, ledger, job, cpu, gpus)
+                d = self._place_gang(snapshot, ledger, job, cpu, gpus)
+                got = (
+                    self._gang_victims(snapshot, ledger, decisions, job, rank, budget) if d.node is None and budget > 0 else None
+                )
+                if got is not None:
+                    d, vs = got
+                    for v in vs:
+                        decisions[v.id] = Decision(None)
+                        preempted[v.id] = job.id
+                    budget -= len(vs)
+                decisions[job.id] = d
                 continue
             node = tightest(snapshot, ledger, job, cpu, gpus)
             if node is not None:
@@ -182,6 +193,36 @@ class TiresiasPolicy:
         if shares is None:
             return Decision(None, why=f"waits: the nodes lack room for its request of {describe(job, cpu, gpus)}")
         return Decision(shares[0][0], cpu, gpus, placement=shares)
+
+    def _gang_victims(
+        self, snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decision], job: Job, rank: dict[str, int], budget: int
+    ) -> tuple[Decision, list[Job]] | None:
+        """For a spreading gang that does not fit: running jobs of strictly lower-priority queues
+        (whole-GPU ones, on any nodes), lowest priority first, paused one by one until the gang
+        fits over nodes, within ``budget``; the gang's decision and the jobs paused, or ``None``
+        (and nothing changed) when that is not enough."""
+        q = self.queue(job)
+        cands = sorted(
+            (
+                j
+                for j in snapshot.jobs
+                if j.status == "running" and j.migratable and j.gpu_milli is None
+                and decisions[j.id].node is not None and self.queue(j) > q
+            ),
+            key=lambda j: -rank[j.id],
+        )  # fmt: skip
+        chosen: list[Job] = []
+        for v in cands[:budget]:
+            d = decisions[v.id]
+            ledger.give_all(v, decided_shares(v, d), d.cpu_millis, d.gpus)
+            chosen.append(v)
+            placed = self._place_gang(snapshot, ledger, job, job.max_cpu_millis, job.max_gpus)
+            if placed.node is not None:
+                return placed, chosen
+        for v in chosen:
+            d = decisions[v.id]
+            ledger.take_all(v, decided_shares(v, d), d.cpu_millis, d.gpus)
+        return None
 
     def _victims(
         self, snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decision], job: Job, rank: dict[str, int], budget: int
