@@ -349,3 +349,42 @@ def test_baselines_run_random_gangs_to_the_end(library: TraceLibrary, name: str,
         never = one_host and fewest[j.id] > 4
         assert (j.start is None and j.finish is None) if never else j.finish is not None, (j.id, fewest[j.id])
     assert r.finished == (not one_host or max(fewest.values()) <= 4)
+
+
+def test_tiresias_preempts_lower_queues_for_a_gang_over_nodes() -> None:
+    """Two long-running jobs fill both nodes; a new 6-replica gang (queue 0) pauses both, the lowest
+    priority first, and spreads 4 + 2; with a budget of one it waits and pauses nothing."""
+    old = {"status": "running", "min_cpu_millis": 1000, "max_cpu_millis": 1000, "min_gpus": 4, "max_gpus": 4,
+           "submitted": 0.0, "history": [{"time": 1000.0, "epoch": 1, "loss": 1.0}]}  # fmt: skip
+    doc = {
+        "time": 200_000.0,
+        "nodes": [{"name": f"n{i}", "cpu_millis": 16000, "gpus": 4, "memory_mib": 65536} for i in range(2)],
+        "jobs": [{**old, "id": f"old{i}", "node": f"n{i}", "allocation": {"cpu_millis": 1000, "gpus": 4}} for i in range(2)]
+        + [
+            {
+                "id": "gang",
+                "status": "pending",
+                "min_cpu_millis": 1000,
+                "max_cpu_millis": 1000,
+                "min_gpus": 1,
+                "max_gpus": 1,
+                "replicas": 6,
+                "max_nodes": 2,
+                "submitted": 199_000.0,
+            }  # fmt: skip
+        ],
+        "settings": {"migration_budget": 2},
+    }
+    snap = Snapshot.model_validate(doc)
+    plan = make_policy("tiresias")(snap)
+    assert check_plan(snap, plan) == []
+    by = {a.job: a for a in plan.assignments}
+    assert by["old0"].action == by["old1"].action == "pause"
+    gang = by["gang"]
+    assert gang.action == "start" and sorted(s.replicas for s in gang.placement or []) == [2, 4]
+    assert "preempted for gang" in by["old0"].explanation
+    doc["settings"] = {"migration_budget": 1}
+    snap = Snapshot.model_validate(doc)
+    plan = make_policy("tiresias")(snap)
+    by = {a.job: a for a in plan.assignments}
+    assert by["gang"].node is None and by["old0"].action == by["old1"].action == "keep"
