@@ -208,7 +208,7 @@ class OptimusPolicy:
                 cpu, gpus = job.min_cpu_millis, job.min_gpus
                 least = place_replicas(ledger, job, cpu, gpus, job.fewest_replicas, most_room_first(ledger, job, cpu, gpus))
                 if least is None:
-                    need = describe(job, cpu, gpus).split(" x")[0]
+                    need = describe(job, cpu, gpus, ())  # one replica's share
                     why = f"waits: the nodes lack room for its minimum of {job.fewest_replicas} replica(s) of {need}"
                     decisions[job.id] = Decision(None, why=why)
                     continue
