@@ -89,7 +89,7 @@ def _one_host(snapshot: Snapshot, ledger: Ledger, job: Job, why: str) -> Decisio
             best = (ledger.containers[node.name], order, node.name, count)
     if best is None:
         return Decision(
-            None, why=f"waits: no host has room for its fewest {job.fewest_replicas} replica(s) of {describe(job, cpu, gpus)}"
+            None, why=f"waits: no host has room for its fewest {job.fewest_replicas} replica(s) of {describe(job, cpu, gpus, ())}"
         )
     _, _, name, count = best
     ledger.take(name, job, cpu, gpus, count)

@@ -61,7 +61,8 @@ class FifoPolicy:
             cpu, gpus = job.max_cpu_millis, job.max_gpus
             ask = describe(job, cpu, gpus)
             if not ever_fits(snapshot, job, cpu, gpus):
-                decisions[job.id] = Decision(None, why=f"waits: its request of {ask} exceeds every node it may use")
+                where = f"the empty nodes it may use (at most {job.max_nodes})" if spreads(job) else "every node it may use"
+                decisions[job.id] = Decision(None, why=f"waits: its request of {ask} exceeds {where}")
                 continue
             if blocker is not None:
                 decisions[job.id] = Decision(

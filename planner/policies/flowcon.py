@@ -50,6 +50,7 @@ from planner.policies.common import (
     active_jobs,
     build_plan,
     decided_count,
+    decided_shares,
     describe,
     metric_series,
     running_count,
@@ -172,7 +173,7 @@ class FlowConPolicy:
             for job, cpu, cap in zip(jobs, shares, caps, strict=True):
                 d = decisions[job.id]
                 verb = "starts on" if job.status == "pending" else "gets"
-                why = f"{verb} {describe(job, cpu, d.gpus)} on {name}, limit {self._limit_text(cap)}"
+                why = f"{verb} {describe(job, cpu, d.gpus, decided_shares(job, d))} on {name}, limit {self._limit_text(cap)}"
                 why += f" ({self.test.describe(job)}; {how[job.id]})"
                 decisions[job.id] = Decision(name, cpu, d.gpus, why, cpu_limit_millis=cap, placement=d.placement)
         for job in active_jobs(snapshot):
