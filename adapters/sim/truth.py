@@ -2,7 +2,8 @@
 
 A :class:`TraceLibrary` holds, per model, the measured validation curves at each global batch size
 (one value per epoch, with the optimizer steps per epoch) and the measured step times of
-data-parallel training on one node (replicas 1-4 at several local batch sizes). From them a
+data-parallel training on one node (replicas 1-4 at several local batch sizes) and over several
+nodes (by node and worker count, with the throughput form fitted to all the rows). From them a
 :class:`GroundTruth` answers, for one simulated job:
 
 - ``metric(epoch)``: the measured curve, linearly interpolated between epochs;
