@@ -1,8 +1,9 @@
 """Write the compact copy of the measured traces the simulator ships with (``adapters/sim/data/traces.json``).
 
 The simulator's embedded default scenario must run on a fresh machine without ``../shared/data``;
-this keeps what it needs (every measured validation curve with its steps per epoch, and the
-single-node step-time tables) in one small JSON file. Re-running rewrites a byte-identical file;
+this keeps what it needs in one small JSON file: every measured validation curve with its steps per
+epoch, the single-node step-time tables, the multi-node ones by node and worker count, and the
+throughput form fitted to each model. Re-running rewrites a byte-identical file;
 ``tests/test_simulator.py`` checks that it matches the data.
 
 Usage::

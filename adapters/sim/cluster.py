@@ -27,6 +27,10 @@ and cap, its targets and bounds. What it does (``apply``):
   progress) on its new node; jobs checkpoint at every epoch end and every
   ``checkpoint_every_seconds`` (600 by default) of training, and the work since then is lost;
 - ``pause``: as a migration, but the job waits unplaced;
+- gangs (:mod:`adapters.sim.gangs`): a change's ``replicas`` and ``placement`` say how many replicas
+  run on which nodes; each holds the per-replica share on its node, and the job trains at the truth's
+  speed for that placement. A new count or placement is live (``resize``) only for an ``elastic``
+  job; for any other the loop sends ``migrate`` (a checkpoint-restart);
 - ``deliver``: the tier-1 model is handed over (recorded).
 
 As every adapter (:mod:`adapters.base`), it treats a change already in effect as an ``ok`` no-op
@@ -49,6 +53,7 @@ from typing import cast
 import numpy as np
 
 from adapters.base import Adapter, Change, Outcome
+from adapters.sim.gangs import Shares, change_shares, could_start, shares_problem, snapshot_placement
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
@@ -86,9 +91,9 @@ def share_cpu(capacity: float, weights: Sequence[float], caps: Sequence[float]) 
     return out
 
 
-def _epoch_seconds(truth: GroundTruth, cpu_millis: float, gpus: int) -> float:
+def _epoch_seconds(truth: GroundTruth, cpu_millis: float, gpus: int, placement: tuple[int, ...] = ()) -> float:
     # ``epoch_seconds`` reads ``cpu_millis / 1000``: a fractional effective share is exact.
-    return truth.epoch_seconds(cast(int, cpu_millis), gpus)
+    return truth.epoch_seconds(cast(int, cpu_millis), gpus, placement)
 
 
 class TruthSpeed:
@@ -131,14 +136,16 @@ class SimJob:
     gpus: int = 0
     cpu_limit: int | None = None  # hard cap (quota) per replica set by the plan
     gpu_device: int | None = None  # a fractional job's shared device (spec.gpu_milli)
-    replicas: int = 1
+    replicas: int = 1  # replicas running (the spec's count while not running)
+    shares: Shares = ()  # where they run: (node, replicas) per node, rank 0's (``node``) first
     progress: float = 0.0  # epochs done (continuous)
     blocked_until: float = 0.0
     history: list[MetricPoint] = field(default_factory=list)
     reported: list[float] = field(default_factory=list)  # reported metric per epoch so far
     values: list[float] = field(default_factory=list)  # the reported metric of every epoch, drawn at creation
     stop_epoch: int = 0  # the epoch at which the job stops (from ``values``)
-    trained: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # CPU used, GPUs -> [seconds, epochs]
+    #: CPU used, GPUs, replicas, nodes -> [seconds, epochs]
+    trained: dict[tuple[int, int, int, int], list[float]] = field(default_factory=dict)
     first_start: float | None = None
     finish: float | None = None
     tier1_time: float | None = None
@@ -177,13 +184,21 @@ class SimJob:
             return False
         return v >= value if self.truth.direction == "higher" else v <= value
 
-    def cap_total(self) -> float:
-        """Most CPU the job can use (all replicas): its cap, or, for GPU jobs, its guarantee."""
+    def here(self, node: str) -> int:
+        """Replicas placed on ``node``."""
+        return dict(self.shares).get(node, 0)
+
+    def cap_on(self, node: str) -> float:
+        """Most CPU the job can use on ``node`` (its replicas there): its cap, or, for GPU jobs, its guarantee."""
         if self.spec.kind == "gpu":
-            return float(self.cpu_millis * self.replicas)
+            return float(self.cpu_millis * self.here(node))
         top = self.spec.max_cpu_millis
         limit = top if self.cpu_limit is None else min(self.cpu_limit, top)
-        return float(limit * self.replicas)
+        return float(limit * self.here(node))
+
+    def spread(self) -> tuple[int, ...]:
+        """The replicas per node the truth's speed reads (``()`` for one replica on one node)."""
+        return tuple(k for _, k in self.shares) if self.replicas > 1 or len(self.shares) > 1 else ()
 
     def first_reaching(self, value: float | None) -> int | None:
         """First epoch (up to the stop) whose reported value reaches ``value``."""
@@ -205,7 +220,7 @@ class SimCluster(Adapter):
         self.jobs: dict[str, SimJob] = {}
         for i, spec in enumerate(jobs):
             truth = GroundTruth(library, spec.model, spec.batch_size, spec.kind, spec.cpu_scale)
-            j = SimJob(spec, truth, np.random.default_rng([seed, i]))
+            j = SimJob(spec, truth, np.random.default_rng([seed, i]), replicas=spec.replicas)
             self._draw(j)
             self.jobs[spec.id] = j
         self.on: dict[str, dict[str, SimJob]] = {n: {} for n in self.nodes}  # running jobs per node
@@ -263,7 +278,11 @@ class SimCluster(Adapter):
             self._next_arrival += 1
 
     def _running(self) -> list[SimJob]:
-        return [j for per in self.on.values() for j in per.values()]
+        seen: dict[str, SimJob] = {}
+        for per in self.on.values():
+            for j in per.values():
+                seen.setdefault(j.spec.id, j)  # a gang over several nodes once
+        return list(seen.values())
 
     def _run(self, end: float, *, stop_at_finish: bool) -> None:
         """Event by event up to ``end``: between events every rate is constant."""
@@ -280,10 +299,9 @@ class SimCluster(Adapter):
             finished = False
             for j in running:
                 if j.next_event <= t_next + EPS:
-                    node = j.node
+                    nodes = [n for n, _ in j.shares]
                     self._advance(j, self.t)
-                    if node is not None:
-                        self._dirty.add(node)  # a finish or a resume: the node's split changes
+                    self._dirty.update(nodes)  # a finish or a resume: the nodes' split changes
                     finished = finished or j.status == "finished"
             if finished and stop_at_finish:
                 self._refresh()
@@ -300,13 +318,15 @@ class SimCluster(Adapter):
             jobs = list(self.on[name].values())
             active = [j for j in jobs if j.blocked_until <= self.t + EPS]
             shares = share_cpu(
-                self.nodes[name].cpu_millis, [j.cpu_millis * j.replicas for j in active], [j.cap_total() for j in active]
+                self.nodes[name].cpu_millis, [j.cpu_millis * j.here(name) for j in active], [j.cap_on(name) for j in active]
             )
             for j in jobs:
                 j.effective, j.rate = 0.0, 0.0
             for j, s in zip(active, shares, strict=True):
-                j.effective = s / j.replicas
-                t = _epoch_seconds(j.truth, j.effective, j.gpus)
+                # A gang spans nodes only on GPUs, whose speed does not depend on CPU: it uses its
+                # guarantee on every node, so any of its nodes gives the same share per replica.
+                j.effective = s / j.here(name)
+                t = _epoch_seconds(j.truth, j.effective, j.gpus, j.spread())
                 j.rate = 0.0 if not math.isfinite(t) or t <= 0 else 1.0 / t
             for j in jobs:
                 if j.blocked_until > self.t + EPS:
@@ -335,7 +355,7 @@ class SimCluster(Adapter):
             t = min(t, t0 + (stop - p0) / rate)
         train = t - t0
         self._hold(j, train, train * j.effective * j.replicas / 1000.0)
-        key = (int(round(j.effective)), j.gpus)
+        key = (int(round(j.effective)), j.gpus, j.replicas, len(j.shares))
         rec = j.trained.setdefault(key, [0.0, 0.0])
         rec[0] += train
         rec[1] += p1 - p0
@@ -390,21 +410,23 @@ class SimCluster(Adapter):
 
     # -- placing -----------------------------------------------------------------------------------
     def _place(
-        self, j: SimJob, node: str, cpu: int, gpus: int, limit: int | None, blocked_until: float, device: int | None = None
+        self, j: SimJob, shares: Shares, cpu: int, gpus: int, limit: int | None, blocked_until: float, device: int | None = None
     ) -> None:
-        j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit = "running", node, cpu, gpus, limit
+        j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit = "running", shares[0][0], cpu, gpus, limit
+        j.shares, j.replicas = shares, sum(k for _, k in shares)
         j.gpu_device = device if j.spec.gpu_milli is not None and gpus else None
         j.blocked_until = blocked_until
         j.t_adv = self.t
         j.effective, j.rate, j.next_event = 0.0, 0.0, math.inf
-        self.on[node][j.spec.id] = j
-        self._dirty.add(node)
+        for node, _ in shares:
+            self.on[node][j.spec.id] = j
+            self._dirty.add(node)
 
     def _unplace(self, j: SimJob) -> None:
-        if j.node is not None:
-            self.on[j.node].pop(j.spec.id, None)
-            self._dirty.add(j.node)
-        j.node = None
+        for node, _ in j.shares:
+            self.on[node].pop(j.spec.id, None)
+            self._dirty.add(node)
+        j.node, j.shares = None, ()
         j.effective, j.rate, j.next_event = 0.0, 0.0, math.inf
 
     def _sync(self) -> None:
@@ -426,16 +448,17 @@ class SimCluster(Adapter):
             if j.status == "future":
                 continue
             mine = round(used[j.spec.id] / j.replicas, 1) if j.status == "running" and j.spec.id in used else None
+            s = j.spec
             # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
             # log with their progress (the JSON-lines format): time spent training / epochs gained there.
             speeds = tuple(
-                (max(1, c), g, round(sec / ep, 4))
-                for (c, g), (sec, ep) in sorted(j.trained.items())
+                (max(1, c), g, round(sec / ep, 4), None if k == s.replicas else k, n)
+                for (c, g, k, n), (sec, ep) in sorted(j.trained.items())
                 if ep >= MIN_SPEED_EPOCHS and c >= 1
             )
             key = (
                 j.status,
-                j.node,
+                j.shares,
                 j.cpu_millis,
                 j.gpus,
                 j.gpu_device,
@@ -450,7 +473,6 @@ class SimCluster(Adapter):
                     j.view = j.view.model_copy(update={"cpu_used_millis": mine})
                 jobs.append(j.view)
                 continue
-            s = j.spec
             metric, direction, field_name = METRICS[s.model]
             tier1, tier2 = self._tiers(j)
             target = QoETarget(
@@ -460,7 +482,7 @@ class SimCluster(Adapter):
                 tier2=tier2,
                 max_epochs=s.epochs,
             )
-            speed = [SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=v) for c, g, v in speeds]
+            speed = [SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=v, replicas=k, nodes=n) for c, g, v, k, n in speeds]
             running = j.status == "running"
             jobs.append(
                 Job(
@@ -474,6 +496,11 @@ class SimCluster(Adapter):
                     if running
                     else None,
                     gpu_milli=s.gpu_milli,
+                    replicas=s.replicas,
+                    min_replicas=s.min_replicas,
+                    max_nodes=s.max_nodes,
+                    elastic=s.elastic,
+                    placement=snapshot_placement(j.shares, s.replicas) if running else None,
                     cpu_used_millis=mine,
                     min_cpu_millis=s.min_cpu_millis,
                     max_cpu_millis=s.max_cpu_millis,
@@ -539,22 +566,24 @@ class SimCluster(Adapter):
         out: dict[str, float] = {}
         for name, placed in self.on.items():
             jobs = list(placed.values())
-            weights = [j.cpu_millis * j.replicas for j in jobs]
-            for j, used in zip(jobs, share_cpu(self.nodes[name].cpu_millis, weights, [j.cap_total() for j in jobs]), strict=True):
-                out[j.spec.id] = used
+            weights = [j.cpu_millis * j.here(name) for j in jobs]
+            split = share_cpu(self.nodes[name].cpu_millis, weights, [j.cap_on(name) for j in jobs])
+            for j, used in zip(jobs, split, strict=True):
+                out[j.spec.id] = out.get(j.spec.id, 0.0) + used
         return out
 
     def cpu_use(self, node: str) -> float:
         """CPU (millicores) the node's placed jobs use under the water-fill, jobs starting or restarting
         counted busy (they are about to use their share)."""
         jobs = list(self.on[node].values())
-        weights = [j.cpu_millis * j.replicas for j in jobs]
-        return sum(share_cpu(self.nodes[node].cpu_millis, weights, [j.cap_total() for j in jobs]))
+        weights = [j.cpu_millis * j.here(node) for j in jobs]
+        return sum(share_cpu(self.nodes[node].cpu_millis, weights, [j.cap_on(node) for j in jobs]))
 
     def idle_waits(self) -> int:
         """Pending (or paused) jobs that some node could hold now: its idle CPU (capacity minus what the
         placed jobs use under the water-fill, starting ones counted busy), free GPUs and free memory (by
-        guarantees) cover the job's minimum. Zero for a work-conserving policy."""
+        guarantees) cover the job's minimum (a gang: its fewest replicas over up to ``max_nodes`` nodes).
+        Zero for a work-conserving policy."""
         waiting = [j for j in self.jobs.values() if j.status == "pending"]
         if not waiting:
             return 0
@@ -562,20 +591,10 @@ class SimCluster(Adapter):
         for name, n in self.nodes.items():
             placed = self.on[name].values()
             gpus, load = self._gpu_room(name, "")
-            mem = n.memory_mib - sum(j.spec.memory_mib * j.replicas for j in placed)
+            mem = n.memory_mib - sum(j.spec.memory_mib * j.here(name) for j in placed)
             most = max([ONE_GPU_MILLI - x for x in load if x > 0] + ([ONE_GPU_MILLI] if gpus > 0 else [0]))
             room.append((n.cpu_millis - self.cpu_use(name), gpus, mem, most))
-        count = 0
-        for j in waiting:
-            s, r = j.spec, j.replicas
-            if any(
-                cpu + 1e-6 >= s.min_cpu_millis * r
-                and (most >= s.gpu_milli if s.gpu_milli is not None else gpus >= s.min_gpus * r)
-                and (s.memory_mib == 0 or mem >= s.memory_mib * r)
-                for cpu, gpus, mem, most in room
-            ):
-                count += 1
-        return count
+        return sum(could_start(j.spec, room) for j in waiting)
 
     def _gpu_room(self, node: str, exclude: str) -> tuple[int, list[int]]:
         """``node``'s whole devices free (none held whole, none shared) and the milli-GPUs used on
@@ -588,16 +607,16 @@ class SimCluster(Adapter):
             if j.gpu_device is not None and j.spec.gpu_milli is not None and j.gpu_device < len(load):
                 load[j.gpu_device] += j.spec.gpu_milli
             else:
-                whole += j.gpus * j.replicas
+                whole += j.gpus * j.here(node)
         return len(load) - whole - sum(1 for x in load if x > 0), load
 
-    def _gpu_fits(self, node: str, j: SimJob, gpus: int, device: int | None) -> str | None:
-        """Why ``j`` with ``gpus`` per replica (a fractional job: on ``device``) does not fit the GPUs
-        of ``node`` (``None``: it does)."""
+    def _gpu_fits(self, node: str, j: SimJob, gpus: int, device: int | None, count: int) -> str | None:
+        """Why ``count`` replicas of ``j`` with ``gpus`` each (a fractional job: on ``device``) do not
+        fit the GPUs of ``node`` (``None``: they do)."""
         free, load = self._gpu_room(node, j.spec.id)
         milli = j.spec.gpu_milli
         if milli is None or not gpus:
-            return None if gpus * j.replicas <= free else f"{free} GPUs free"
+            return None if gpus * count <= free else f"{free} GPUs free"
         if device is None or not 0 <= device < len(load):
             return f"no GPU device {device} for a fraction of {milli} milli"
         if load[device] + milli > ONE_GPU_MILLI or (load[device] == 0 and free < 1):
@@ -611,19 +630,29 @@ class SimCluster(Adapter):
         cpu, mem = n.cpu_millis, n.memory_mib
         for j in self.on[node].values():
             if j.spec.id != exclude:
-                cpu -= j.cpu_millis * j.replicas
-                mem -= j.spec.memory_mib * j.replicas
+                cpu -= j.cpu_millis * j.here(node)
+                mem -= j.spec.memory_mib * j.here(node)
         return cpu, self._gpu_room(node, exclude)[0], mem
+
+    def _lacks(self, j: SimJob, shares: Shares, cpu_millis: int, gpus: int, device: int | None) -> str | None:
+        """Why ``j`` at ``cpu_millis`` / ``gpus`` per replica does not fit ``shares`` (leaving what it
+        holds out; ``None``: it fits), naming the node."""
+        for node, k in shares:
+            cpu, gpu, mem = self._free(node, j.spec.id)
+            short = self._gpu_fits(node, j, gpus, device, k)
+            if cpu_millis * k > cpu or short is not None or (j.spec.memory_mib * k > mem and j.spec.memory_mib > 0):
+                return f"node {node} lacks room for {k} replica(s) ({cpu} millicores, {short or f'{gpu} GPUs free'})"
+        return None
 
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         self._sync()
         # A migrating job checkpoints and stops before any job is placed, so moves between nodes
         # (swaps included) find the room the movers leave, as they would on a real cluster.
-        lifted: dict[str, tuple[str, int, int, int | None, int | None]] = {}
+        lifted: dict[str, tuple[Shares, int, int, int | None, int | None]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
             if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None and not _in_effect(j, c):
-                lifted[c.job] = (j.node, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device)
+                lifted[c.job] = (j.shares, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device)
                 self._checkpoint(j)
                 self._unplace(j)  # holds nothing while it moves
         out = [self._apply_one(c, lifted) for c in changes]
@@ -632,8 +661,7 @@ class SimCluster(Adapter):
             j = self.jobs[job_id]
             if j.node is not None:
                 continue
-            free_cpu, _, _ = self._free(src, job_id)
-            if cpu <= free_cpu and self._gpu_fits(src, j, gpus, device) is None:
+            if self._lacks(j, src, cpu, gpus, device) is None:
                 self._place(j, src, cpu, gpus, limit, self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds, device)
                 j.in_place += 1
             else:
@@ -642,7 +670,7 @@ class SimCluster(Adapter):
         self._refresh()
         return out
 
-    def _apply_one(self, c: Change, lifted: dict[str, tuple[str, int, int, int | None, int | None]]) -> Outcome:
+    def _apply_one(self, c: Change, lifted: dict[str, tuple[Shares, int, int, int | None, int | None]]) -> Outcome:
         j = self.jobs.get(c.job)
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
@@ -662,20 +690,21 @@ class SimCluster(Adapter):
             return Outcome(c, True)
         if c.node is None or c.node not in self.nodes:
             return Outcome(c, False, "invalid", f"unknown node {c.node}")
+        shares = change_shares(c)
+        problem = shares_problem(j.spec, shares, self.nodes)
+        if problem is not None:
+            return Outcome(c, False, "invalid", f"job {c.job}: {problem}")
         if _in_effect(j, c):  # applied already (a repeated change): nothing to do, nothing counted
             return Outcome(c, True, message=f"already running on {c.node} at {c.cpu_millis}m/{c.gpus}g")
         if c.kind == "start" and j.status != "pending":
             return Outcome(c, False, "conflict", f"running on {j.node} at {j.cpu_millis}m: a start is for a pending job")
         if c.kind in ("migrate", "resize") and j.status != "running":
             return Outcome(c, False, "conflict", f"not running: a pending job is started, not {c.kind}d")
-        cpu, gpu, mem = self._free(c.node, j.spec.id)
-        r = j.replicas
-        short = self._gpu_fits(c.node, j, c.gpus, c.gpu_device)
-        if c.cpu_millis * r > cpu or short is not None or (j.spec.memory_mib * r > mem and j.spec.memory_mib > 0):
-            gpus = short or f"{gpu} GPUs free"
-            return Outcome(c, False, "conflict", f"node {c.node} lacks room ({cpu} millicores, {gpus})")
+        short = self._lacks(j, shares, c.cpu_millis, c.gpus, c.gpu_device)
+        if short is not None:
+            return Outcome(c, False, "conflict", short)
         if c.kind == "start":
-            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device)
+            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device)
             j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
@@ -685,17 +714,23 @@ class SimCluster(Adapter):
             cap_only = (c.cpu_millis, c.gpus) == (j.cpu_millis, j.gpus)  # docker update --cpus: live for any job
             if c.node != j.node or not (j.spec.resizable or cap_only):
                 return Outcome(c, False, "invalid", "cannot resize live")
+            if shares != j.shares:  # a new count or placement: live only for an elastic job
+                if not j.spec.elastic:
+                    return Outcome(c, False, "invalid", f"job {c.job}: not elastic, its replicas change by a restart (migrate)")
+                blocked = j.blocked_until
+                self._unplace(j)
+                self._place(j, shares, j.cpu_millis, j.gpus, j.cpu_limit, blocked, j.gpu_device)
             j.cpu_millis, j.gpus, j.cpu_limit = c.cpu_millis, c.gpus, c.cpu_limit_millis
             j.gpu_device = c.gpu_device if j.spec.gpu_milli is not None and c.gpus else None
             j.resizes += 1
-            self._dirty.add(c.node)
+            self._dirty.update(n for n, _ in shares)
             return Outcome(c, True)
         if c.kind == "migrate":
             if c.job not in lifted:
                 self._checkpoint(j)
                 self._unplace(j)
             back = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
-            self._place(j, c.node, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device)
+            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device)
             j.migrations += 1
             self.events.append((now, j.spec.id, f"migrate to {c.node}"))
             return Outcome(c, True)
@@ -714,6 +749,6 @@ def _in_effect(j: SimJob, c: Change) -> bool:
     """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
     return (
         j.status == "running"
-        and j.node == c.node
+        and j.shares == change_shares(c)
         and (j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device) == (c.cpu_millis, c.gpus, c.cpu_limit_millis, c.gpu_device)
     )

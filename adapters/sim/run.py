@@ -126,6 +126,12 @@ def makespan_lower_bound(
     for s in jobs:
         truth = GroundTruth(library, s.model, s.batch_size, s.kind, s.cpu_scale)
         epochs = float(stop_epochs[s.id]) if stop_epochs and s.id in stop_epochs else _epochs_at_least(scenario, s, truth)
+        if s.replicas > 1 or s.max_nodes > 1:  # a gang: its best count and spread
+            shapes = _gang_shapes(scenario, s)
+            best_t = min(truth.epoch_seconds(s.max_cpu_millis, g, p) for g, p in shapes)
+            longest = max(longest, s.arrival - t0 + epochs * best_t)
+            gpu_work += epochs * min(g * sum(p) * truth.epoch_seconds(s.min_cpu_millis, g, p) for g, p in shapes)
+            continue
         gpu_counts = range(max(s.min_gpus, 1), s.max_gpus + 1) if s.kind == "gpu" else range(0, 1)
         best_t = min(truth.epoch_seconds(s.max_cpu_millis, g) for g in gpu_counts)
         longest = max(longest, s.arrival - t0 + epochs * best_t)
@@ -141,6 +147,21 @@ def makespan_lower_bound(
     work_bound = max(cpu_work / cpu_cap if cpu_cap else 0.0, gpu_work / gpu_cap if gpu_cap else 0.0)
     deadline_bound = _cpu_deadline_bound(cpu_jobs, cpu_cap)
     return max(longest, work_bound, deadline_bound)
+
+
+def _gang_shapes(scenario: Scenario, s: JobSpec) -> list[tuple[int, tuple[int, ...]]]:
+    """Every (GPUs per replica, replicas per node) a GPU gang could run at: each count it allows, over
+    each number of nodes that could hold it (the truth reads only the node and worker counts, so one
+    even spread per node count stands for all)."""
+    most = max((n.gpus for n in scenario.nodes), default=0)
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for g in range(max(s.min_gpus, 1), s.max_gpus + 1):
+        per_node = max(most // g, 1)
+        for k in range(s.fewest_replicas, s.replicas + 1):
+            for n in range(math.ceil(k / per_node), min(k, s.max_nodes, len(scenario.nodes)) + 1):
+                q, r = divmod(k, n)
+                out.append((g, tuple([q + 1] * r + [q] * (n - r))))
+    return out or [(max(s.min_gpus, 1), (s.replicas,))]
 
 
 def _epochs_at_least(scenario: Scenario, s: JobSpec, truth: GroundTruth) -> float:

@@ -91,6 +91,14 @@ class JobSpec:
     cpu_scale: float
     tag: bool = False  # the job a "job_jct" scenario is about (FlowCon's "specific job")
     gpu_milli: int | None = None  # a share of one GPU (1..999), shared with other fractional jobs
+    replicas: int = 1  # a gang: identical replicas (workers), each with the per-replica figures above
+    min_replicas: int | None = None  # the fewest it trains with (None: exactly ``replicas``)
+    max_nodes: int = 1  # the most nodes its replicas may spread over
+    elastic: bool = False  # its count/placement changes live (else by checkpoint-restart)
+
+    @property
+    def fewest_replicas(self) -> int:
+        return self.replicas if self.min_replicas is None else self.min_replicas
 
 
 @dataclass(frozen=True)
@@ -129,7 +137,7 @@ class Scenario:
                 r["_where"] = f"jobs[{i}]"
                 rows.append(r)
         if self.trace is not None:
-            rows.extend(_trace_rows(self.trace, rng, data, library))
+            rows.extend(_trace_rows(self.trace, rng, data, library, len(self.nodes)))
         jobs = [_job(r, rng, library, self) for r in rows]
         jobs.sort(key=lambda j: (j.arrival, j.id))
         return jobs
@@ -198,8 +206,22 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         raise ScenarioError(
             f"{where}.gpu_milli: {r['gpu_milli']}, but a fraction of one GPU needs kind 'gpu' and min_gpus = max_gpus = 1"
         )
-    # Deadlines: factor x the time the job needs alone at its largest allocation, from its arrival.
-    best = truth.epoch_seconds(max_cpu, max_g)
+    replicas = int(r.get("replicas", 1))
+    min_replicas = int(r["min_replicas"]) if r.get("min_replicas") is not None else None
+    max_nodes = int(r.get("max_nodes", 1))
+    if min_replicas is not None and min_replicas > replicas:
+        raise ScenarioError(f"{where}.min_replicas: {min_replicas} exceeds replicas {replicas}")
+    if max_nodes > replicas:
+        raise ScenarioError(f"{where}.max_nodes: {max_nodes} exceeds replicas {replicas} (a node holds at least one replica)")
+    if not gpu and (replicas > 1 or max_nodes > 1):
+        raise ScenarioError(f"{where}.replicas: {replicas} on up to {max_nodes} node(s), but a cpu job runs as one replica")
+    if r.get("gpu_milli") is not None and replicas > 1:
+        raise ScenarioError(f"{where}.replicas: {replicas}, but a fraction of one GPU runs as one replica")
+    # Deadlines: factor x the time the job needs alone at its largest allocation, packed on the
+    # fewest nodes of the cluster's largest, from its arrival.
+    per_node = max(1, max((n.gpus for n in sc.nodes), default=0) // max(max_g, 1))
+    packed = tuple(min(per_node, replicas - i) for i in range(0, replicas, per_node)) if replicas > 1 else ()
+    best = truth.epoch_seconds(max_cpu, max_g, packed)
     restart = float(r.get("restart_seconds", 10.0))
     tiers: dict[str, float | None] = {}
     for t in ("tier1", "tier2"):
@@ -238,13 +260,18 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         cpu_scale=float(r.get("cpu_scale", 1.0)),
         tag=bool(r.get("tag", False)),
         gpu_milli=int(r["gpu_milli"]) if r.get("gpu_milli") is not None else None,
+        replicas=replicas,
+        min_replicas=min_replicas,
+        max_nodes=max_nodes,
+        elastic=bool(r.get("elastic", False)),
     )
 
 
 _JOB_KEYS = {
     "id", "model", "batch_size", "kind", "arrival", "count", "epochs", "min_cpu_millis", "max_cpu_millis", "min_gpus",
     "max_gpus", "memory_mib", "checkpoint_seconds", "restart_seconds", "priority", "resizable", "tier1",
-    "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag", "gpu_milli",
+    "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag", "gpu_milli", "replicas", "min_replicas",
+    "max_nodes", "elastic",
 }  # fmt: skip
 
 
@@ -269,6 +296,11 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     for key in ("min_gpus", "max_gpus"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=0, hi=4, integer=True)
+    for key in ("replicas", "min_replicas", "max_nodes"):
+        if key in row:
+            _num(row[key], f"{where}.{key}", lo=1, hi=1024, integer=True)
+    if "elastic" in row:
+        _flag(row["elastic"], f"{where}.elastic")
     for key in ("count", "epochs"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=1, hi=100_000, integer=True)
@@ -319,11 +351,20 @@ def _timestamp(text: str, path: Path) -> float:
 
 
 def _trace_rows(
-    trace: dict[str, Any], rng: np.random.Generator, data: Path | None, library: TraceLibrary
+    trace: dict[str, Any], rng: np.random.Generator, data: Path | None, library: TraceLibrary, n_nodes: int
 ) -> list[dict[str, Any]]:
-    """Jobs from a Pollux workload CSV (``workload``) or sampled from Philly (``philly``)."""
+    """Jobs from a Pollux workload CSV (``workload``) or sampled from Philly (``philly``).
+
+    A Pollux job asks for ``num_replicas`` GPUs. By default it runs them as one replica of up to 4
+    GPUs on one node (the ask capped at 4). With ``span = true`` it is a gang of ``num_replicas``
+    replicas of 1 GPU each that may run with as few as 1 (``min_replicas``) and spread over as many
+    nodes as it has replicas (at most the cluster's nodes; ``job.max_nodes`` caps it), changing its
+    count or placement by checkpoint-restart (``elastic = false``, as Pollux's jobs do)."""
     if data is None:
         raise ScenarioError("trace: this scenario reads a trace from the data folder; pass --data ../shared/data")
+    span = _flag(trace.get("span", False), "trace.span")
+    if span and "workload" not in trace:
+        raise ScenarioError("trace.span: true needs a Pollux 'workload' (Philly rows carry no replica count to spread)")
     defaults = dict(trace.get("job", {}))
     limit = int(trace.get("limit", 10**9))
     max_epochs = int(trace.get("max_epochs", 10**9))
@@ -337,10 +378,14 @@ def _trace_rows(
             for r in csv.DictReader(f):
                 if len(rows) >= limit:
                     break
-                gpus = min(int(r["num_replicas"]), 4)
+                asked = int(r["num_replicas"])
+                gpus = 1 if span else min(asked, 4)
                 row = {**defaults, "id": r["name"], "model": r["application"], "batch_size": int(r["batch_size"]),
                        "kind": "gpu", "arrival": float(r["time"]) * scale, "max_gpus": gpus}  # fmt: skip
                 row.setdefault("min_gpus", 1)
+                if span:
+                    row.update(min_gpus=1, replicas=asked, min_replicas=1, elastic=bool(defaults.get("elastic", False)))
+                    row["max_nodes"] = max(1, min(int(defaults.get("max_nodes", asked)), asked, n_nodes))
                 row["_where"] = f"trace.workload row {r['name']}"
                 rows.append(row)
     elif "philly" in trace:

@@ -2,15 +2,28 @@
 
 A :class:`TraceLibrary` holds, per model, the measured validation curves at each global batch size
 (one value per epoch, with the optimizer steps per epoch) and the measured step times of
-data-parallel training on one node (replicas 1-4 at several local batch sizes). From them a
+data-parallel training on one node (replicas 1-4 at several local batch sizes) and over several
+nodes (by node and worker count, with the throughput form fitted to all the rows). From them a
 :class:`GroundTruth` answers, for one simulated job:
 
 - ``metric(epoch)``: the measured curve, linearly interpolated between epochs;
-- ``epoch_seconds(cpu_millis, gpus)``: the time of one epoch at an allocation.
+- ``epoch_seconds(cpu_millis, gpus, placement=())``: the time of one epoch at an allocation.
 
-  *GPU jobs*: steps per epoch × the measured step time with ``gpus`` replicas at the local batch
-  ``batch / gpus`` (log-log interpolation between measured batches; counts above 4 are not
-  measured and are capped at 4).
+  *GPU jobs on one node* (``placement`` empty or one entry): steps per epoch × the measured step
+  time with ``gpus`` (× the replicas there) data-parallel workers at the local batch ``batch /
+  workers`` (log-log interpolation between measured batches; counts above 4 are not measured and are
+  capped at 4).
+  *GPU jobs over several nodes* (``placement`` = replicas per node, e.g. ``(4, 4, 2)``, each replica
+  ``gpus`` workers): the same with the step time of ``N`` nodes and ``K`` workers in all at the
+  local batch ``batch / K``, read from the multi-node rows of ``placements.csv`` (2-4 nodes, 2-16
+  workers) and ``scalability.csv`` (6-16 nodes, 6-64 workers). Rows with the same ``N``, ``K`` and
+  local batch (placements such as ``(3, 1)`` and ``(2, 2)``, which the tables time 2-4 % apart) are
+  one point, their geometric mean, so the truth of a spread is its node and worker counts. A
+  ``(N, K)`` the tables never measured (5 nodes; 6 nodes with 9 workers) takes the measured
+  ``(N', K')`` nearest in ``|ln N - ln N'| + |ln K - ln K'|`` (ties: more nodes, then more workers,
+  the slower side) and scales it by the ratio, at the same local batch, of the Pollux throughput
+  form (:mod:`models.placement`) fitted to all the model's rows: measured where measured, the
+  fitted form's shape only between and beyond the measured points.
   *CPU jobs*: an Amdahl curve ``T1 · (s / min(c, 1) + (1 − s) / c)`` for ``c`` cores, where ``T1``
   is the measured one-replica epoch time times ``cpu_scale`` and the serial fraction ``s`` is
   fitted to the model's measured replica scaling at that batch.
@@ -35,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from models.curve_prior import CurvePrior
-from models.step_tables import read_placements
+from models.placement import PlacementParams, predict_steps, table_prior
+from models.step_tables import read_placements, read_scalability
 from planner.snapshot import Direction
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "traces.json"
@@ -51,6 +65,11 @@ METRICS: dict[str, tuple[str, Direction, str]] = {
 }
 
 MAX_MEASURED_GPUS = 4
+#: Significant digits kept of a multi-node step time (a geometric mean of rows 2-4 % apart).
+MULTI_DIGITS = 4
+
+#: Step times of one model by (nodes, workers): sorted (local batch, seconds) points.
+Table = dict[tuple[int, int], list[tuple[float, float]]]
 
 
 class TraceError(ValueError):
@@ -72,10 +91,21 @@ class Curve:
 class TraceLibrary:
     """Measured curves and step times, keyed by model."""
 
-    def __init__(self, curves: dict[str, dict[int, Curve]], steps: dict[str, dict[int, list[tuple[float, float]]]], source: str):
+    def __init__(
+        self,
+        curves: dict[str, dict[int, Curve]],
+        steps: dict[str, dict[int, list[tuple[float, float]]]],
+        source: str,
+        multi: dict[str, Table] | None = None,
+        forms: dict[str, PlacementParams] | None = None,
+    ):
         self.curves = curves
         self.steps = steps
         self.source = source
+        #: Multi-node step times per model, keyed by (nodes, workers) (module docstring).
+        self.multi: dict[str, Table] = multi or {}
+        #: The Pollux throughput form fitted to each model's rows (for unmeasured (nodes, workers)).
+        self.forms: dict[str, PlacementParams] = forms or {}
 
     # -- loading -----------------------------------------------------------------------------
     @classmethod
@@ -85,6 +115,8 @@ class TraceLibrary:
             raise TraceError(f"data: no folder {traces} (expected the AdaptDL traces of ../shared/data)")
         curves: dict[str, dict[int, Curve]] = {}
         steps: dict[str, dict[int, list[tuple[float, float]]]] = {}
+        multi: dict[str, Table] = {}
+        forms: dict[str, PlacementParams] = {}
         for model in sorted(METRICS):
             mdir = traces / model
             curves[model] = {}
@@ -102,11 +134,21 @@ class TraceLibrary:
                 per_epoch = statistics.median(b - a for a, b in zip([0, *its], its, strict=False))
                 curves[model][batch] = Curve(model, batch, float(per_epoch), tuple(vals))
             table: dict[int, list[tuple[float, float]]] = {}
-            for row in read_placements(mdir / "placements.csv"):
-                if row.nodes == 1:
+            rows = read_placements(mdir / "placements.csv") + read_scalability(mdir / "scalability.csv")
+            groups: dict[tuple[int, int], dict[float, list[float]]] = {}
+            for row in rows:
+                if row.nodes == 1 and row.table == "placements":
                     table.setdefault(row.replicas, []).append((float(row.local_batch), row.step_seconds))
+                elif row.nodes > 1 and math.isfinite(row.step_seconds) and row.step_seconds > 0:
+                    per = groups.setdefault((row.nodes, row.replicas), {})
+                    per.setdefault(float(row.local_batch), []).append(row.step_seconds)
             steps[model] = {k: sorted(v) for k, v in sorted(table.items())}
-        return cls(curves, steps, str(data))
+            multi[model] = {
+                nk: [(b, float(f"{statistics.geometric_mean(ts):.{MULTI_DIGITS}g}")) for b, ts in sorted(by_batch.items())]
+                for nk, by_batch in sorted(groups.items())
+            }
+            forms[model] = table_prior(rows).params
+        return cls(curves, steps, str(data), multi, forms)
 
     @classmethod
     def bundled(cls) -> TraceLibrary:
@@ -116,7 +158,11 @@ class TraceLibrary:
             for m, per in raw["curves"].items()
         }
         steps = {m: {int(r): [(a, b) for a, b in pts] for r, pts in per.items()} for m, per in raw["steps"].items()}
-        return cls(curves, steps, "bundled copy of the AdaptDL traces (adapters/sim/data/traces.json)")
+        multi = {
+            m: {_nk(key): [(float(a), float(b)) for a, b in pts] for key, pts in per.items()} for m, per in raw["multi"].items()
+        }
+        forms = {m: PlacementParams(*p) for m, p in raw["forms"].items()}
+        return cls(curves, steps, "bundled copy of the AdaptDL traces (adapters/sim/data/traces.json)", multi, forms)
 
     @classmethod
     def load(cls, data: Path | None) -> TraceLibrary:
@@ -131,6 +177,10 @@ class TraceLibrary:
                     for m, per in self.curves.items()
                 },
                 "steps": {m: {str(r): [list(p) for p in pts] for r, pts in per.items()} for m, per in self.steps.items()},
+                "multi": {
+                    m: {f"{n}x{k}": [[int(b), t] for b, t in pts] for (n, k), pts in per.items()} for m, per in self.multi.items()
+                },
+                "forms": {m: list(p.as_array()) for m, p in self.forms.items()},
             },
             separators=(",", ":"),
             sort_keys=True,
@@ -151,20 +201,44 @@ class TraceLibrary:
 
         Above the largest measured local batch the batch is split into ``k`` accumulation micro-steps.
         """
-        pts = self.steps[model][replicas]
-        lo, hi = pts[0][0], pts[-1][0]
-        k = 1
-        if local_batch > hi:
-            k = math.ceil(local_batch / hi)
-            local_batch /= k
-        b = max(local_batch, lo)
-        xs = [p[0] for p in pts]
-        i = bisect.bisect_left(xs, b)
-        if i < len(xs) and xs[i] == b:
-            return k * pts[i][1]
-        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
-        w = (math.log(b) - math.log(x0)) / (math.log(x1) - math.log(x0))
-        return k * math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+        return _interpolate(self.steps[model][replicas], local_batch)
+
+    def multi_step_time(self, model: str, nodes: int, workers: int, local_batch: float) -> float:
+        """Step time of ``workers`` data-parallel workers over ``nodes >= 2`` nodes at ``local_batch``:
+        the measured (nodes, workers) rows, else the nearest measured ones scaled by the fitted form
+        (module docstring)."""
+        table = self.multi[model]
+        if (nodes, workers) in table:
+            return _interpolate(table[(nodes, workers)], local_batch)
+        n0, k0 = min(table, key=lambda nk: (abs(math.log(nk[0] / nodes)) + abs(math.log(nk[1] / workers)), -nk[0], -nk[1]))
+        anchor = _interpolate(table[(n0, k0)], local_batch)
+        form = self.forms[model].as_array()
+        b = np.array([float(local_batch)] * 2)
+        pred, _ = predict_steps(form, np.array([float(nodes), float(n0)]), np.array([float(workers), float(k0)]), b)
+        return anchor * float(pred[0] / pred[1])
+
+
+def _nk(key: str) -> tuple[int, int]:
+    n, k = key.split("x")
+    return int(n), int(k)
+
+
+def _interpolate(pts: list[tuple[float, float]], local_batch: float) -> float:
+    """Log-log interpolation of measured (local batch, step seconds) points; below the smallest batch
+    the smallest's time; above the largest the batch is split into ``k`` accumulation micro-steps."""
+    lo, hi = pts[0][0], pts[-1][0]
+    k = 1
+    if local_batch > hi:
+        k = math.ceil(local_batch / hi)
+        local_batch /= k
+    b = max(local_batch, lo)
+    xs = [p[0] for p in pts]
+    i = bisect.bisect_left(xs, b)
+    if i < len(xs) and xs[i] == b:
+        return k * pts[i][1]
+    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+    w = (math.log(b) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return k * math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
 
 
 @dataclass(frozen=True)
@@ -217,10 +291,20 @@ class GroundTruth:
         s = float(np.dot(x, y) / np.dot(x, x)) if np.dot(x, x) > 0 else 0.0
         return min(max(s, 0.0), 1.0)
 
-    def epoch_seconds(self, cpu_millis: int, gpus: int) -> float:
-        """Seconds for one epoch at this allocation (per replica; ``inf`` when it cannot run)."""
+    def epoch_seconds(self, cpu_millis: int, gpus: int, placement: tuple[int, ...] = ()) -> float:
+        """Seconds for one epoch of the whole job at ``cpu_millis`` and ``gpus`` per replica (``inf``
+        when it cannot run). ``placement``: the replicas on each node of a GPU job, each replica
+        ``gpus`` workers; ``()`` is one replica on one node, as before gangs. CPU jobs run on one node
+        (the scenario refuses a spread CPU job); their ``placement`` is not read."""
         if self.kind == "gpu":
-            return self._gpu_epoch_seconds(gpus) if gpus >= 1 else math.inf
+            if gpus < 1:
+                return math.inf
+            used = [k for k in placement if k > 0]
+            if len(used) <= 1:
+                return self._gpu_epoch_seconds(gpus * (used[0] if used else 1))
+            workers = gpus * sum(used)
+            step = self.library.multi_step_time(self.model, len(used), workers, self.batch / workers)
+            return self.curve.steps_per_epoch * step
         c = cpu_millis / 1000.0
         if c <= 0:
             return math.inf

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,8 +28,10 @@ from planner.errors import PlanCheckError
 from planner.plan import Action, Assignment, ObjectiveTerms, Plan, PlanSummary, Predictions, SolverReport, Unserved
 from planner.policies.shared_gpus import SharedGpus
 from planner.progress import judged_series, reached
-from planner.snapshot import Job, Node, Snapshot
+from planner.snapshot import Job, Node, Share, Snapshot
 from planner.transitions import action_for, lost_seconds, previous_placement
+
+Shares = tuple[tuple[str, int], ...]
 
 
 class Policy(Protocol):
@@ -57,6 +59,10 @@ class Decision:
     #: A hard CPU cap per replica (a quota, e.g. FlowCon's ``docker update --cpus``); ``None``: the
     #: share is a weight only, and idle capacity flows to the job up to its max.
     cpu_limit_millis: int | None = None
+    #: Where the replicas go, ``(node, replicas)`` per node, rank 0's (``node``) first; ``None``: a
+    #: running job on its own node keeps its replicas where they are, any other all its ``replicas``
+    #: on ``node`` (:func:`decided_shares`).
+    placement: Shares | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,27 +97,59 @@ def held(job: Job) -> tuple[int, int]:
     return cpu, gpus
 
 
-def may_arrive(node: Node, job: Job) -> bool:
+def may_arrive(node: Node, job: Job, replicas: int | None = None) -> bool:
     """Whether ``job`` may start on (or move to) ``node`` at all: schedulable, GPU type, labels, and
-    an empty node would hold its minimum."""
+    an empty node would hold its minimum (``replicas`` of it; ``None``: the job's ``replicas``)."""
     if not node.schedulable:
         return False
     if job.gpu_type is not None and node.gpu_type != job.gpu_type:
         return False
     if any(node.labels.get(k) != v for k, v in job.node_selector.items()):
         return False
-    r = job.replicas
+    r = job.replicas if replicas is None else replicas
     return job.min_cpu_millis * r <= node.cpu_millis and job.min_gpus * r <= node.gpus and job.memory_mib * r <= node.memory_mib
+
+
+def decided_shares(job: Job, d: Decision) -> Shares:
+    """Where ``d`` puts ``job``'s replicas (see :attr:`Decision.placement`)."""
+    if d.node is None:
+        return ()
+    if d.placement is not None:
+        return d.placement
+    if job.status == "running" and d.node == job.node:
+        return job.shares()
+    return ((d.node, job.replicas),)
+
+
+def decided_count(job: Job, d: Decision) -> int:
+    """Replicas ``d`` runs (the job's ``replicas`` when it places none)."""
+    shares = decided_shares(job, d)
+    return sum(k for _, k in shares) if shares else job.replicas
+
+
+def running_count(job: Job) -> int:
+    """Replicas a running job runs now (its ``replicas`` for any other)."""
+    return sum(k for _, k in job.shares()) if job.status == "running" else job.replicas
+
+
+def spreads(job: Job) -> bool:
+    """Whether the job is a gang the baselines may place replica by replica over nodes or run at
+    another count (``max_nodes`` above 1 or a ``min_replicas``); every other job is placed whole on
+    one node, as before gangs."""
+    return job.max_nodes > 1 or job.fewest_replicas != job.replicas
 
 
 def cores(millis: int) -> str:
     return f"{millis / 1000:g} CPU"
 
 
-def describe(job: Job, cpu: int, gpus: int) -> str:
-    """``4 CPU + 1 GPU x2``: an allocation per replica, as the explanations print it."""
+def describe(job: Job, cpu: int, gpus: int, shares: Shares | None = None) -> str:
+    """``4 CPU + 1 GPU x2``: an allocation per replica, as the explanations print it; with ``shares``
+    over several nodes, ``x6 (4 on a, 2 on b)``."""
     gpu = f" + {job.gpu_milli / 1000:g} GPU (shared)" if job.gpu_milli is not None and gpus else f" + {gpus} GPU" if gpus else ""
-    return cores(cpu) + gpu + (f" x{job.replicas}" if job.replicas > 1 else "")
+    count = job.replicas if shares is None else sum(k for _, k in shares)
+    where = f" ({', '.join(f'{k} on {n}' for n, k in shares)})" if shares is not None and len(shares) > 1 else ""
+    return cores(cpu) + gpu + (f" x{count}" if count > 1 else "") + where
 
 
 def metric_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, Direction]:
@@ -153,16 +191,17 @@ class Ledger:
         self.shared = SharedGpus(snapshot.nodes)
         self.device = self.shared.device
 
-    def fits(self, node: str, job: Job, cpu: int, gpus: int) -> bool:
-        f, r = self.free[node], job.replicas
+    def fits(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> bool:
+        """Whether ``count`` replicas (``None``: the job's ``replicas``) fit on ``node``."""
+        f, r = self.free[node], job.replicas if count is None else count
         if job.gpu_milli is not None and gpus > 0:
             gpu_ok = self.shared.pick(node, job, f[1]) is not None
         else:
             gpu_ok = gpus * r <= f[1]
         return cpu * r <= f[0] and gpu_ok and job.memory_mib * r <= f[2]
 
-    def take(self, node: str, job: Job, cpu: int, gpus: int) -> None:
-        f, r = self.free[node], job.replicas
+    def take(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> None:
+        f, r = self.free[node], job.replicas if count is None else count
         f[0] -= cpu * r
         if job.gpu_milli is not None and gpus > 0:
             device = self.shared.pick(node, job, f[1])
@@ -175,8 +214,8 @@ class Ledger:
         self.containers[node] += r
         self.jobs_on[node].append(job.id)
 
-    def give(self, node: str, job: Job, cpu: int, gpus: int) -> None:
-        f, r = self.free[node], job.replicas
+    def give(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> None:
+        f, r = self.free[node], job.replicas if count is None else count
         f[0] += cpu * r
         if job.gpu_milli is not None and job.id in self.device:
             f[1] += self.shared.give(node, job)
@@ -185,6 +224,24 @@ class Ledger:
         f[2] += job.memory_mib * r
         self.containers[node] -= r
         self.jobs_on[node].remove(job.id)
+
+    def take_all(self, job: Job, shares: Shares, cpu: int, gpus: int) -> None:
+        for node, k in shares:
+            self.take(node, job, cpu, gpus, k)
+
+    def give_all(self, job: Job, shares: Shares, cpu: int, gpus: int) -> None:
+        for node, k in shares:
+            self.give(node, job, cpu, gpus, k)
+
+    def room(self, node: str, job: Job, cpu: int, gpus: int) -> int:
+        """How many replicas of ``job`` at ``cpu`` / ``gpus`` each still fit on ``node`` (whole GPUs)."""
+        f = self.free[node]
+        return min(
+            f[0] // cpu if cpu > 0 else job.replicas,
+            f[1] // gpus if gpus > 0 else job.replicas,
+            f[2] // job.memory_mib if job.memory_mib > 0 else job.replicas,
+            job.replicas,
+        )
 
     def share_free(self, node: str) -> float:
         """Fraction of the node's CPU still free (1 for a node without CPU)."""
@@ -258,7 +315,7 @@ def no_prediction(job: Job, policy: str) -> Predictions:
 def _action(job: Job, d: Decision) -> Action:
     now = job.allocation
     same = now is not None and (d.cpu_millis, d.gpus, d.cpu_limit_millis) == (now.cpu_millis, now.gpus, now.cpu_limit_millis)
-    return action_for(job, d.node, same)
+    return action_for(job, d.node, same, dict(decided_shares(job, d)) == dict(job.shares()))
 
 
 def build_plan(
@@ -289,6 +346,7 @@ def build_plan(
         if d.node is None:
             unserved.append(Unserved(job=job.id, reason=why))
         prev = previous_placement(job)
+        shares = decided_shares(job, d)
         assignments.append(
             Assignment(
                 job=job.id,
@@ -297,7 +355,8 @@ def build_plan(
                 cpu_limit_millis=d.cpu_limit_millis if d.node is not None else None,
                 gpus=d.gpus if d.node is not None else 0,
                 gpu_device=devices.get(job.id) if d.node is not None and job.gpu_milli is not None else None,
-                replicas=job.replicas,
+                replicas=sum(k for _, k in shares) if shares else job.replicas,
+                placement=[Share(node=n, replicas=k) for n, k in shares] if len(shares) > 1 else None,
                 action=action,
                 previous=prev,
                 lost_seconds=lost,
@@ -359,6 +418,60 @@ def stay_decisions(snapshot: Snapshot, ledger: Ledger, policy_why: str) -> dict[
     for job in active_jobs(snapshot):
         if job.status == "running" and job.node is not None:
             cpu, gpus = held(job)
-            ledger.take(job.node, job, cpu, gpus)
-            out[job.id] = Decision(job.node, cpu, gpus, f"keeps {describe(job, cpu, gpus)} on {job.node} ({policy_why})")
+            ledger.take_all(job, job.shares(), cpu, gpus)
+            what = describe(job, cpu, gpus, job.shares())
+            out[job.id] = Decision(job.node, cpu, gpus, f"keeps {what} on {job.node} ({policy_why})")
     return out
+
+
+def place_replicas(
+    ledger: Ledger, job: Job, cpu: int, gpus: int, count: int, pick: Callable[[list[str], Shares], str]
+) -> Shares | None:
+    """Place ``count`` replicas of ``job`` one at a time, each on the node ``pick(candidates, so_far)``
+    chooses among the eligible nodes where one more replica fits (only the nodes already used once it
+    uses ``max_nodes``), charged to ``ledger``; ``None`` (and nothing charged) when they do not all fit.
+    The shares come out in the order their nodes were first used (rank 0's first)."""
+    placed: dict[str, int] = {}
+    eligible = [n.name for n in ledger.nodes.values() if may_arrive(n, job, 1)]
+    for _ in range(count):
+        pool = list(placed) if len(placed) >= job.max_nodes else eligible
+        cands = [n for n in pool if ledger.fits(n, job, cpu, gpus, 1)]
+        if not cands:
+            ledger.give_all(job, tuple(placed.items()), cpu, gpus)
+            return None
+        node = pick(cands, tuple(placed.items()))
+        ledger.take(node, job, cpu, gpus, 1)
+        placed[node] = placed.get(node, 0) + 1
+    return tuple(placed.items())
+
+
+def most_room_first(ledger: Ledger, job: Job, cpu: int, gpus: int) -> Callable[[list[str], Shares], str]:
+    """A :func:`place_replicas` rule that uses the fewest nodes: a node already used while it has room,
+    else the one with room for the most replicas (ties: node order)."""
+    order = {name: i for i, name in enumerate(ledger.nodes)}
+
+    def pick(cands: list[str], so_far: Shares) -> str:
+        used = [n for n, _ in so_far if n in cands]
+        if used:
+            return used[0]
+        return min(cands, key=lambda n: (-ledger.room(n, job, cpu, gpus), order[n]))
+
+    return pick
+
+
+def capacity_over_nodes(snapshot: Snapshot, job: Job, cpu: int, gpus: int) -> int:
+    """Most replicas of ``job`` at ``cpu`` / ``gpus`` each that empty eligible nodes hold, over at most
+    ``max_nodes`` of them (what it could ever run with)."""
+    per = sorted(
+        (
+            min(
+                n.cpu_millis // cpu if cpu > 0 else job.replicas,
+                n.gpus // gpus if gpus > 0 else job.replicas,
+                n.memory_mib // job.memory_mib if job.memory_mib > 0 else job.replicas,
+            )
+            for n in snapshot.nodes
+            if may_arrive(n, job, 1)
+        ),
+        reverse=True,
+    )
+    return min(sum(per[: job.max_nodes]), job.replicas)

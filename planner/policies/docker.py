@@ -12,7 +12,10 @@ Mechanism (Docker Engine without ``--cpus`` limits; the baseline of FlowCon, ICP
   split changes with it; the plan expresses that as ``resize``;
 - GPUs are whole devices handed out first come (``--gpus N``): a job gets ``max_gpus`` when that many
   are free, else as many as are free if that is at least ``min_gpus``, else it waits; never changed;
-- nothing is ever migrated or paused. Jobs that cannot resize live keep what they have.
+- nothing is ever migrated or paused. Jobs that cannot resize live keep what they have;
+- a container runs on one host: a gang that may spread (``max_nodes`` above 1) runs all its
+  replicas on one host, or as many as fit there (at least its ``min_replicas``), on the host with
+  the fewest containers among those that hold its minimum; else it waits.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from planner.policies.common import (
     Ledger,
     active_jobs,
     build_plan,
+    decided_count,
+    decided_shares,
     describe,
     held,
     may_arrive,
+    spreads,
     submission_order,
     water_fill,
 )
@@ -47,6 +53,9 @@ def spread_admit(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decisi
     containers where its minimum CPU fits beside the others at theirs (``ledger`` holds resizable jobs
     at their minimum). The started job is charged its minimum for now; the node's split comes after."""
     for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
+        if spreads(job):
+            decisions[job.id] = _one_host(snapshot, ledger, job, why)
+            continue
         best: tuple[int, int, str, int] | None = None
         for order, node in enumerate(snapshot.nodes):
             if not may_arrive(node, job):
@@ -67,6 +76,26 @@ def spread_admit(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decisi
         decisions[job.id] = Decision(name, job.min_cpu_millis, gpus, why)
 
 
+def _one_host(snapshot: Snapshot, ledger: Ledger, job: Job, why: str) -> Decision:
+    """A spreading gang on one host: all its replicas, or as many as fit (at least its fewest), on the
+    eligible host with the fewest containers among those that hold its fewest."""
+    cpu, gpus = job.min_cpu_millis, job.max_gpus
+    best: tuple[int, int, str, int] | None = None
+    for order, node in enumerate(snapshot.nodes):
+        count = ledger.room(node.name, job, cpu, gpus)
+        if not may_arrive(node, job, job.fewest_replicas) or count < job.fewest_replicas:
+            continue
+        if best is None or (ledger.containers[node.name], order) < best[:2]:
+            best = (ledger.containers[node.name], order, node.name, count)
+    if best is None:
+        return Decision(
+            None, why=f"waits: no host has room for its fewest {job.fewest_replicas} replica(s) of {describe(job, cpu, gpus, ())}"
+        )
+    _, _, name, count = best
+    ledger.take(name, job, cpu, gpus, count)
+    return Decision(name, cpu, gpus, why, placement=((name, count),))
+
+
 def running_at_minimum(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decision]) -> None:
     """Running jobs stay on their node, charged to ``ledger`` at their minimum CPU when they can resize
     live (the split decides their share later) and at what they hold otherwise."""
@@ -76,7 +105,7 @@ def running_at_minimum(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, 
         cpu, gpus = held(job)
         if job.resizable:
             cpu = job.min_cpu_millis
-        ledger.take(job.node, job, cpu, gpus)
+        ledger.take_all(job, job.shares(), cpu, gpus)
         decisions[job.id] = Decision(job.node, cpu, gpus)
 
 
@@ -94,14 +123,15 @@ def apply_shares(ledger: Ledger, decisions: dict[str, Decision], node: str, jobs
     """Move ``jobs`` on ``node`` from what ``ledger`` charged them to ``shares`` (CPU per replica)."""
     for job, cpu in zip(jobs, shares, strict=True):
         d = decisions[job.id]
-        ledger.give(node, job, d.cpu_millis, d.gpus)
-        ledger.take(node, job, cpu, d.gpus)
-        decisions[job.id] = Decision(node, cpu, d.gpus, d.why, d.predictions)
+        count = decided_count(job, d)
+        ledger.give(node, job, d.cpu_millis, d.gpus, count)
+        ledger.take(node, job, cpu, d.gpus, count)
+        decisions[job.id] = Decision(node, cpu, d.gpus, d.why, d.predictions, placement=d.placement)
 
 
 def pool(ledger: Ledger, decisions: dict[str, Decision], node: str, jobs: list[Job]) -> int:
     """CPU on ``node`` the split may hand to ``jobs``: what is free plus what they are charged now."""
-    return ledger.free[node][0] + sum(decisions[j.id].cpu_millis * j.replicas for j in jobs)
+    return ledger.free[node][0] + sum(decisions[j.id].cpu_millis * decided_count(j, decisions[j.id]) for j in jobs)
 
 
 def equal_split(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decision], policy: str) -> None:
@@ -111,7 +141,7 @@ def equal_split(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decisio
             pool(ledger, decisions, name, jobs),
             [j.min_cpu_millis for j in jobs],
             [j.max_cpu_millis for j in jobs],
-            [j.replicas for j in jobs],
+            [decided_count(j, decisions[j.id]) for j in jobs],
             [1.0] * len(jobs),
         )
         assert shares is not None  # admission kept the minimums within the node
@@ -125,7 +155,9 @@ def equal_split(snapshot: Snapshot, ledger: Ledger, decisions: dict[str, Decisio
                 name,
                 cpu,
                 d.gpus,
-                f"{verb} {name} with {describe(job, cpu, d.gpus)} (equal CPU share among {n} containers{cap}; {policy})",
+                f"{verb} {name} with {describe(job, cpu, d.gpus, decided_shares(job, d))}"
+                f" (equal CPU share among {n} containers{cap}; {policy})",
+                placement=d.placement,
             )
 
 

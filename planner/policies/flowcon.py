@@ -44,7 +44,18 @@ import numpy as np
 
 from models import growth_efficiency
 from planner.plan import Plan
-from planner.policies.common import Decision, Ledger, active_jobs, build_plan, describe, metric_series, water_fill
+from planner.policies.common import (
+    Decision,
+    Ledger,
+    active_jobs,
+    build_plan,
+    decided_count,
+    decided_shares,
+    describe,
+    metric_series,
+    running_count,
+    water_fill,
+)
 from planner.policies.docker import apply_shares, flexible_by_node, pool, running_at_minimum, spread_admit
 from planner.snapshot import Job, Node, Snapshot
 
@@ -72,7 +83,7 @@ def job_growth(job: Job, node: Node, interval: float) -> float | None:
     values = loss_like(values, direction)
     gap = float(times[-1] - times[-2])
     window = max(interval, gap * (1.0 - 1e-9))
-    share = job.allocation.cpu_millis * job.replicas / node.cpu_millis
+    share = job.allocation.cpu_millis * running_count(job) / node.cpu_millis
     g = growth_efficiency(times, values, window, share)
     # Progress per window, not per second: with P per second the measured curves give G of 1e-5 to
     # 0.04, under the published alpha for every job at every epoch (FlowCon would never act); per
@@ -162,9 +173,9 @@ class FlowConPolicy:
             for job, cpu, cap in zip(jobs, shares, caps, strict=True):
                 d = decisions[job.id]
                 verb = "starts on" if job.status == "pending" else "gets"
-                why = f"{verb} {describe(job, cpu, d.gpus)} on {name}, limit {self._limit_text(cap)}"
+                why = f"{verb} {describe(job, cpu, d.gpus, decided_shares(job, d))} on {name}, limit {self._limit_text(cap)}"
                 why += f" ({self.test.describe(job)}; {how[job.id]})"
-                decisions[job.id] = Decision(name, cpu, d.gpus, why, cpu_limit_millis=cap)
+                decisions[job.id] = Decision(name, cpu, d.gpus, why, cpu_limit_millis=cap, placement=d.placement)
         for job in active_jobs(snapshot):
             d = decisions[job.id]
             if job.status == "running" and not job.resizable:
@@ -199,6 +210,7 @@ class FlowConPolicy:
         of the node, capped at the limit (:func:`water_fill` with the limits as caps).
         """
         total = pool(ledger, decisions, node.name, jobs)
+        count = {j.id: decided_count(j, decisions[j.id]) for j in jobs}  # a gang may run fewer than its replicas
         n = max(len(ledger.jobs_on[node.name]), 1)
         beta = 1.0 + 1.0 / n
         states = [self.test.state(j) for j in jobs]
@@ -206,29 +218,29 @@ class FlowConPolicy:
         how: dict[str, str] = {}
         if all(s == "completing" for s in states):
             for j in jobs:
-                limit[j.id] = node.cpu_millis / n / j.replicas
+                limit[j.id] = node.cpu_millis / n / count[j.id]
                 how[j.id] = f"every job completing: limit 1/{n} of the node"
         else:
             for j, s in zip(jobs, states, strict=True):
                 if s == "completing":
-                    limit[j.id] = node.cpu_millis / (beta * n) / j.replicas
+                    limit[j.id] = node.cpu_millis / (beta * n) / count[j.id]
                     how[j.id] = f"completing: limit 1/(beta N) of the node, beta {beta:.2f}"
                 elif s == "watching" and j.allocation is not None:
                     limit[j.id] = self.limits.get(j.id, float(j.allocation.cpu_millis))
                     how[j.id] = "watching: keeps its limit"
                 elif s is None:
-                    limit[j.id] = node.cpu_millis / n / j.replicas
+                    limit[j.id] = node.cpu_millis / n / count[j.id]
                     how[j.id] = f"limit 1/{n} of the node until it has history"
             growing = [j for j, s in zip(jobs, states, strict=True) if s == "growing"]
-            rest = max(total - sum(limit[j.id] * j.replicas for j in jobs if j.id in limit), 0.0)
+            rest = max(total - sum(limit[j.id] * count[j.id] for j in jobs if j.id in limit), 0.0)
             g_sum = sum(self.test.growth[j.id] for j in growing)
             for j in growing:
                 share = self.test.growth[j.id] / g_sum
-                limit[j.id] = share * rest / j.replicas
+                limit[j.id] = share * rest / count[j.id]
                 how[j.id] = f"growing: limit G_i / sum(G) = {share:.2f} of what the others leave"
         caps = [int(min(max(limit[j.id], j.min_cpu_millis), j.max_cpu_millis)) for j in jobs]
         for j, c in zip(jobs, caps, strict=True):
             self.limits[j.id] = float(c)
-        got = water_fill(total, [j.min_cpu_millis for j in jobs], caps, [j.replicas for j in jobs], [1.0] * len(jobs))
+        got = water_fill(total, [j.min_cpu_millis for j in jobs], caps, [count[j.id] for j in jobs], [1.0] * len(jobs))
         assert got is not None  # admission kept the minimums within the node
         return got, caps, how

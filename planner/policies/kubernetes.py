@@ -18,6 +18,9 @@ Mechanism (kube-scheduler, default profile; the baseline of SpeCon, IEEE Systems
   with that much room, and it is packed best fit onto the fullest device that holds it (the
   GPU-share scheduler of the Alibaba trace, :mod:`planner.policies.shared_gpus`; every baseline
   shares devices this way);
+- a gang that may spread (``max_nodes`` above 1) is its ``replicas`` pods, each bound like one pod
+  (filter and score with one pod's request; a node already holding some of them scores the same way)
+  on at most ``max_nodes`` nodes, all or none (gang scheduling, as the coscheduling plugin does);
 - a pod that fits nowhere stays pending; no preemption (all pods have the same priority);
 - a bound pod is never resized or moved (the default controllers do neither).
 """
@@ -37,6 +40,8 @@ from planner.policies.common import (
     build_plan,
     describe,
     may_arrive,
+    place_replicas,
+    spreads,
     stay_decisions,
     submission_order,
 )
@@ -87,6 +92,9 @@ class KubernetesPolicy:
         decisions = stay_decisions(snapshot, ledger, "bound pods are never resized or moved")
         for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
             cpu, gpus = job.max_cpu_millis, job.max_gpus
+            if spreads(job):
+                decisions[job.id] = self.bind_pods(snapshot, ledger, job, cpu, gpus)
+                continue
             got = best_node(snapshot, ledger, job, cpu, gpus)
             if got is None:
                 decisions[job.id] = Decision(None, why=f"pending: no node fits its request of {describe(job, cpu, gpus)}")
@@ -108,3 +116,22 @@ class KubernetesPolicy:
             devices=ledger.device,
             message="kube-scheduler default: requests = the user's max, LeastAllocated + BalancedAllocation, no resize",
         )
+
+    @staticmethod
+    def bind_pods(snapshot: Snapshot, ledger: Ledger, job: Job, cpu: int, gpus: int) -> Decision:
+        """A spreading gang's pods bound one by one to the best-scoring node, all or none."""
+        order = {n.name: i for i, n in enumerate(snapshot.nodes)}
+
+        def pick(cands: list[str], _: tuple[tuple[str, int], ...]) -> str:
+            def score(name: str) -> tuple[float, int]:
+                f = ledger.free[name]
+                return (kube_score(ledger.nodes[name], f[0], f[2], cpu, job.memory_mib), -order[name])
+
+            return max(cands, key=score)
+
+        shares = place_replicas(ledger, job, cpu, gpus, job.replicas, pick)
+        if shares is None:
+            return Decision(None, why=f"pending: the nodes lack room for its {job.replicas} pods of {describe(job, cpu, gpus)}")
+        what = describe(job, cpu, gpus, shares)
+        why = f"pods bound one by one with its request {what} (best score each)"
+        return Decision(shares[0][0], cpu, gpus, why, placement=shares)

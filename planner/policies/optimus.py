@@ -17,6 +17,16 @@ Clusters", EuroSys 2018. Mechanism, per interval:
   until no unit fits or gains anything. Jobs are not moved (Optimus' placement packs tasks onto few
   servers; here each job is one gang on one node, so it stays where it runs).
 
+A gang that may spread or shrink (``max_nodes`` above 1 or a ``min_replicas``) gets its request per
+replica (``min_cpu_millis``, ``min_gpus``) and Optimus chooses its *count*: it starts with its
+``min_replicas`` (on the fewest nodes) and then competes for one more replica at a time, by the same
+marginal gain per share of a node (a replica on a node it already uses while there is room, else on
+the node with the most room, within ``max_nodes``). Its epoch time at ``k`` replicas is Optimus' data-
+parallel speed function without parameter servers, ``theta0 / k + theta1 + theta2 * k`` (non-negative
+least squares on its observed speeds once it ran at 3 counts; before that ideal scaling from what it
+observed, else from its speed model at its full count). A running gang keeps its count and placement
+(a change would restart it).
+
 The reallocation runs at most once per interval ``T`` since the last decision that ran it; called in
 between (the loop wakes at arrivals and finishes), Optimus only places new jobs (their minimum, then
 units by marginal gain from what is free) and every running job keeps what it holds.
@@ -27,9 +37,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.optimize import nnls
 
 from models import CurveFit, SpeedModel, fit_learning_curve, fit_speed_model
 from planner.plan import Plan, Predictions
@@ -43,6 +54,9 @@ from planner.policies.common import (
     held,
     may_arrive,
     metric_series,
+    most_room_first,
+    place_replicas,
+    spreads,
     submission_order,
 )
 from planner.progress import observed_speeds
@@ -67,6 +81,25 @@ class JobModel:
 
     def seconds(self, cpu: int, gpus: int) -> float:
         return self.remaining * self.speed.seconds_per_epoch(cpu, gpus)
+
+    def gang_seconds(self, cpu: int, gpus: int, count: int) -> float:
+        """Remaining seconds of a gang at ``count`` replicas (module docstring)."""
+        return self.remaining * count_seconds_per_epoch(self.job, self.speed.seconds_per_epoch(cpu, gpus), count)
+
+
+def count_seconds_per_epoch(job: Job, at_full_count: float, count: int) -> float:
+    """Seconds per epoch of ``job`` at ``count`` replicas: ``theta0 / k + theta1 + theta2 * k`` fitted
+    (non-negative least squares) to its speeds at 3 or more counts, else ideal scaling from its
+    observed speeds, else from ``at_full_count`` (its speed model's time at its ``replicas``)."""
+    pts = [(float(s.replicas or job.replicas), s.seconds_per_epoch) for s in job.speed]
+    if len({k for k, _ in pts}) >= 3:
+        rows = np.array([[1.0 / k, 1.0, k] for k, _ in pts])
+        theta, _ = nnls(rows, np.array([t for _, t in pts]))
+        t = float(theta @ np.array([1.0 / count, 1.0, count]))
+        if t > 0 and math.isfinite(t):
+            return t
+    c = float(np.median([t * k for k, t in pts])) if pts else at_full_count * job.replicas
+    return c / count
 
 
 def _epochs_to(curve: CurveFit | None, value: float | None, epoch: float) -> float | None:
@@ -102,7 +135,7 @@ def job_model(job: Job, tolerance: float) -> JobModel:
     return JobModel(job, remaining, to1, to2, speed, basis)
 
 
-def _predictions(m: JobModel, d: Decision, now: float) -> Predictions:
+def _predictions(m: JobModel, d: Decision, now: float, count: int | None = None) -> Predictions:
     job, t = m.job, m.job.target
     d1 = t.tier1.deadline if t is not None else None
     d2 = t.tier2.deadline if t is not None and t.tier2 is not None else None
@@ -118,6 +151,8 @@ def _predictions(m: JobModel, d: Decision, now: float) -> Predictions:
             basis=m.basis + "; not running this interval",
         )
     spe = m.speed.seconds_per_epoch(d.cpu_millis, d.gpus)
+    if count is not None:
+        spe = count_seconds_per_epoch(job, spe, count)
     eta1 = now + m.to_tier1 * spe if m.to_tier1 is not None else None
     eta2 = now + m.to_tier2 * spe if m.to_tier2 is not None else None
     return Predictions(
@@ -160,14 +195,26 @@ class OptimusPolicy:
         alloc: dict[str, list[int]] = {}  # job id -> [cpu, gpus] per replica
         where: dict[str, str] = {}
         decisions: dict[str, Decision] = {}
+        gangs: dict[str, dict[str, int]] = {}  # pending spreading gangs: node -> replicas, rank 0's first
         for job in active_jobs(snapshot):
             if job.status == "running" and job.node is not None:
                 cpu, gpus = held(job)
-                if job.resizable and heartbeat:
+                if job.resizable and heartbeat and not spreads(job):
                     cpu, gpus = job.min_cpu_millis, job.min_gpus
-                ledger.take(job.node, job, cpu, gpus)
+                ledger.take_all(job, job.shares(), cpu, gpus)
                 alloc[job.id], where[job.id] = [cpu, gpus], job.node
         for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
+            if spreads(job):
+                cpu, gpus = job.min_cpu_millis, job.min_gpus
+                least = place_replicas(ledger, job, cpu, gpus, job.fewest_replicas, most_room_first(ledger, job, cpu, gpus))
+                if least is None:
+                    need = describe(job, cpu, gpus, ())  # one replica's share
+                    why = f"waits: the nodes lack room for its minimum of {job.fewest_replicas} replica(s) of {need}"
+                    decisions[job.id] = Decision(None, why=why)
+                    continue
+                gangs[job.id] = dict(least)
+                alloc[job.id], where[job.id] = [cpu, gpus], least[0][0]
+                continue
             cands = [
                 (-min(ledger.share_free(n.name), _gpu_free(ledger, n.name) if job.min_gpus else 1.0), order, n.name)
                 for order, n in enumerate(snapshot.nodes)
@@ -181,7 +228,7 @@ class OptimusPolicy:
             ledger.take(name, job, job.min_cpu_millis, job.min_gpus)
             alloc[job.id], where[job.id] = [job.min_cpu_millis, job.min_gpus], name
         growing = set(alloc) if heartbeat else {j.id for j in active_jobs(snapshot) if j.status == "pending"}
-        self._grow(snapshot, ledger, models, alloc, where, growing)
+        self._grow(snapshot, ledger, models, alloc, where, growing, gangs)
         for job in active_jobs(snapshot):
             if job.id in decisions:
                 decisions[job.id] = Decision(
@@ -191,6 +238,15 @@ class OptimusPolicy:
             cpu, gpus = alloc[job.id]
             node = where[job.id]
             m = models[job.id]
+            if job.id in gangs:
+                shares = tuple(gangs[job.id].items())
+                count = sum(k for _, k in shares)
+                what = describe(job, cpu, gpus, shares)
+                d = Decision(
+                    node, cpu, gpus, f"{what}: count by greedy marginal gain, {m.remaining:.1f} epochs left", placement=shares
+                )
+                decisions[job.id] = replace(d, predictions=_predictions(m, d, snapshot.time, count))
+                continue
             fixed = job.status == "running" and not job.resizable
             why = (
                 f"keeps {describe(job, cpu, gpus)} on {node} (cannot resize live)"
@@ -216,15 +272,25 @@ class OptimusPolicy:
         alloc: dict[str, list[int]],
         where: dict[str, str],
         growing: set[str],
+        gangs: dict[str, dict[str, int]],
     ) -> None:
         """Hand out units to the ``growing`` jobs by largest remaining-time reduction per share of the
-        node, while any fits."""
+        node, while any fits; a pending spreading gang's unit is one more replica."""
         heap: list[tuple[float, str, int, int, int, int]] = []
         jobs = {j.id: j for j in snapshot.jobs}
 
         def push(jid: str) -> None:
             job, m = jobs[jid], models[jid]
-            if job.status == "running" and not job.resizable:
+            if jid in gangs:
+                step = _next_replica(snapshot, ledger, job, alloc[jid], gangs[jid])
+                if step is not None:
+                    count = sum(gangs[jid].values())
+                    cpu, gpus = alloc[jid]
+                    gain = m.gang_seconds(cpu, gpus, count) - m.gang_seconds(cpu, gpus, count + 1)
+                    if gain > 0 and np.isfinite(gain):
+                        heapq.heappush(heap, (-gain / step[1], jid, count, 0, count + 1, 0))
+                return
+            if job.status == "running" and (not job.resizable or spreads(job)):
                 return
             cpu, gpus = alloc[jid]
             node = ledger.nodes[where[jid]]
@@ -245,6 +311,14 @@ class OptimusPolicy:
                 push(jid)
         while heap:
             _, jid, cpu, gpus, c, g = heapq.heappop(heap)
+            if jid in gangs:
+                if sum(gangs[jid].values()) == cpu:  # not stale: the count it was pushed at
+                    step = _next_replica(snapshot, ledger, jobs[jid], alloc[jid], gangs[jid])
+                    if step is not None:
+                        ledger.take(step[0], jobs[jid], alloc[jid][0], alloc[jid][1], 1)
+                        gangs[jid][step[0]] = gangs[jid].get(step[0], 0) + 1
+                        push(jid)
+                continue
             if alloc[jid] != [cpu, gpus]:
                 continue  # stale: the job grew since
             job, node = jobs[jid], where[jid]
@@ -255,6 +329,31 @@ class OptimusPolicy:
                 push(jid)
             else:
                 ledger.take(node, job, cpu, gpus)
+
+
+def _next_replica(
+    snapshot: Snapshot, ledger: Ledger, job: Job, alloc: list[int], shares: dict[str, int]
+) -> tuple[str, float] | None:
+    """Where a gang's next replica would go and its size as a share of that node (GPUs, else CPU):
+    a node it uses with room, else the eligible node with the most room within ``max_nodes``;
+    ``None`` at its ``replicas`` or when none has room."""
+    cpu, gpus = alloc
+    if sum(shares.values()) >= job.replicas:
+        return None
+    used = [n for n in shares if ledger.fits(n, job, cpu, gpus, 1)]
+    if used:
+        node = used[0]
+    elif len(shares) < job.max_nodes:
+        order = {n.name: i for i, n in enumerate(snapshot.nodes)}
+        cands = [n.name for n in snapshot.nodes if may_arrive(n, job, 1) and ledger.fits(n.name, job, cpu, gpus, 1)]
+        if not cands:
+            return None
+        node = min(cands, key=lambda n: (-ledger.room(n, job, cpu, gpus), order[n]))
+    else:
+        return None
+    cap = ledger.nodes[node]
+    size = gpus / cap.gpus if gpus and cap.gpus else cpu / cap.cpu_millis if cap.cpu_millis else 1.0
+    return node, size
 
 
 def _gpu_free(ledger: Ledger, node: str) -> float:

@@ -15,7 +15,8 @@ growth test is FlowCon's (:mod:`planner.policies.flowcon`). Mechanism:
   and forth); the target must hold its requests. Migration = checkpoint, re-create the pod with
   ``nodeName``, restore (the plan's ``migrate``);
 - new jobs are placed like the Kubernetes default (LeastAllocated + BalancedAllocation,
-  :mod:`planner.policies.kubernetes`);
+  :mod:`planner.policies.kubernetes`; a gang that may spread, pod by pod); a gang spread over nodes
+  or running fewer than its replicas is never moved;
 - SpeCon's pods request their minimum CPU and set no limit, so the CPU of a node is shared among its
   pods by CFS: an equal share each, between its ``min_cpu_millis`` and ``max_cpu_millis`` (the plan's
   ``resize``; jobs that cannot resize live keep theirs). That is what makes moving a slow job away
@@ -31,10 +32,21 @@ from __future__ import annotations
 import time
 
 from planner.plan import Plan
-from planner.policies.common import Decision, Ledger, active_jobs, build_plan, describe, held, may_arrive, submission_order
+from planner.policies.common import (
+    Decision,
+    Ledger,
+    active_jobs,
+    build_plan,
+    decided_shares,
+    describe,
+    held,
+    may_arrive,
+    spreads,
+    submission_order,
+)
 from planner.policies.docker import equal_split
 from planner.policies.flowcon import GrowthTest
-from planner.policies.kubernetes import best_node
+from planner.policies.kubernetes import KubernetesPolicy, best_node
 from planner.snapshot import Job, Snapshot
 
 #: Load a job adds to its node, by growth state (None: no growth figure yet).
@@ -76,14 +88,21 @@ class SpeConPolicy:
             cpu, gpus = held(job)
             if job.resizable:
                 cpu = job.min_cpu_millis  # its request; CFS shares the rest below
-            ledger.take(job.node, job, cpu, gpus)
+            ledger.take_all(job, job.shares(), cpu, gpus)
             load[job.node] += self._load(job)
             decisions[job.id] = Decision(job.node, cpu, gpus)
 
         # Speculative migration of migratable (slow-growing) jobs, slowest first.
         budget = snapshot.settings.migration_budget if heartbeat else 0
         slow = sorted(
-            (j for j in running if j.migratable and self.test.state(j) == "completing" and _within_bounds(j, decisions[j.id])),
+            (
+                j
+                for j in running
+                if j.migratable
+                and self.test.state(j) == "completing"
+                and _within_bounds(j, decisions[j.id])
+                and j.shares() == ((j.node, j.replicas),)
+            ),
             key=lambda j: (self.test.growth[j.id], j.id),
         )
         moved: dict[str, str] = {}
@@ -113,6 +132,12 @@ class SpeConPolicy:
             budget -= 1
 
         for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
+            if spreads(job):
+                d = KubernetesPolicy.bind_pods(snapshot, ledger, job, job.min_cpu_millis, job.max_gpus)
+                if d.node is not None:
+                    load[d.node] += self._load(job)
+                decisions[job.id] = d
+                continue
             got = best_node(snapshot, ledger, job, job.min_cpu_millis, job.max_gpus)
             if got is None:
                 decisions[job.id] = Decision(
@@ -132,10 +157,11 @@ class SpeConPolicy:
             if job.id in moved:
                 why = f"{moved[job.id]}: slow-growing ({state}); gets {describe(job, d.cpu_millis, d.gpus)}"
             elif job.status == "pending":
-                why = f"starts on {d.node} (Kubernetes default placement) with {describe(job, d.cpu_millis, d.gpus)}"
+                what = describe(job, d.cpu_millis, d.gpus, decided_shares(job, d))
+                why = f"starts on {d.node} (Kubernetes default placement) with {what}"
             else:
                 why = f"stays on {d.node} with {describe(job, d.cpu_millis, d.gpus)} ({state})"
-            decisions[job.id] = Decision(d.node, d.cpu_millis, d.gpus, why)
+            decisions[job.id] = Decision(d.node, d.cpu_millis, d.gpus, why, placement=d.placement)
         return build_plan(
             snapshot,
             self.name,
