@@ -18,8 +18,12 @@ so the factor is exactly 1 where the per-replica model stands.
 Parameters (relative to the compute time of one step, :data:`PRIOR`): the median over the six models
 of the Pollux artifact's measured step tables (``adaptdl-osdi21/traces/*/placements.csv`` and
 ``scalability.csv``, each fitted with :func:`models.placement.table_prior` and divided by its compute
-time at the median local batch; rounded): intra-node all-reduce 0.2 + 0.07 per replica beyond two,
-inter-node 0.85 + 0.02 per replica, overlap exponent 2. A job observed at two or more (count, nodes)
+time at the median local batch; rounded): intra-node all-reduce 0.2, inter-node 0.85, overlap
+exponent 2, and one per-replica term (beyond two replicas) for both links, 0.05, between the medians
+of the intra-node (0.09) and inter-node (0.02) fits: fitted apart, per model, they made 16 replicas
+on one node slower than over four at four models of six (an extrapolation: the testbed's nodes held
+four GPUs), which no network does. A spread is never predicted faster than one node with as many
+replicas (:func:`_per_step`), fitted parameters included. A job observed at two or more (count, nodes)
 shapes gets its own fit (:func:`models.placement.fit_placement_model`, MAP with this prior scaled to
 its observations), so its spread penalty comes from its own epochs when it has them.
 """
@@ -46,9 +50,9 @@ PRIOR = PlacementParams(
     compute_base=1.0,
     compute_per_sample=0.0,
     intra_base=0.2,
-    intra_per_replica=0.07,
+    intra_per_replica=0.05,
     inter_base=0.85,
-    inter_per_replica=0.02,
+    inter_per_replica=0.05,
     overlap=2.0,
 )
 
@@ -75,14 +79,19 @@ class GangScaling:
         """Multiply the per-replica model's epoch time by this for ``replicas`` on ``nodes`` nodes."""
         r = np.maximum(np.asarray(replicas, dtype=float), 1.0)
         n = np.clip(np.asarray(nodes, dtype=float), 1.0, r)
-        step, _ = predict_steps(self.params, n, r, np.ones_like(r))
-        return np.asarray(step / r / self.reference, dtype=float)
+        return _per_step(self.params, r, n) / self.reference
 
 
 def _per_step(params: np.ndarray, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """``step / replicas``; a spread is never faster than the same count on one node (the slowest
+    link bounds the all-reduce; the form's two links, fitted apart, could say otherwise at counts
+    no node holds)."""
     r = np.asarray(replicas, dtype=float)
-    step, _ = predict_steps(params, np.asarray(nodes, dtype=float), r, np.ones_like(r))
-    return np.asarray(step / r, dtype=float)
+    n = np.asarray(nodes, dtype=float)
+    ones = np.ones_like(r)
+    step, _ = predict_steps(params, n, r, ones)
+    packed, _ = predict_steps(params, ones, r, ones)
+    return np.asarray(np.where(n > 1, np.maximum(step, packed), step) / r, dtype=float)
 
 
 def gang_scaling(replicas: int, shapes: Sequence[GangShape]) -> GangScaling:

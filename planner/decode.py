@@ -131,6 +131,9 @@ def explain(
             parts.append(f"{verb} {node} with {alloc}{rep}")
         if len(shares) > 1:
             parts.append("replicas spread over " + ", ".join(f"{n} ({k})" for n, k in shares) + f", rank 0 on {node}")
+        was = sum(k for _, k in job.shares())
+        if shares and was and was != count:
+            parts.append(f"{was} -> {count} replicas")
         if count < job.replicas:
             parts.append(f"runs {count} of its up to {job.replicas} replicas")
         if m.outlook.remaining_finish <= 0:

@@ -178,7 +178,7 @@ def ways_in(m: JobMenu, shares: Shares, now: Shares, a: int, fit: bool, stay_ok:
     job = m.outlook.job
     if job.status != "running":
         return [START] if fit else []
-    if dict(shares) == dict(now):
+    if shares == now:
         out = [STAY] if stay_ok[a] and (fit or pinned) else []
         if job.migratable and not job.resizable and not stay_ok[a] and fit:
             out.append(MOVE)  # restart in place with a new share
@@ -244,6 +244,9 @@ def candidates(
         got: list[Shares] = []
 
         def add(s: Shares | None) -> None:
+            if s is not None and j in now and now[j][0][0] in dict(s):
+                # Rank 0 stays where it runs when the placement keeps its node (no needless move).
+                s = now[j] if dict(s) == dict(now[j]) else tuple(sorted(s, key=lambda x: x[0] != now[j][0][0]))
             if s is not None and s not in got:
                 got.append(s)
 
@@ -323,6 +326,8 @@ class GangGreedy:
         shares = pack(job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], job.max_nodes)
         if shares is None:
             return None
+        if j in self.now and self.now[j][0][0] in dict(shares):
+            shares = tuple(sorted(shares, key=lambda x: x[0] != self.now[j][0][0]))
         base = block_level(m, job.fewest_replicas, len(shares) > 1)
         ways = ways_in(m, shares, self.now.get(j, ()), 0, True, self.stay_ok.get(j, np.zeros(m.n_alloc, dtype=bool)), pinned)
         if base is None or not ways or (j in self.now and dict(shares) == dict(self.now[j])):
