@@ -78,6 +78,8 @@ def _holder(h: Any) -> str:
 def _option_row(o: Any, given: Any, mark: str) -> list[str]:
     where = o.node or "-"
     gets = "-" if o.node is None else f"{o.cpu_millis / 1000:g}" + (f"+{o.gpus}g" if o.gpus else "")
+    if o.node is not None and o.replicas != given.replicas:
+        gets += f" x{o.replicas}"  # a gang's other count
     spe = "-" if o.seconds_per_epoch is None else f"{o.seconds_per_epoch:.3g} s"
     t1 = "-" if o.tier1_s is None else f"in {_dur(o.tier1_s)}"
     fin = "-" if o.finish_s is None else f"in {_dur(o.finish_s)}"
@@ -121,8 +123,8 @@ def options_lines(found: Any, limit: int, *, terminal: bool = False) -> list[str
 
     out: list[str] = []
     given = found.given
-    same = (given.node, given.way, given.cpu_millis, given.gpus)
-    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus) != same]
+    same = (given.node, given.way, given.cpu_millis, given.gpus, given.replicas)
+    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus, o.replicas) != same]
     placed = [o for o in shown if o.node is not None]
     rest = [o for o in shown if o.node is None]
     picked = placed[:limit] + (rest if limit else [])

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import benchmark_module
 
 from models.gang_speed import GangShape, gang_scaling
 from models.step_tables import read_model_steps
+from planner.alternatives import job_options
 from planner.check import check_plan
 from planner.config import PlannerConfig
 from planner.core import plan
@@ -238,3 +240,36 @@ def test_scaling_prior_and_fit() -> None:
     mean = np.exp(np.mean(np.log([s.relative for s in shapes])))
     seen = np.array([measured_epoch(1, 4), measured_epoch(4, 16)]) / measured_epoch(1, 1) / mean
     assert np.allclose(got, seen, rtol=0.35)
+
+
+@pytest.mark.parametrize("max_jobs", [1500, 60])
+def test_gangs_at_scale_through_relax_and_fix(max_jobs: int) -> None:
+    """A generated 300 x 30 workload (Alibaba nodes and pods, Pollux curves and step tables) with a
+    fifth of its GPU jobs made gangs: more than 1,000 options, so the LP relaxation fixes most jobs
+    (and, with 60 jobs a part, the problem is split first); the plan passes the checker and places
+    gangs whole, some of them spread."""
+    workload = benchmark_module("workload.py")
+    snap = workload.with_gangs(workload.make_snapshot(300, 30, seed=1), 0.2)
+    p = planned(snap, max_jobs_per_subproblem=max_jobs)
+    assert p.solver.variables > 1000
+    if max_jobs < 300:
+        assert p.solver.subproblems > 1
+    else:
+        assert "relax-and-fix" in p.solver.message
+    gangs = {j.id: j for j in snap.jobs if j.max_nodes > 1}
+    placed = [a for a in p.assignments if a.job in gangs and a.node is not None]
+    assert placed and all(gangs[a.job].fewest_replicas <= a.replicas <= gangs[a.job].replicas for a in placed)
+
+
+def test_explain_options_of_a_gang() -> None:
+    """``flowplan explain``'s options (planner.alternatives) list a gang's counts with their own
+    epoch times, and what the plan gave it with its count."""
+    snap = snapshot([gang("dp", 8, min_replicas=2, max_nodes=2)], n_nodes=2)
+    p = planned(snap)
+    found = job_options(snap, p, "dp")
+    given = of(p, "dp")
+    assert found.given.replicas == given.replicas
+    counts = {o.replicas for o in found.options if o.node is not None}
+    assert len(counts) > 1 and counts <= set(range(2, 9))
+    by_count = {o.replicas: o.seconds_per_epoch for o in found.options if o.node is not None and o.way == "start"}
+    assert by_count[min(by_count)] > by_count[max(by_count)]  # fewer replicas, longer epochs
