@@ -238,7 +238,8 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
 
 def pareto(options: tuple[Option, ...] | list[Option]) -> list[Option]:
     """The options no other on the same node beats: none there with no more CPU, no more GPUs (over
-    all its replicas: a gang's counts differ) and no later finish, and better in one of them. Waiting/pausing is kept. Order is kept."""
+    all its replicas: a gang's counts differ) and no later finish, and better in one of them.
+    Waiting/pausing is kept. Order is kept."""
     out = []
     for x in options:
         if x.node is None or x.finish_s is None:
@@ -251,7 +252,11 @@ def pareto(options: tuple[Option, ...] | list[Option]) -> list[Option]:
             and y.cpu_millis * y.replicas <= x.cpu_millis * x.replicas
             and y.gpus * y.replicas <= x.gpus * x.replicas
             and y.finish_s <= x.finish_s
-            and (y.cpu_millis * y.replicas < x.cpu_millis * x.replicas or y.gpus * y.replicas < x.gpus * x.replicas or y.finish_s < x.finish_s)
+            and (
+                y.cpu_millis * y.replicas < x.cpu_millis * x.replicas
+                or y.gpus * y.replicas < x.gpus * x.replicas
+                or y.finish_s < x.finish_s
+            )
             for y in options
         )
         if not beaten:

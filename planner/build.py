@@ -17,13 +17,12 @@ Steps, each a function below:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from planner.config import PlannerConfig
-from planner.gangs import current_shares, gang_greedy, gang_mask, gang_options, per_replica, reservation, stay_allocs
 from planner.gangs import candidates as gang_candidates
+from planner.gangs import current_shares, gang_greedy, gang_mask, gang_options, per_replica, reservation, stay_allocs
 from planner.gangs import take as gang_take
 from planner.greedy import GreedyChoice, greedy
 from planner.menu import MOVE, START, STAY, JobMenu, build_menu, gpu_unit
@@ -174,10 +173,12 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     g, g_cur = greedy_pair()
     reserved = np.zeros(0, dtype=np.int64)
     if gang.any():
-        held = gang_reservation(menus, gang, g, eligible, cap, snapshot.time, config.gang_reserve_seconds)
-        if held is not None:
-            keeper, reserved = held
-            eligible = [el if j == keeper else el[~np.isin(el, reserved)] for j, el in enumerate(eligible)]
+        reservation_of = gang_reservation(menus, gang, g, eligible, cap, snapshot.time, config.gang_reserve_seconds)
+        if reservation_of is not None:
+            keeper, reserved = reservation_of
+            open_node = np.ones(N, dtype=bool)
+            open_node[reserved] = False
+            eligible = [el if j == keeper else el[open_node[el]] for j, el in enumerate(eligible)]
             g, g_cur = greedy_pair()
             warnings.append(
                 f"job {menus[keeper].outlook.job.id}: a gang waiting since {menus[keeper].outlook.job.submitted:g} s; nodes "
@@ -263,7 +264,13 @@ def _left_by(menus: Sequence[JobMenu], g: GreedyChoice, cap: np.ndarray, running
 
 
 def gang_reservation(
-    menus: Sequence[JobMenu], gang: np.ndarray, g: GreedyChoice, eligible: Sequence[np.ndarray], cap: np.ndarray, now: float, after: float
+    menus: Sequence[JobMenu],
+    gang: np.ndarray,
+    g: GreedyChoice,
+    eligible: Sequence[np.ndarray],
+    cap: np.ndarray,
+    now: float,
+    after: float,
 ) -> tuple[int, np.ndarray] | None:
     """:func:`planner.gangs.reservation` for the greedy plan ``g``."""
     return reservation(menus, gang, g.shares, eligible, _left_by(menus, g, cap, running_only=True), cap, now, after)
@@ -280,10 +287,19 @@ def _with_gangs(
     cap: np.ndarray,
 ) -> Problem:
     """``problem`` with the gangs' placed options (:mod:`planner.gangs`) and their greedy hints."""
-    now = {j: current_shares(menus[j], node_index) for j in np.flatnonzero(gang).tolist() if menus[j].outlook.job.status == "running"}
+    now = {
+        j: current_shares(menus[j], node_index) for j in np.flatnonzero(gang).tolist() if menus[j].outlook.job.status == "running"
+    }
     g = plans[0]
     cand = gang_candidates(
-        menus, gang, eligible, now, [p.shares for p in plans], _left_by(menus, g, cap), _left_by(menus, g, cap, running_only=True), cap
+        menus,
+        gang,
+        eligible,
+        now,
+        [p.shares for p in plans],
+        _left_by(menus, g, cap),
+        _left_by(menus, g, cap, running_only=True),
+        cap,
     )
     add, add_job, extras = gang_options(menus, cand, now, pinned, cap).arrays(menus)
     merged, _ = merge_options(problem, add, add_job, extras)
@@ -443,11 +459,11 @@ def _hint_of(problem: Problem, g: GreedyChoice) -> np.ndarray:
     idx = np.flatnonzero(match)
     hint = np.full(problem.n_jobs, -1, dtype=np.int64)
     hint[problem.opt_job[idx[::-1]]] = idx[::-1]  # first match per job
-    for j, (lv, shares) in g.shares.items():
+    for k, (lv, shares) in g.shares.items():
         # A gang's option is also its placement: the one with the greedy's.
-        count = sum(k for _, k in shares)
-        opts = [o for o in problem.options_of(j) if problem.opt_level[o] == lv and problem.opt_way[o] == g.way[j]]
-        hint[j] = next((o for o in opts if problem.shares_of(o, count) == shares), -1)
+        count = sum(n for _, n in shares)
+        opts = [o for o in problem.options_of(k) if problem.opt_level[o] == lv and problem.opt_way[o] == g.way[k]]
+        hint[k] = next((o for o in opts if problem.shares_of(o, count) == shares), -1)
     assert (hint >= 0).all(), "a greedy choice is missing from the options"
     return hint
 

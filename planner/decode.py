@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -233,7 +234,7 @@ def decode(
         ni = int(problem.opt_node[o])
         node = problem.node_names[ni] if ni >= 0 else None
         job = m.outlook.job
-        count, shares = job.replicas, ()
+        count, shares = job.replicas, cast(tuple[tuple[str, int], ...], ())
         if m.count is not None and node is not None:
             count = int(m.count[level])
             shares = tuple((problem.node_names[n], k) for n, k in problem.shares_of(o, count))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -111,7 +112,9 @@ def pack(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, ne
     return None
 
 
-def pack_onto(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int, first: Shares) -> Shares | None:
+def pack_onto(
+    count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int, first: Shares
+) -> Shares | None:
     """``count`` replicas on the nodes of ``first`` (in its order, as many as their room takes), the
     rest packed on other eligible nodes: a running gang's new count where it runs."""
     out: list[tuple[int, int]] = []
@@ -221,6 +224,15 @@ def gang_options(
     return out
 
 
+def _add(got: list[Shares], now: Shares | None, s: Shares | None) -> None:
+    """Append placement ``s`` to ``got`` unless there; rank 0 stays where it runs (``now``) when the
+    placement keeps its node (no needless move)."""
+    if s is not None and now and now[0][0] in dict(s):
+        s = now if dict(s) == dict(now) else tuple(sorted(s, key=lambda x: x[0] != now[0][0]))
+    if s is not None and s not in got:
+        got.append(s)
+
+
 def candidates(
     menus: Sequence[JobMenu],
     gangs: np.ndarray,
@@ -242,14 +254,7 @@ def candidates(
         per = per_replica(m)
         need = per[:, 0]
         got: list[Shares] = []
-
-        def add(s: Shares | None) -> None:
-            if s is not None and j in now and now[j][0][0] in dict(s):
-                # Rank 0 stays where it runs when the placement keeps its node (no needless move).
-                s = now[j] if dict(s) == dict(now[j]) else tuple(sorted(s, key=lambda x: x[0] != now[j][0][0]))
-            if s is not None and s not in got:
-                got.append(s)
-
+        add = partial(_add, got, now.get(j))
         add(now.get(j))
         for plan in chosen:
             add(plan[j][1] if j in plan else None)
@@ -335,7 +340,9 @@ class GangGreedy:
         return base, ways[0], shares
 
 
-def gang_greedy(menus: Sequence[JobMenu], eligible: Sequence[np.ndarray], node_index: dict[str, int], pinned: np.ndarray) -> GangGreedy:
+def gang_greedy(
+    menus: Sequence[JobMenu], eligible: Sequence[np.ndarray], node_index: dict[str, int], pinned: np.ndarray
+) -> GangGreedy:
     mask = gang_mask(menus)
     idx = np.flatnonzero(mask).tolist()
     now = {j: current_shares(menus[j], node_index) for j in idx if menus[j].outlook.job.status == "running"}

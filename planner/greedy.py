@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.gangs import GangGreedy, Shares, fits as gang_fits, take as gang_take
+from planner.gangs import GangGreedy, Shares
+from planner.gangs import fits as gang_fits
+from planner.gangs import take as gang_take
 from planner.menu import MOVE, START, STAY, JobMenu
 
 

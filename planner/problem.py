@@ -187,7 +187,9 @@ class Problem:
         return out
 
 
-def merge_options(problem: Problem, add: dict[str, np.ndarray], add_job: np.ndarray, extras: dict[str, np.ndarray]) -> tuple[Problem, np.ndarray]:
+def merge_options(
+    problem: Problem, add: dict[str, np.ndarray], add_job: np.ndarray, extras: dict[str, np.ndarray]
+) -> tuple[Problem, np.ndarray]:
     """``problem`` with the options ``add`` (per-option arrays of :data:`OPTION_FIELDS`, of jobs
     ``add_job``) and their extra charges ``extras`` (:data:`EXTRA_FIELDS`, ``ext_opt`` counting the
     added options from 0); and where each old option went. Options stay grouped by job, old ones in

@@ -163,7 +163,14 @@ def test_elastic_count_change_is_a_resize() -> None:
 def _blockers(done: bool) -> list[dict[str, Any]]:
     """One pinned 1-GPU job on each of n0, n1 (finished when ``done``)."""
     return [
-        gang(f"b{i}", 1, status="finished" if done else "running", migratable=False, node=f"n{i}", allocation={"cpu_millis": 4000, "gpus": 1})
+        gang(
+            f"b{i}",
+            1,
+            status="finished" if done else "running",
+            migratable=False,
+            node=f"n{i}",
+            allocation={"cpu_millis": 4000, "gpus": 1},
+        )
         for i in range(2)
     ]
 
@@ -195,15 +202,30 @@ def _mixed(seed: int) -> Snapshot:
     """Gangs of every kind next to single-node jobs, some running spread, on 6 four-GPU nodes."""
     rng = np.random.default_rng(seed)
     jobs = [
-        gang("spread", 6, max_nodes=3, elastic=True, status="running", node="n0", allocation={"cpu_millis": 4000, "gpus": 1},
-             placement=[{"node": "n0", "replicas": 2}, {"node": "n1", "replicas": 4}]),
+        gang(
+            "spread",
+            6,
+            max_nodes=3,
+            elastic=True,
+            status="running",
+            node="n0",
+            allocation={"cpu_millis": 4000, "gpus": 1},
+            placement=[{"node": "n0", "replicas": 2}, {"node": "n1", "replicas": 4}],
+        ),
         gang("shrinkable", 8, min_replicas=2, max_nodes=2),
         gang("fixed", 4, max_nodes=1, status="running", node="n2", allocation={"cpu_millis": 4000, "gpus": 1}),
     ]
     for i in range(int(rng.integers(3, 8))):
         reps = int(rng.choice([1, 2, 4, 12]))
-        jobs.append(gang(f"j{i}", reps, max_nodes=int(rng.choice([1, 3])), min_replicas=int(rng.integers(1, reps + 1)),
-                         priority=float(rng.choice([0.5, 1.0, 2.0]))))
+        jobs.append(
+            gang(
+                f"j{i}",
+                reps,
+                max_nodes=int(rng.choice([1, 3])),
+                min_replicas=int(rng.integers(1, reps + 1)),
+                priority=float(rng.choice([0.5, 1.0, 2.0])),
+            )
+        )
     return snapshot(jobs, n_nodes=6)
 
 
