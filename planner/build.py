@@ -181,7 +181,8 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
             eligible = [el if j == keeper else el[open_node[el]] for j, el in enumerate(eligible)]
             g, g_cur = greedy_pair()
             warnings.append(
-                f"job {menus[keeper].outlook.job.id}: a gang waiting since {menus[keeper].outlook.job.submitted:g} s; nodes "
+                f"job {menus[keeper].outlook.job.id}: a gang that has waited "
+                f"{snapshot.time - (menus[keeper].outlook.job.submitted or 0.0):.0f} s; nodes "
                 + ", ".join(nodes[int(n)].name for n in reserved)
                 + " take no other job's start or move until it starts (a reservation: see docs/planner.md)"
             )

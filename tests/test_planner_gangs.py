@@ -88,6 +88,8 @@ def snapshot(jobs: list[dict[str, Any]], n_nodes: int = 5, gpus: int = 4, budget
 def planned(snap: Snapshot, solver: str = "cpsat", **config: Any) -> Plan:
     got = plan(snap, PlannerConfig(solver=solver, **config)).plan  # type: ignore[arg-type]
     assert check_plan(snap, got) == []
+    if solver != "greedy":
+        assert got.solver.status in ("optimal", "feasible"), got.solver.message  # not the greedy fallback
     return got
 
 
