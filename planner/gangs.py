@@ -210,8 +210,12 @@ def gang_options(
             base = block_level(m, sum(k for _, k in shares), len(shares) > 1)
             if base is None:
                 continue
+            on = np.array([n for n, _ in shares], dtype=np.int64)
+            ks = np.array([k for _, k in shares], dtype=np.int64)
+            # (K,): each per-replica level fits every node of the placement when it is empty.
+            fit_all = (ks[:, None, None] * per[None, :, :] <= cap[:, on].T[:, :, None]).all(axis=(0, 1))
             for a in range(m.n_alloc):
-                fit = all(bool((k * per[:, a] <= cap[:, n]).all()) for n, k in shares)
+                fit = bool(fit_all[a])
                 for way in ways_in(m, shares, now.get(j, ()), a, fit, stay_ok, bool(pinned[j])):
                     o = len(out.job)
                     (n0, k0), rest = shares[0], shares[1:]
