@@ -297,3 +297,66 @@ def test_explain_options_of_a_gang() -> None:
     assert len(counts) > 1 and counts <= set(range(2, 9))
     by_count = {o.replicas: o.seconds_per_epoch for o in found.options if o.node is not None and o.way == "start"}
     assert by_count[min(by_count)] > by_count[max(by_count)]  # fewer replicas, longer epochs
+
+
+def _random_gangs(seed: int) -> Snapshot:
+    """Random gangs and single-node jobs, some running spread (within capacity), any mix of
+    elastic, resizable and migratable, and jobs sharing GPUs (``gpu_milli``), on 3-8 nodes of 4 or 8
+    GPUs; a random migration budget."""
+    rng = np.random.default_rng(seed)
+    n_nodes = int(rng.integers(3, 9))
+    gpus = [int(rng.choice([4, 8])) for _ in range(n_nodes)]
+    free = list(gpus)
+    jobs: list[dict[str, Any]] = []
+    for i in range(int(rng.integers(2, 12))):
+        reps = int(rng.choice([1, 2, 4, 6, 12]))
+        extra: dict[str, Any] = {
+            "max_nodes": int(rng.choice([1, 2, 4])),
+            "elastic": bool(rng.random() < 0.5),
+            "resizable": bool(rng.random() < 0.7),
+            "migratable": bool(rng.random() < 0.8),
+            "max_gpus": int(rng.choice([1, 2])),
+            "max_cpu_millis": 8000,
+            "submitted": float(rng.uniform(0, 2000)),
+        }
+        if rng.random() < 0.5:
+            extra["min_replicas"] = int(rng.integers(1, reps + 1))
+        count = int(rng.integers(extra.get("min_replicas", reps), reps + 1))
+        spots = [n for n in rng.permutation(n_nodes).tolist() if free[n] > 0][: extra["max_nodes"]]
+        if rng.random() < 0.5 and sum(free[n] for n in spots) >= count:
+            shares, left = [], count
+            for n in spots:
+                k = min(free[n], left)
+                if k:
+                    shares.append({"node": f"n{n}", "replicas": k})
+                    free[n] -= k
+                    left -= k
+            extra.update(status="running", node=shares[0]["node"], allocation={"cpu_millis": 4000, "gpus": 1})
+            if len(shares) > 1 or count != reps:
+                extra["placement"] = shares
+        jobs.append(gang(f"g{i}", reps, **extra))
+    for i in range(int(rng.integers(0, 4))):  # GPU fractions beside them (the device packing)
+        frac: dict[str, Any] = {"gpu_milli": int(rng.choice([300, 500, 700])), "max_nodes": 1, "min_replicas": None}
+        n = next((n for n in rng.permutation(n_nodes).tolist() if free[n] > 0), None)
+        if n is not None and rng.random() < 0.5:
+            free[n] -= 1
+            frac.update(status="running", node=f"n{n}", allocation={"cpu_millis": 4000, "gpus": 1, "gpu_device": gpus[n] - 1})
+        jobs.append(gang(f"f{i}", 1, **frac))
+    nodes = [{"name": f"n{i}", "cpu_millis": 64000, "gpus": g, "memory_mib": 262144} for i, g in enumerate(gpus)]
+    return Snapshot.model_validate(
+        {
+            "apiVersion": "flowplan/v1",
+            "time": 2500.0,
+            "nodes": nodes,
+            "jobs": jobs,
+            "settings": {"interval_seconds": 60.0, "migration_budget": int(rng.integers(0, 4))},
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_gang_snapshots_plan_valid(seed: int) -> None:
+    """Every solver gives a checker-valid plan (and the solvers never fall back to the greedy)."""
+    snap = _random_gangs(seed)
+    for solver in SOLVERS:
+        planned(snap, solver)
