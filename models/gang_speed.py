@@ -77,9 +77,13 @@ class GangScaling:
 
     def factor(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """Multiply the per-replica model's epoch time by this for ``replicas`` on ``nodes`` nodes."""
+        return self.per_step(replicas, nodes) / self.reference
+
+    def per_step(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """``step(n, r) / r`` of the fitted form (any scale: only ratios mean anything)."""
         r = np.maximum(np.asarray(replicas, dtype=float), 1.0)
         n = np.clip(np.asarray(nodes, dtype=float), 1.0, r)
-        return _per_step(self.params, r, n) / self.reference
+        return _per_step(self.params, r, n)
 
 
 def _per_step(params: np.ndarray, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:

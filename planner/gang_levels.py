@@ -9,18 +9,24 @@ on one node and, when the job may spread, over two or more nodes (the step-time 
 node from several: :mod:`models.placement`). The epoch time of a block is the per-replica speed
 model's times :class:`models.gang_speed.GangScaling`'s factor, fitted from the job's own epochs at
 other counts and spreads (``SpeedPoint.replicas`` / ``.nodes``) when it has them, else the prior.
+
+The per-replica model (:func:`planner.progress.job_speed`) is fitted on every observed epoch whatever
+its count; where those epochs span two or more (count, nodes) shapes, it is fitted again for the
+gang, on each epoch scaled to the job's full count on one node by the fitted factor, so a count seen
+at another CPU/GPU share is not taken for that share's speed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from models.gang_speed import GangScaling, GangShape, gang_scaling
+from models.speed import SpeedObservation, fit_speed_model
 from planner.config import PlannerConfig
-from planner.outlook import JobOutlook
+from planner.outlook import JobOutlook, SpeedLike
 from planner.snapshot import Job
 
 
@@ -34,6 +40,7 @@ class GangLevels:
     count: np.ndarray  # (B,) replicas per block
     spread: np.ndarray  # (B,) bool: over two or more nodes
     scaling: GangScaling
+    speed: SpeedLike  # the per-replica model the factor multiplies
     current_factor: float  # the scaling at the count and spread it runs with (1 if not running)
     note: str
 
@@ -73,10 +80,21 @@ def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     blocks = [(c, False) for c in counts] + [(c, True) for c in counts if job.max_nodes > 1 and c > 1]
     count = np.array([c for c, _ in blocks], dtype=np.int64)
     spread = np.array([s for _, s in blocks], dtype=bool)
-    scaling = gang_scaling(job.replicas, _shapes(outlook))
+    shapes = _shapes(outlook)
+    scaling = gang_scaling(job.replicas, shapes)
+    speed: SpeedLike = outlook.speed
+    if scaling.source != "prior" and job.speed:
+        # Each epoch at its count and spread, scaled to the full count on one node; the refit stands there.
+        full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
+        obs = []
+        for p in job.speed:
+            at = float(scaling.per_step(np.array([p.replicas or job.replicas]), np.array([p.nodes]))[0])
+            obs.append(SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at))
+        speed = fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+        scaling = replace(scaling, reference=full)
     shares = job.shares()
     current = 1.0
     if shares:
         current = float(scaling.factor(np.array([sum(k for _, k in shares)]), np.array([min(len(shares), 2)]))[0])
     note = f"count/spread scaling {scaling.source}"
-    return GangLevels(count, spread, scaling, current, note)
+    return GangLevels(count, spread, scaling, speed, current, note)

@@ -147,7 +147,7 @@ def build_menu(
     gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config, room)
     cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
     gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
-    spe = outlook.speed.seconds_per_epoch_many(cpu, gpu)
+    spe = (outlook.speed if gang is None else gang.speed).seconds_per_epoch_many(cpu, gpu)
     reps: int | np.ndarray = job.replicas
     n_alloc = 0
     if gang is not None:
@@ -172,7 +172,7 @@ def build_menu(
     if cur is not None:
         period = float(outlook.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus))
         if gang is not None:
-            period *= gang.current_factor
+            period = float(gang.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus)) * gang.current_factor
         if job.checkpoint_every_seconds is not None:
             period = min(period, job.checkpoint_every_seconds)
         redo = 0.5 * period if math.isfinite(period) else 0.0

@@ -360,3 +360,14 @@ def test_random_gang_snapshots_plan_valid(seed: int) -> None:
     snap = _random_gangs(seed)
     for solver in SOLVERS:
         planned(snap, solver)
+
+
+def test_epoch_time_of_a_count_and_spread_from_its_own_epochs() -> None:
+    """A gang whose epochs were measured at 4 replicas on one node, 8 on two and 16 on four (cifar10,
+    all at one GPU a replica) is predicted near the measured epoch at the count and spread it gets."""
+    snap = snapshot([gang("big", 16, max_nodes=4, speed=speed_points([(1, 4), (2, 8), (4, 16)]))])
+    a = of(planned(snap), "big")
+    assert a.replicas == 16 and a.predictions.seconds_per_epoch == pytest.approx(measured_epoch(4, 16), rel=0.2)
+    two = snapshot([gang("big", 16, min_replicas=4, speed=speed_points([(1, 4), (2, 8), (4, 16)]))], gpus=4)
+    b = of(planned(two), "big")  # one node only: 4 replicas
+    assert b.replicas == 4 and b.predictions.seconds_per_epoch == pytest.approx(measured_epoch(1, 4), rel=0.2)
