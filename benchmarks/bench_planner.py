@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from workload import describe, make_snapshot
+from workload import describe, make_snapshot, with_gangs
 
 import planner
 from planner.config import PlannerConfig
@@ -132,7 +132,7 @@ def bench_size(n_jobs: int, n_nodes: int, seed: int, args: argparse.Namespace) -
     row: dict[str, Any] = {"size": f"{n_jobs}x{n_nodes}", "jobs": n_jobs, "nodes": n_nodes, "seed": seed}
     log(f"{n_jobs} jobs x {n_nodes} nodes: building snapshot (seed {seed}) ...")
     t0 = time.perf_counter()
-    snap = make_snapshot(n_jobs, n_nodes, seed=seed)
+    snap = with_gangs(make_snapshot(n_jobs, n_nodes, seed=seed), args.gangs)
     row["build_snapshot_s"] = time.perf_counter() - t0
     row["snapshot"] = describe(snap)
     log(f"  snapshot built in {row['build_snapshot_s']:.2f}s: {row['snapshot']}")
@@ -383,6 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--solver", default="cpsat", choices=["cpsat", "pulp"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--gangs",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="turn this share of the GPU jobs into gangs that choose their count and spread (workload.with_gangs)",
+    )
     ap.add_argument("--seeds", help="comma-separated workload seeds, each size planned for each (overrides --seed)")
     ap.add_argument("--repeat", type=int, default=3, help="cold and warm calls per size; the median is shown")
     ap.add_argument("--out", type=Path, help="write all figures as JSON here")

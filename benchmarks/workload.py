@@ -437,6 +437,32 @@ def make_snapshot(n_jobs: int, n_nodes: int, seed: int = 0, data_dir: Path | Non
     )
 
 
+def with_gangs(snapshot: Snapshot, share: float) -> Snapshot:
+    """``snapshot`` with every ``round(1 / share)``-th whole-GPU job turned into a gang (issue 17):
+    a pending one asks for 4 times its replicas over up to 4 nodes and accepts a quarter of them
+    (``min_replicas``); a running one may spread over 2 nodes and, if it has more than one replica,
+    run with one (``elastic``). Its per-replica figures and speeds are kept (speeds observed at its
+    own count). Deterministic; ``share`` 0 gives the snapshot back."""
+    if share <= 0:
+        return snapshot
+    every = max(1, round(1 / share))
+    data = snapshot.model_dump(mode="json", exclude_none=True)
+    k = 0
+    for job in data["jobs"]:
+        if job.get("max_gpus", 0) == 0 or job.get("gpu_milli") is not None or job["status"] == "finished":
+            continue
+        k += 1
+        if k % every:
+            continue
+        reps = int(job.get("replicas", 1))
+        if job["status"] == "pending":
+            job["speed"] = [{**p, "replicas": reps} for p in job.get("speed", [])]
+            job.update(replicas=reps * 4, min_replicas=reps, max_nodes=4)
+        else:
+            job.update(max_nodes=2, elastic=True, min_replicas=1 if reps > 1 else None)
+    return Snapshot.model_validate(data)
+
+
 def describe(snapshot: Snapshot) -> dict[str, Any]:
     """Counts that characterise a generated snapshot (for benchmark output)."""
     jobs = snapshot.jobs
@@ -448,6 +474,7 @@ def describe(snapshot: Snapshot) -> dict[str, Any]:
         "pending": sum(1 for j in jobs if j.status == "pending"),
         "gpu_jobs": sum(1 for j in jobs if j.max_gpus > 0),
         "with_target": sum(1 for j in jobs if j.target is not None),
+        "gangs": sum(1 for j in jobs if j.max_nodes > 1 or j.fewest_replicas < j.replicas),
         "history_points": sum(len(j.history) for j in jobs),
     }
 

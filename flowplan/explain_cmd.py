@@ -75,9 +75,11 @@ def _holder(h: Any) -> str:
     return f"{h.job} ({_gets(h.cpu_millis, h.gpus)}; {own})"
 
 
-def _option_row(o: Any, given: Any, mark: str) -> list[str]:
+def _option_row(o: Any, given: Any, mark: str, counted: bool = False) -> list[str]:
     where = o.node or "-"
     gets = "-" if o.node is None else f"{o.cpu_millis / 1000:g}" + (f"+{o.gpus}g" if o.gpus else "")
+    if o.node is not None and counted:
+        gets += f" x{o.replicas}"  # a gang's options differ in count
     spe = "-" if o.seconds_per_epoch is None else f"{o.seconds_per_epoch:.3g} s"
     t1 = "-" if o.tier1_s is None else f"in {_dur(o.tier1_s)}"
     fin = "-" if o.finish_s is None else f"in {_dur(o.finish_s)}"
@@ -121,15 +123,16 @@ def options_lines(found: Any, limit: int, *, terminal: bool = False) -> list[str
 
     out: list[str] = []
     given = found.given
-    same = (given.node, given.way, given.cpu_millis, given.gpus)
-    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus) != same]
+    same = (given.node, given.way, given.cpu_millis, given.gpus, given.replicas)
+    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus, o.replicas) != same]
     placed = [o for o in shown if o.node is not None]
     rest = [o for o in shown if o.node is None]
     picked = placed[:limit] + (rest if limit else [])
     if picked:
         header = ["NODE", "GETS", "WAY", "LOST", "S/EPOCH", "TIER 1", "FINISH", "DEADLINE", "NEEDS"]
-        rows = [_option_row(found.given, found.given, "(what the plan gave it)")]
-        rows += [_option_row(o, found.given, "") for o in picked]
+        counted = len({o.replicas for o in found.options if o.node is not None} | {found.given.replicas}) > 1
+        rows = [_option_row(found.given, found.given, "(what the plan gave it)", counted)]
+        rows += [_option_row(o, found.given, "", counted) for o in picked]
         more = len(found.options) - len(picked)
         out.append(
             f"  offered: {len(found.options)} option(s) weighed; the {len(picked)} finishing soonest that nothing else on "

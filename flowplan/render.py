@@ -5,6 +5,7 @@ from __future__ import annotations
 from flowplan.tables import plain
 from planner.decode import duration
 from planner.plan import Plan
+from planner.snapshot import Share
 
 _MARK = {True: "yes", False: "NO", None: "-"}
 
@@ -22,6 +23,13 @@ def _deadline(d: float | None, now: float) -> str:
 def _alloc(cpu: int, gpus: int, device: int | None = None) -> str:
     """``2+1g``; a fractional job's share of one device: ``1+1g shared dev0`` (its fraction is in the snapshot)."""
     return f"{cpu / 1000:g}" + (f"+{gpus}g" if gpus else "") + (f" shared dev{device}" if device is not None else "")
+
+
+def _nodes(node: str | None, placement: list[Share] | None, replicas: int, counted: bool) -> str:
+    """``n1``; with ``counted`` its replicas ``n1x8``; a spread gang's per node: ``n1x4+n2x4``."""
+    if placement is not None:
+        return "+".join(f"{s.node}x{s.replicas}" for s in placement)
+    return f"{node}x{replicas}" if counted and node is not None else node or "-"
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -50,10 +58,12 @@ def render_table(plan: Plan, source: str = "", objective: str | None = None, *, 
     for a in plan.assignments:
         p = a.predictions
         prev = a.previous
-        if a.action == "migrate" and prev is not None:
-            where = f"{prev.node} -> {a.node}"
-        else:
-            where = a.node or "-"
+        # A gang's count or placement shows where it changes or spreads (the contract's shares).
+        counted = prev is not None and (prev.placement is not None or a.placement is not None or prev.replicas != a.replicas)
+        where = _nodes(a.node, a.placement, a.replicas, counted)
+        was = _nodes(prev.node, prev.placement, prev.replicas, counted) if prev is not None else where
+        if prev is not None and (a.action == "migrate" or (counted and a.node is not None and was != where)):
+            where = f"{was} -> {where}"
         was = _alloc(prev.cpu_millis, prev.gpus, prev.gpu_device) if prev is not None else "-"
         now_alloc = _alloc(a.cpu_millis, a.gpus, a.gpu_device) if a.node else "-"
         cpu = now_alloc if was in ("-", now_alloc) else f"{was} -> {now_alloc}"

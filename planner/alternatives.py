@@ -37,7 +37,7 @@ from planner.build import build_problem
 from planner.config import PlannerConfig
 from planner.menu import WAYS, gpu_demand_milli
 from planner.outlook import build_outlook
-from planner.plan import Assignment, Plan
+from planner.plan import Assignment, Plan, assigned_shares
 from planner.problem import WAIT_WAY
 from planner.snapshot import MILLI_PER_GPU, Snapshot
 
@@ -144,25 +144,32 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         if a.job == job_id or a.node is None or a.node not in free:
             continue
         other = jobs.get(a.job)
-        mem = (other.memory_mib if other is not None else 0) * a.replicas
-        used = (a.cpu_millis * a.replicas, a.gpus * a.replicas, mem)
-        milli = int(gpu_demand_milli(other.gpu_milli if other is not None else None, np.array([a.gpus]), a.replicas)[0])
-        free[a.node] = [f - u for f, u in zip(free[a.node], (used[0], milli, mem), strict=True)]
         q = a.predictions
         spare = None
         if q.tier1_deadline is not None and not q.tier1_reached:
             spare = (q.tier1_deadline - q.eta_tier1) if q.eta_tier1 is not None else -math.inf
-        on_node.setdefault(a.node, []).append(Holder(a.job, used[0], used[1], mem, spare))
+        for name, count in assigned_shares(a):  # a spread gang holds room on each of its nodes
+            if name not in free:
+                continue
+            mem = (other.memory_mib if other is not None else 0) * count
+            used = (a.cpu_millis * count, a.gpus * count, mem)
+            milli = int(gpu_demand_milli(other.gpu_milli if other is not None else None, np.array([a.gpus]), count)[0])
+            free[name] = [f - u for f, u in zip(free[name], (used[0], milli, mem), strict=True)]
+            on_node.setdefault(name, []).append(Holder(a.job, used[0], used[1], mem, spare))
 
-    def option(node: str | None, way: str, cpu: int, gpus: int, lost: float) -> Option:
+    def option(node: str | None, way: str, cpu: int, gpus: int, lost: float, level: int | None = None) -> Option:
         spe = None if node is None else float(menu.outlook.speed.seconds_per_epoch(cpu, gpus))
+        replicas = job.replicas
+        if node is not None and level is not None and menu.count is not None:
+            # A gang's level is also a count and a spread: its epoch time is the menu's.
+            spe, replicas = float(menu.seconds_per_epoch[level]), int(menu.count[level])
         t1 = _held(lost, rem1, spe)
         met = None if deadline is None else (t1 is not None and t1 <= deadline)
         short = (0, 0, 0)
         holders: tuple[Holder, ...] = ()
         if node is not None and node in free:
-            milli = int(gpu_demand_milli(job.gpu_milli, np.array([gpus]), job.replicas)[0])
-            need = (cpu * job.replicas, milli, job.memory_mib * job.replicas)
+            milli = int(gpu_demand_milli(job.gpu_milli, np.array([gpus]), replicas)[0])
+            need = (cpu * replicas, milli, job.memory_mib * replicas)
             short = tuple(max(0, int(n - f)) for n, f in zip(need, free[node], strict=True))  # type: ignore[assignment]
             short = (short[0], -(-short[1] // MILLI_PER_GPU), short[2])  # whole GPUs short, rounded up
             holders = tuple(on_node.get(node, []))
@@ -171,7 +178,7 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
             way=way,
             cpu_millis=cpu,
             gpus=gpus,
-            replicas=job.replicas,
+            replicas=replicas,
             lost_seconds=lost,
             seconds_per_epoch=spe,
             tier1_s=t1,
@@ -193,19 +200,31 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         name = problem.node_names[n]
         if name not in nodes:
             continue
-        opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way])))
+        opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way]), level))
     given_way = _way_of(given)
     if given.node is not None and given.node in nodes and given_way in WAYS and given.node not in {x.node for x in opts}:
         # The plan's node is not among the candidates built before the solve: the refill gave it after
         # (``planner.build.widen``: room a move freed, offered at every level of the job's menu).
         w = WAYS.index(given_way)
         for level in range(menu.cpu.size):
-            opts.append(option(given.node, given_way, int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[w])))
+            opts.append(option(given.node, given_way, int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[w]), level))
     opts.sort(key=lambda x: (x.finish_s is None, x.finish_s or 0.0, x.gpus, x.cpu_millis, x.node or ""))
     meeting = [x for x in opts if x.tier1_met]
     to_meet = min(meeting, key=lambda x: (x.gpus, x.cpu_millis, not x.fits, x.tier1_s or 0.0)) if meeting else None
     cpu, gpus = (given.cpu_millis, given.gpus) if given.node else (0, 0)
     given_opt = option(given.node, given_way, cpu, gpus, given.lost_seconds)
+    if menu.count is not None and given.node is not None and given.predictions.seconds_per_epoch is not None:
+        # A gang's count and spread: the plan's epoch time, not the per-replica model's.
+        spe = given.predictions.seconds_per_epoch
+        t1 = _held(given.lost_seconds, rem1, spe)
+        given_opt = replace(
+            given_opt,
+            replicas=given.replicas,
+            seconds_per_epoch=spe,
+            tier1_s=t1,
+            finish_s=_held(given.lost_seconds, menu.outlook.remaining_finish, spe),
+            tier1_met=None if deadline is None else (t1 is not None and t1 <= deadline),
+        )
     return JobOptions(
         job=job_id,
         time=now,
@@ -218,8 +237,9 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
 
 
 def pareto(options: tuple[Option, ...] | list[Option]) -> list[Option]:
-    """The options no other on the same node beats: none there with no more CPU, no more GPUs and no
-    later finish, and better in one of them. Waiting/pausing is kept. Order is kept."""
+    """The options no other on the same node beats: none there with no more CPU, no more GPUs (over
+    all its replicas: a gang's counts differ) and no later finish, and better in one of them.
+    Waiting/pausing is kept. Order is kept."""
     out = []
     for x in options:
         if x.node is None or x.finish_s is None:
@@ -229,10 +249,14 @@ def pareto(options: tuple[Option, ...] | list[Option]) -> list[Option]:
             y is not x
             and y.node == x.node
             and y.finish_s is not None
-            and y.cpu_millis <= x.cpu_millis
-            and y.gpus <= x.gpus
+            and y.cpu_millis * y.replicas <= x.cpu_millis * x.replicas
+            and y.gpus * y.replicas <= x.gpus * x.replicas
             and y.finish_s <= x.finish_s
-            and (y.cpu_millis < x.cpu_millis or y.gpus < x.gpus or y.finish_s < x.finish_s)
+            and (
+                y.cpu_millis * y.replicas < x.cpu_millis * x.replicas
+                or y.gpus * y.replicas < x.gpus * x.replicas
+                or y.finish_s < x.finish_s
+            )
             for y in options
         )
         if not beaten:

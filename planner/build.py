@@ -17,21 +17,24 @@ Steps, each a function below:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from planner.config import PlannerConfig
+from planner.gangs import candidates as gang_candidates
+from planner.gangs import current_shares, gang_greedy, gang_mask, gang_options, per_replica, reservation, stay_allocs
+from planner.gangs import take as gang_take
 from planner.greedy import GreedyChoice, greedy
 from planner.menu import MOVE, START, STAY, JobMenu, build_menu, gpu_unit
 from planner.objective import Pricing, price_menus
 from planner.outlook import JobOutlook
-from planner.problem import WAIT_WAY, Problem
+from planner.problem import EXTRA_FIELDS, OPTION_FIELDS, WAIT_WAY, Problem, merge_options
 from planner.snapshot import MILLI_PER_GPU, Job, Node, Snapshot
 
 
 def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarray) -> list[np.ndarray]:
-    """Indices of nodes each job may be placed on (before looking at what is free)."""
+    """Indices of nodes each job may be placed on (before looking at what is free); a gang's, the
+    nodes one of its replicas may go to."""
     schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
     cache: dict[tuple[str | None, tuple[tuple[str, str], ...]], np.ndarray] = {}
     # Jobs of one shape (constraints and smallest demand) share one read-only array: a pass over
@@ -41,7 +44,8 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
     for m in menus:
         job = m.outlook.job
         key = (job.gpu_type, tuple(sorted(job.node_selector.items())))
-        shape = (key, int(m.dem_cpu[0]), int(m.dem_gpu[0]), int(m.dem_mem))
+        least = per_replica(m)[:, 0] if m.count is not None else (m.dem_cpu[0], m.dem_gpu[0], m.dem_mem)
+        shape = (key, int(least[0]), int(least[1]), int(least[2]))
         got = shapes.get(shape)
         if got is None:
             mask = cache.get(key)
@@ -52,7 +56,7 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
                 for k, v in key[1]:
                     mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
                 cache[key] = mask
-            fit = mask & (cap[0] >= m.dem_cpu[0]) & (cap[1] >= m.dem_gpu[0]) & (cap[2] >= m.dem_mem)
+            fit = mask & (cap[0] >= shape[1]) & (cap[1] >= shape[2]) & (cap[2] >= shape[3])
             got = np.flatnonzero(fit)
             got.flags.writeable = False
             shapes[shape] = got
@@ -120,9 +124,10 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
         if current[j] < 0 or job.allocation is None:
             continue
         node = nodes[int(current[j])]
+        here = dict(job.shares()).get(node.name, job.replicas)  # a gang's replicas on rank 0's node
         for what, held, has in (
-            ("millicores", job.allocation.cpu_millis * job.replicas, node.cpu_millis),
-            ("GPUs", job.allocation.gpus * job.replicas, node.gpus),
+            ("millicores", job.allocation.cpu_millis * here, node.cpu_millis),
+            ("GPUs", job.allocation.gpus * here, node.gpus),
         ):
             if held > has:
                 warnings.append(
@@ -141,9 +146,15 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     # Nodes already over capacity with jobs that cannot leave: plan around it, and say so.
     forced = np.zeros((3, N), dtype=np.int64)
+    gang = gang_mask(menus)
     for jj in np.flatnonzero(pinned):
         j = int(jj)
         m = menus[j]
+        if gang[j]:
+            need = per_replica(m)[:, int(np.argmax(stay_allocs(m, True)))]
+            for n, k in current_shares(m, node_index):
+                forced[:, n] += k * need
+            continue
         lv = int(np.argmax(stay_ok[j]))  # type: ignore[arg-type]
         forced[:, current[j]] += (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     over = np.flatnonzero((forced > cap).any(axis=0))
@@ -153,14 +164,37 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     eligible = _eligibility(nodes, menus, cap)
     budget = snapshot.settings.migration_budget
-    g = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget)
-    g_cur = greedy(menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget, from_current=True)
-    cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes)
+
+    def greedy_pair() -> tuple[GreedyChoice, GreedyChoice]:
+        gangs = gang_greedy(menus, eligible, node_index, pinned) if gang.any() else None
+        args = (menus, eligible, current, pinned, stay_ok, cap[0], cap[1], cap[2], budget)
+        return greedy(*args, gangs=gangs), greedy(*args, from_current=True, gangs=gangs)
+
+    g, g_cur = greedy_pair()
+    reserved = np.zeros(0, dtype=np.int64)
+    if gang.any():
+        reservation_of = gang_reservation(menus, gang, g, eligible, cap, snapshot.time, config.gang_reserve_seconds)
+        if reservation_of is not None:
+            keeper, reserved = reservation_of
+            open_node = np.ones(N, dtype=bool)
+            open_node[reserved] = False
+            eligible = [el if j == keeper else el[open_node[el]] for j, el in enumerate(eligible)]
+            g, g_cur = greedy_pair()
+            warnings.append(
+                f"job {menus[keeper].outlook.job.id}: a gang that has waited "
+                f"{snapshot.time - (menus[keeper].outlook.job.submitted or 0.0):.0f} s; nodes "
+                + ", ".join(nodes[int(n)].name for n in reserved)
+                + " take no other job's start or move until it starts (a reservation: see docs/planner.md)"
+            )
+    cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes, gang)
     for j, n in enumerate(g_cur.node.tolist()):
-        if n >= 0 and n not in cand[j]:
+        if n >= 0 and n not in cand[j] and not gang[j]:
             cand[j].append(n)
 
     problem = _options(menus, cand, current, pinned, stay_ok, cap, pricing, node_index, budget)
+    problem.reserved = reserved
+    if gang.any():
+        problem = _with_gangs(problem, menus, gang, eligible, node_index, pinned, (g, g_cur), cap)
     problem.hint = min((_hint_of(problem, g), _hint_of(problem, g_cur)), key=problem.objective)
     forced_moves = int(problem.moves[problem.hint].sum())
     if forced_moves > budget:
@@ -181,18 +215,19 @@ def _candidates(
     g: GreedyChoice,
     cap: np.ndarray,
     extra: int,
+    gang: np.ndarray | None = None,
 ) -> list[list[int]]:
-    free = cap.astype(np.float64).copy()
-    for j, m in enumerate(menus):
-        n, lv = int(g.node[j]), int(g.level[j])
-        if n >= 0:
-            free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
+    """Per job, its candidate nodes (see the module docstring; none for gangs, :mod:`planner.gangs`)."""
+    free = _left_by(menus, g, cap)
     out: list[list[int]] = []
     # The ranking depends only on the job's eligible nodes, its smallest demand and how many nodes
     # it needs; jobs of one shape share it (one pass over the eligible nodes per shape, not per job).
     ranked: dict[tuple[object, ...], list[int]] = {}
     for j, m in enumerate(menus):
         nodes: list[int] = []
+        if gang is not None and gang[j]:
+            out.append(nodes)
+            continue
         if current[j] >= 0:
             nodes.append(int(current[j]))
         if g.node[j] >= 0 and int(g.node[j]) not in nodes:
@@ -212,6 +247,64 @@ def _candidates(
                     nodes.append(n)
         out.append(nodes)
     return out
+
+
+def _left_by(menus: Sequence[JobMenu], g: GreedyChoice, cap: np.ndarray, running_only: bool = False) -> np.ndarray:
+    """(3, N): what the greedy plan ``g`` leaves of ``cap`` (``running_only``: counting only the jobs
+    that are running now)."""
+    free = cap.astype(np.float64).copy()
+    for j, m in enumerate(menus):
+        n, lv = int(g.node[j]), int(g.level[j])
+        if n < 0 or (running_only and m.outlook.job.status != "running"):
+            continue
+        if j in g.shares:
+            gang_take(free, per_replica(m)[:, lv % m.n_alloc], g.shares[j][1])
+        else:
+            free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
+    return free
+
+
+def gang_reservation(
+    menus: Sequence[JobMenu],
+    gang: np.ndarray,
+    g: GreedyChoice,
+    eligible: Sequence[np.ndarray],
+    cap: np.ndarray,
+    now: float,
+    after: float,
+) -> tuple[int, np.ndarray] | None:
+    """:func:`planner.gangs.reservation` for the greedy plan ``g``."""
+    return reservation(menus, gang, g.shares, eligible, _left_by(menus, g, cap, running_only=True), cap, now, after)
+
+
+def _with_gangs(
+    problem: Problem,
+    menus: Sequence[JobMenu],
+    gang: np.ndarray,
+    eligible: Sequence[np.ndarray],
+    node_index: dict[str, int],
+    pinned: np.ndarray,
+    plans: tuple[GreedyChoice, GreedyChoice],
+    cap: np.ndarray,
+) -> Problem:
+    """``problem`` with the gangs' placed options (:mod:`planner.gangs`) and their greedy hints."""
+    now = {
+        j: current_shares(menus[j], node_index) for j in np.flatnonzero(gang).tolist() if menus[j].outlook.job.status == "running"
+    }
+    g = plans[0]
+    cand = gang_candidates(
+        menus,
+        gang,
+        eligible,
+        now,
+        [p.shares for p in plans],
+        _left_by(menus, g, cap),
+        _left_by(menus, g, cap, running_only=True),
+        cap,
+    )
+    add, add_job, extras = gang_options(menus, cand, now, pinned, cap).arrays(menus)
+    merged, _ = merge_options(problem, add, add_job, extras)
+    return merged
 
 
 def _ranked(el: np.ndarray, free: np.ndarray, m: JobMenu, k: int) -> list[int]:
@@ -367,6 +460,11 @@ def _hint_of(problem: Problem, g: GreedyChoice) -> np.ndarray:
     idx = np.flatnonzero(match)
     hint = np.full(problem.n_jobs, -1, dtype=np.int64)
     hint[problem.opt_job[idx[::-1]]] = idx[::-1]  # first match per job
+    for k, (lv, shares) in g.shares.items():
+        # A gang's option is also its placement: the one with the greedy's.
+        count = sum(n for _, n in shares)
+        opts = [o for o in problem.options_of(k) if problem.opt_level[o] == lv and problem.opt_way[o] == g.way[k]]
+        hint[k] = next((o for o in opts if problem.shares_of(o, count) == shares), -1)
     assert (hint >= 0).all(), "a greedy choice is missing from the options"
     return hint
 
@@ -384,7 +482,7 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     cap = problem.capacity()
     on = problem.opt_node[choice]
     room = cap - problem.usage(choice)
-    left_out = np.flatnonzero(on < 0)
+    left_out = np.flatnonzero((on < 0) & ~gang_mask(problem.menus))  # a gang's placements are planner.gangs'
     if left_out.size == 0 or extra <= 0:
         return problem, choice
     # Each left-out job's smallest level; a node can take one only if its room holds the least of them.
@@ -393,6 +491,7 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
         dtype=np.int64,
     ).reshape(-1, 3)
     hot = np.flatnonzero((room >= least.min(axis=0)[:, None]).all(axis=0))
+    hot = hot[~np.isin(hot, problem.reserved)]  # a waiting gang's reservation (planner.gangs)
     if hot.size == 0:
         return problem, choice
     sub_menus = [problem.menus[int(j)] for j in left_out]
@@ -421,30 +520,7 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     )
     add = _options(menus, cand, current, pinned, [_stay_levels(m) for m in menus], cap, pricing, index, problem.migration_budget)
     new = np.flatnonzero(add.opt_node >= 0)
-    n_old = problem.n_options
-    job = np.concatenate((problem.opt_job, sel[add.opt_job[new]]))
-    waits = np.concatenate((problem.opt_node < 0, np.zeros(new.size, dtype=bool)))
-    order = np.lexsort((waits, job))  # by job, a job's wait option last, stable otherwise
-    position = np.empty(job.size, dtype=np.int64)
-    position[order] = np.arange(job.size)
-
-    def cat(old: np.ndarray, added: np.ndarray) -> np.ndarray:
-        return np.concatenate((old, added[new]))[order]
-
-    counts = np.bincount(job, minlength=problem.n_jobs)
-    wider = replace(
-        problem,
-        job_start=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-        opt_job=job[order],
-        opt_node=cat(problem.opt_node, add.opt_node),
-        opt_level=cat(problem.opt_level, add.opt_level),
-        opt_way=cat(problem.opt_way, add.opt_way),
-        dem_cpu=cat(problem.dem_cpu, add.dem_cpu),
-        dem_gpu=cat(problem.dem_gpu, add.dem_gpu),
-        dem_mem=cat(problem.dem_mem, add.dem_mem),
-        moves=cat(problem.moves, add.moves),
-        finish_q=cat(problem.finish_q, add.finish_q),
-        cost=cat(problem.cost, add.cost),
-        hint=position[:n_old][problem.hint],
-    )
-    return wider, position[:n_old][choice]
+    arrays = {name: getattr(add, name)[new] for name in OPTION_FIELDS}
+    no_extras = {name: np.zeros(0, dtype=np.int64) for name in EXTRA_FIELDS}
+    wider, position = merge_options(problem, arrays, sel[add.opt_job[new]], no_extras)
+    return wider, position[choice]

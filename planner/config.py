@@ -110,6 +110,12 @@ class PlannerConfig:
     #: GPU counts per job: every whole number from its min to its max (or to the most a node
     #: holds) when there are at most this many, else this many spread between them.
     gpu_levels: int = 8
+    #: Replica counts per gang that may run with fewer (``min_replicas``): its min, its max, the
+    #: current count and counts spread geometrically between them, this many in all at most.
+    replica_levels: int = 4
+    #: A pending gang that cannot be placed whole and has waited this long reserves the nodes it
+    #: needs (the oldest such gang only): they take no other job's start or move until it starts.
+    gang_reserve_seconds: float = 600.0
     #: CPU shares are rounded to this many millicores.
     cpu_step_millis: int = 100
     #: Problems with more active jobs than this are split into node-disjoint sub-problems.

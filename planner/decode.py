@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
 from planner.menu import MOVE, STAY, JobMenu
 from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
-from planner.snapshot import MILLI_PER_GPU, Job, Node
+from planner.snapshot import MILLI_PER_GPU, Job, Node, Share
 from planner.transitions import action_for, previous_placement
 
 
@@ -42,6 +43,16 @@ def _action(m: JobMenu, way: int, level: int, node: str | None) -> Action:
     """The transition's action (:func:`planner.transitions.action_for`); a way in that restarts the
     job on its own node (MOVE) is never the same allocation."""
     return action_for(m.outlook.job, node, way == STAY and level == m.current_level)
+
+
+def _gang_action(m: JobMenu, way: int, level: int, node: str, shares: tuple[tuple[str, int], ...]) -> Action:
+    """A gang's action: the same allocation is its per-replica share; the same shares, its replicas
+    on the same nodes (:func:`planner.transitions.action_for`)."""
+    job = m.outlook.job
+    cur = job.allocation
+    same = way == STAY and cur is not None and cur.cpu_limit_millis is None
+    same = same and (int(m.cpu[level]), int(m.gpu[level])) == (cur.cpu_millis, cur.gpus)  # type: ignore[union-attr]
+    return action_for(job, node, same, dict(shares) == dict(job.shares()))
 
 
 def _predictions(m: JobMenu, way: int, level: int, now: float) -> Predictions:
@@ -94,9 +105,11 @@ def explain(
     why: str | None,
     cpu_millis: int | None = None,
     gpu_device: int | None = None,
+    shares: Sequence[tuple[str, int]] = (),
 ) -> str:
     """One sentence per job: what it gets, when it finishes, its deadlines (``cpu_millis``: the
-    share when the node's split changed the level's; ``gpu_device``: a fractional job's device)."""
+    share when the node's split changed the level's; ``gpu_device``: a fractional job's device;
+    ``shares``: a gang's replicas per node)."""
     job = m.outlook.job
     parts: list[str] = []
     if node is not None:
@@ -104,7 +117,8 @@ def explain(
         alloc = cores(cpu) + (f" + {int(m.gpu[level])} GPU" if m.gpu[level] else "")
         if job.gpu_milli is not None and m.gpu[level]:
             alloc = cores(cpu) + f" + {job.gpu_milli / MILLI_PER_GPU:g} GPU (shared device {gpu_device})"
-        rep = f" x{job.replicas}" if job.replicas > 1 else ""
+        count = sum(k for _, k in shares) if shares else job.replicas
+        rep = f" x{count}" if count > 1 else ""
         verb = {
             "start": "starts on",
             "keep": "keeps",
@@ -116,6 +130,13 @@ def explain(
             parts.append(f"{verb} {alloc}{rep} on {node}")
         else:
             parts.append(f"{verb} {node} with {alloc}{rep}")
+        if len(shares) > 1:
+            parts.append("replicas spread over " + ", ".join(f"{n} ({k})" for n, k in shares) + f", rank 0 on {node}")
+        was = sum(k for _, k in job.shares())
+        if shares and was and was != count:
+            parts.append(f"{was} -> {count} replicas")
+        if count < job.replicas:
+            parts.append(f"runs {count} of its up to {job.replicas} replicas")
         if m.outlook.remaining_finish <= 0:
             parts.append("has nothing left to learn (" + _done_reason(m) + ")")
         elif pred.eta_finish is not None:
@@ -213,7 +234,13 @@ def decode(
         ni = int(problem.opt_node[o])
         node = problem.node_names[ni] if ni >= 0 else None
         job = m.outlook.job
-        action = _action(m, way, level, node)
+        count, shares = job.replicas, cast(tuple[tuple[str, int], ...], ())
+        if m.count is not None and node is not None:
+            count = int(m.count[level])
+            shares = tuple((problem.node_names[n], k) for n, k in problem.shares_of(o, count))
+            action = _gang_action(m, way, level, node, shares)
+        else:
+            action = _action(m, way, level, node)
         pred = _predictions(m, way, level, now)
         deliver = bool(m.outlook.tier1_reached and not job.delivered and node is not None)
         if deliver and action == "keep":
@@ -258,13 +285,14 @@ def decode(
                 cpu_millis=int(m.cpu[level]) if node is not None else 0,
                 gpus=int(m.gpu[level]) if node is not None else 0,
                 gpu_device=devices.get(j) if node is not None else None,
-                replicas=job.replicas,
+                replicas=count,
+                placement=[Share(node=n, replicas=k) for n, k in shares] if len(shares) > 1 else None,
                 action=action,
                 deliver=deliver,
                 previous=prev,
                 lost_seconds=lost,
                 predictions=pred,
-                explanation=explain(m, action, node, level, pred, now, why, gpu_device=devices.get(j)),
+                explanation=explain(m, action, node, level, pred, now, why, gpu_device=devices.get(j), shares=shares),
             )
         )
     makespan_cost = problem.makespan_weight * fq_max

@@ -5,7 +5,8 @@ machines. Each job goes with the group of the node the greedy warm start gave it
 stays valid in every part), and a job the greedy left waiting is dealt round-robin. The migration
 budget is shared out: each part keeps the migrations its warm start already uses, and the rest is
 split in proportion to its running jobs. Each part is solved on its own; the makespan couples them
-only weakly (the global makespan is the largest part's).
+only weakly (the global makespan is the largest part's). A gang the warm start spreads over nodes
+links them: they go to one group, and a gang option with replicas outside a part is not in it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from planner.problem import Problem
 
@@ -29,6 +32,8 @@ def split(problem: Problem, k: int) -> list[tuple[Problem, np.ndarray]]:
     group_of_node = np.empty(N, dtype=np.int64)
     group_of_node[order] = np.arange(N) % k
 
+    if problem.ext_opt.size:
+        group_of_node = _linked(problem, group_of_node)
     hint_node = problem.opt_node[problem.hint]
     group_of_job = np.where(hint_node >= 0, group_of_node[np.maximum(hint_node, 0)], -1)
     waiting = np.flatnonzero(group_of_job < 0)
@@ -57,5 +62,23 @@ def _restrict(problem: Problem, jobs: np.ndarray, nodes: np.ndarray, budget: int
     on_node = np.zeros(len(problem.node_names), dtype=bool)
     on_node[nodes] = True
     on = problem.opt_node
-    keep = np.flatnonzero(in_part[problem.opt_job] & ((on < 0) | on_node[np.maximum(on, 0)]))
+    outside = np.zeros(problem.n_options, dtype=bool)
+    outside[problem.ext_opt[~on_node[problem.ext_node]]] = True  # a gang option with replicas elsewhere
+    keep = np.flatnonzero(in_part[problem.opt_job] & ((on < 0) | on_node[np.maximum(on, 0)]) & ~outside)
     return problem.subset(jobs, keep, nodes, migration_budget=budget), keep
+
+
+def _linked(problem: Problem, group_of_node: np.ndarray) -> np.ndarray:
+    """``group_of_node`` with the nodes a warm-start gang spans in one group: each set of nodes linked
+    by such gangs (connected components, :mod:`scipy.sparse.csgraph`) goes to its first node's group,
+    so the warm start stays valid in its part."""
+    hinted = np.isin(problem.ext_opt, problem.hint)
+    if not hinted.any():
+        return group_of_node
+    a = problem.opt_node[problem.ext_opt[hinted]]
+    b = problem.ext_node[hinted]
+    n = group_of_node.size
+    _, label = connected_components(coo_matrix((np.ones(a.size), (a, b)), shape=(n, n)), directed=False)
+    first = np.full(n, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n))
+    return group_of_node[first[label]]

@@ -77,7 +77,10 @@ class Packing:
 
 
 def _gpus(problem: Problem, j: int, option: int) -> int:
+    """Whole GPUs ``option`` takes on its node (a gang: its rank 0's replicas there)."""
     m = problem.menus[j]
+    if m.count is not None:
+        return int(problem.dem_gpu[option]) * m.gpu_unit // MILLI_PER_GPU
     return int(m.gpu[int(problem.opt_level[option])]) * m.outlook.job.replicas
 
 
@@ -111,6 +114,9 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], re
     device: dict[int, int] = {}
     whole_new: list[int] = []
     frac_new: list[int] = []
+    for e in np.flatnonzero(np.isin(problem.ext_opt, choice)).tolist():
+        # A gang's replicas off its own node hold whole GPUs there (gangs are never fractional).
+        devs[int(problem.ext_node[e])].whole += int(problem.ext_gpu[e]) * menus[0].gpu_unit // MILLI_PER_GPU
     for j in range(problem.n_jobs):
         n = int(problem.opt_node[choice[j]])
         if n < 0:
@@ -163,6 +169,7 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], re
         room = problem.capacity() - problem.usage(choice)
         # Other nodes only, and never back onto its own node (a stay keeps a device, which is step 1's).
         others = opts[(problem.opt_node[opts] >= 0) & (problem.opt_node[opts] != n) & (problem.opt_way[opts] != STAY)]
+        others = others[~np.isin(others, problem.ext_opt)]  # a spread gang's room is not one node's
         order = others[np.lexsort((others, problem.cost[others]))]
         for o in order.tolist():
             on = int(problem.opt_node[o])
@@ -248,7 +255,7 @@ def _fill(
         (int(problem.cost[o]) - int(problem.cost[choice[j]]), o, j)
         for j in waiting
         for o in problem.options_of(j)
-        if problem.opt_node[o] >= 0 and problem.opt_way[o] == START
+        if problem.opt_node[o] >= 0 and problem.opt_way[o] == START and menus[j].count is None
     ]
     if not cand:
         return

@@ -23,10 +23,13 @@ eligible node, not just the IP's candidate list — its choice is always among t
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.gangs import GangGreedy, Shares
+from planner.gangs import fits as gang_fits
+from planner.gangs import take as gang_take
 from planner.menu import MOVE, START, STAY, JobMenu
 
 
@@ -37,6 +40,8 @@ class GreedyChoice:
     node: np.ndarray
     level: np.ndarray
     way: np.ndarray
+    #: Gangs placed: job index -> (level, placement), rank 0 (``node``) first.
+    shares: dict[int, tuple[int, Shares]] = field(default_factory=dict)
 
 
 def _density(m: JobMenu, way: int, mean_cap: np.ndarray) -> float:
@@ -63,18 +68,22 @@ def greedy(
     cap_mem: np.ndarray,
     migration_budget: int = 0,
     from_current: bool = False,
+    gangs: GangGreedy | None = None,
 ) -> GreedyChoice:
     """Return a feasible choice.
 
     ``eligible[j]``: node indices job j may start or move to; ``current_node[j]``: its node (-1: none);
     ``pinned[j]``: it cannot leave that node; ``stay_ok[j]``: which levels it may hold there without a
-    restart (``None`` for jobs not running).
+    restart (``None`` for jobs not running). ``gangs``: how to place the gangs (:mod:`planner.gangs`):
+    whole, at their fewest count and lowest level, packed; never preempted, preempting or grown here.
     """
     J = len(menus)
     free = np.stack([cap_cpu, cap_gpu, cap_mem]).astype(np.float64)  # (3, N)
     node = np.full(J, -1, dtype=np.int64)
     level = np.full(J, -1, dtype=np.int64)
     way = np.full(J, -1, dtype=np.int64)
+    gang = gangs.mask if gangs is not None else np.zeros(J, dtype=bool)
+    placed: dict[int, tuple[int, Shares]] = {}
 
     def take(j: int, n: int, lv: int, sign: float = 1.0) -> None:
         m = menus[j]
@@ -92,6 +101,16 @@ def greedy(
         cn = int(current_node[j])
         if cn < 0:
             waiting.append(j)
+            continue
+        if gang[j]:
+            assert gangs is not None
+            got = gangs.stay(menus[j], j, from_current)
+            if got is not None and (pinned[j] or gang_fits(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1])):
+                node[j], level[j], way[j] = cn, got[0], STAY
+                placed[j] = got
+                gang_take(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1])
+            else:
+                waiting.append(j)
             continue
         ok_levels = stay_ok[j]
         assert ok_levels is not None
@@ -117,6 +136,15 @@ def greedy(
     for j in waiting:
         m = menus[j]
         is_move = current_node[j] >= 0
+        if gang[j]:
+            assert gangs is not None
+            put = gangs.place(m, j, free, np.stack([cap_cpu, cap_gpu, cap_mem]), bool(pinned[j]))
+            if put is not None:
+                lv, w, shares = put
+                node[j], level[j], way[j] = shares[0][0], lv, w
+                placed[j] = (lv, shares)
+                gang_take(free, gangs.per[j][:, lv % m.n_alloc], shares)
+            continue
         nodes = eligible[j]
         if nodes.size == 0:
             continue
@@ -144,7 +172,7 @@ def greedy(
     # 4: preemption of cheaper running jobs, within what the budget has left.
     budget = migration_budget - sum(1 for j in range(J) if current_node[j] >= 0 and way[j] != STAY)
     if budget > 0:
-        _preempt(menus, eligible, current_node, pinned, node, level, way, free, budget, take)
+        _preempt(menus, eligible, current_node, pinned | gang, node, level, way, free, budget, take, gang)
 
     # 5: growth by marginal gain per unit of the node's scarcest resource it takes.
     heap: list[tuple[float, int, int, int]] = []
@@ -181,7 +209,7 @@ def greedy(
             heapq.heappush(heap, (-gain / share, j, lv, nxt))
 
     for j in range(J):
-        if node[j] >= 0:
+        if node[j] >= 0 and not gang[j]:
             push(j)
     while heap:
         _, j, lv, nxt = heapq.heappop(heap)
@@ -195,7 +223,7 @@ def greedy(
             push(j)
         else:
             take(j, n, lv)
-    return GreedyChoice(node=node, level=level, way=way)
+    return GreedyChoice(node=node, level=level, way=way, shares=placed)
 
 
 #: Consider at most this many nodes per waiting job when looking for jobs to preempt.
@@ -216,6 +244,7 @@ def _preempt(
     free: np.ndarray,
     budget: int,
     take: object,
+    gang: np.ndarray,
 ) -> None:
     """Pause running jobs to start more valuable waiting ones (see step 4 of the module docstring)."""
     # What keeping each staying job is worth: pausing it would add (wait cost - its current cost).
@@ -226,7 +255,7 @@ def _preempt(
             keep_value.setdefault(int(node[j]), []).append((float(m.wait_cost - m.cost[STAY, level[j]]), j))
     for lst in keep_value.values():
         lst.sort()
-    waiting = [j for j in range(len(menus)) if node[j] < 0 and current_node[j] < 0 and eligible[j].size]
+    waiting = [j for j in range(len(menus)) if node[j] < 0 and current_node[j] < 0 and eligible[j].size and not gang[j]]
     assert all(menus[j].cost is not None for j in waiting)
     waiting.sort(key=lambda j: (-(menus[j].wait_cost - int(menus[j].cost[START, 0])), menus[j].outlook.job.id))  # type: ignore[index]
     has_victims = np.zeros(free.shape[1], dtype=bool)

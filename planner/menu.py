@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.config import PlannerConfig
+from planner.gang_levels import gang_levels, is_gang
 from planner.outlook import JobOutlook
 from planner.snapshot import MILLI_PER_GPU, Job
 
@@ -70,7 +71,7 @@ def gpu_unit(jobs: Iterable[Job]) -> int:
     return math.gcd(MILLI_PER_GPU, *(j.gpu_milli for j in jobs if j.gpu_milli is not None))
 
 
-def gpu_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int) -> np.ndarray:
+def gpu_demand_milli(gpu_milli: int | None, gpus: np.ndarray, replicas: int | np.ndarray) -> np.ndarray:
     """GPU demand in milli-GPUs for GPU counts ``gpus`` per replica: 1000 a whole GPU, or the job's
     ``gpu_milli`` for its one (shared) GPU; the planner's capacities are in the same unit."""
     if gpu_milli is not None:
@@ -117,6 +118,14 @@ class JobMenu:
     wait_qoe: int = 0
     wait_unserved: int = 0
     wait_churn: int = 0
+    #: Gangs (:func:`planner.gangs.is_gang`): the levels repeat the per-replica grid (``n_alloc``
+    #: levels) once per (replica count, spread) block: ``count`` and ``spread`` (over two or more
+    #: nodes) per level, and ``dem_*`` are for the level's count (``dem_mem`` for the fewest).
+    #: ``None`` / 0 for every other job.
+    count: np.ndarray | None = None
+    spread: np.ndarray | None = None
+    n_alloc: int = 0
+    gang_note: str = ""
 
 
 def build_menu(
@@ -132,21 +141,38 @@ def build_menu(
     job = outlook.job
     cur = job.allocation if job.status == "running" else None
     cpus = cpu_levels(job.min_cpu_millis, job.max_cpu_millis, cur.cpu_millis if cur else None, config)
-    room = None if max_node_gpus is None else max_node_gpus // job.replicas
+    gang = gang_levels(outlook, config) if is_gang(job) else None
+    per_node = job.replicas if gang is None else -(-job.fewest_replicas // job.max_nodes)
+    room = None if max_node_gpus is None else max_node_gpus // per_node
     gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config, room)
     cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
     gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
+    spe = (outlook.speed if gang is None else gang.speed).seconds_per_epoch_many(cpu, gpu)
+    reps: int | np.ndarray = job.replicas
+    n_alloc = 0
+    if gang is not None:
+        n_alloc = cpu.size
+        blocks = len(gang.count)
+        reps = np.repeat(gang.count, n_alloc)
+        spread = np.repeat(gang.spread, n_alloc)
+        spe = np.tile(spe, blocks) * gang.scaling.factor(reps, np.where(spread, 2, 1))
+        cpu, gpu = np.tile(cpu, blocks), np.tile(gpu, blocks)
     current_level = None
     if cur is not None and cur.cpu_limit_millis is None:  # a capped job's every option drops the cap
-        hit = np.flatnonzero((cpu == cur.cpu_millis) & (gpu == cur.gpus))
+        same = (cpu == cur.cpu_millis) & (gpu == cur.gpus)
+        if gang is not None:
+            shares = job.shares()
+            same &= (reps == sum(k for _, k in shares)) & (spread == (len(shares) > 1))
+        hit = np.flatnonzero(same)
         current_level = int(hit[0]) if hit.size else None
-    spe = outlook.speed.seconds_per_epoch_many(cpu, gpu)
     # A restart loses checkpoint + restart time and the work since the last checkpoint: jobs
     # checkpoint at every epoch end and every ``checkpoint_every_seconds``, so on average half of
     # the shorter of the two (at the speed it trains now) is done again.
     redo = 0.0
     if cur is not None:
         period = float(outlook.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus))
+        if gang is not None:
+            period = float(gang.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus)) * gang.current_factor
         if job.checkpoint_every_seconds is not None:
             period = min(period, job.checkpoint_every_seconds)
         redo = 0.5 * period if math.isfinite(period) else 0.0
@@ -217,9 +243,9 @@ def build_menu(
         cpu=cpu,
         gpu=gpu,
         n_cpu=len(cpus),
-        dem_cpu=cpu * job.replicas,
-        dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, job.replicas) // gpu_unit,
-        dem_mem=job.memory_mib * job.replicas,
+        dem_cpu=cpu * reps,
+        dem_gpu=gpu_demand_milli(job.gpu_milli, gpu, reps) // gpu_unit,
+        dem_mem=job.memory_mib * (job.replicas if gang is None else job.fewest_replicas),
         seconds_per_epoch=spe,
         lost=lost,
         finish_s=finish_s,
@@ -232,4 +258,8 @@ def build_menu(
         t1_slack_s=t1_slack,
         phase_seconds=tau,
         gpu_unit=gpu_unit,
+        count=None if gang is None else reps,  # type: ignore[arg-type]
+        spread=None if gang is None else spread,
+        n_alloc=n_alloc,
+        gang_note="" if gang is None else gang.note,
     )

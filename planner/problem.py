@@ -2,7 +2,9 @@
 
 Every active job has a contiguous block of *options* (``job_start[j] : job_start[j+1]``); exactly one
 is chosen. An option is a node and a level reached by one way in (stay / start / move), or "no node"
-(wait / pause). The model::
+(wait / pause). A gang spread over several nodes (:mod:`planner.gangs`) has its rank 0's replicas
+on the option's node and the rest in a sparse table of *extra charges* (``ext_*``: option, node,
+replicas, CPU, GPU, memory), which every capacity sum adds. The model::
 
     minimise   Σ_o cost_o · x_o + A · M
     subject to Σ_{o ∈ job j} x_o = 1                                  (one placement per active job)
@@ -25,6 +27,14 @@ import numpy as np
 from planner.menu import JobMenu
 
 WAIT_WAY = -1  # ``opt_way`` of a no-node option
+#: The per-option arrays (one entry per option, in option order).
+OPTION_FIELDS = ("opt_node", "opt_level", "opt_way", "dem_cpu", "dem_gpu", "dem_mem", "moves", "finish_q", "cost")
+#: The extra-charge arrays (one entry per extra charge).
+EXTRA_FIELDS = ("ext_opt", "ext_node", "ext_reps", "ext_cpu", "ext_gpu", "ext_mem")
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -52,6 +62,16 @@ class Problem:
     warnings: list[str] = field(default_factory=list)
     #: The makespan is at least this (set when jobs outside this problem already finish that late).
     makespan_floor: int = 0
+    #: Extra charges: the replicas option ``ext_opt[e]`` puts on node ``ext_node[e]`` (not its
+    #: ``opt_node``), ``ext_reps[e]`` of them, taking ``ext_cpu/gpu/mem[e]``; sorted by option.
+    ext_opt: np.ndarray = field(default_factory=lambda: _empty())
+    ext_node: np.ndarray = field(default_factory=lambda: _empty())
+    ext_reps: np.ndarray = field(default_factory=lambda: _empty())
+    ext_cpu: np.ndarray = field(default_factory=lambda: _empty())
+    ext_gpu: np.ndarray = field(default_factory=lambda: _empty())
+    ext_mem: np.ndarray = field(default_factory=lambda: _empty())
+    #: Nodes reserved for a waiting gang (:func:`planner.gangs.reservation`): no other job starts or moves there.
+    reserved: np.ndarray = field(default_factory=lambda: _empty())
 
     @property
     def n_jobs(self) -> int:
@@ -92,6 +112,11 @@ class Problem:
             "hint": position[self.hint[jobs]],
             "warnings": [],
         }
+        if self.ext_opt.size:
+            at = position[self.ext_opt]
+            sel = at >= 0
+            fields.update({name: getattr(self, name)[sel] for name in EXTRA_FIELDS})
+            fields["ext_opt"] = at[sel]
         if nodes is not None:
             node_map = np.full(len(self.node_names), -1, dtype=np.int64)
             node_map[nodes] = np.arange(nodes.size)
@@ -103,6 +128,11 @@ class Problem:
                 cap_mem=self.cap_mem[nodes],
                 opt_node=np.where(on >= 0, node_map[np.maximum(on, 0)], -1),
             )
+            fields["reserved"] = node_map[self.reserved][node_map[self.reserved] >= 0]
+            if self.ext_opt.size:
+                moved = node_map[fields["ext_node"]]
+                assert (moved >= 0).all(), "a kept option has replicas on a node left out"
+                fields["ext_node"] = moved
         fields.update(changes)
         return replace(self, **fields)
 
@@ -117,7 +147,22 @@ class Problem:
         used = [
             np.bincount(self.opt_node[placed], weights=d[placed], minlength=n) for d in (self.dem_cpu, self.dem_gpu, self.dem_mem)
         ]
+        if self.ext_opt.size:
+            e = np.flatnonzero(np.isin(self.ext_opt, placed))
+            for u, d in zip(used, (self.ext_cpu, self.ext_gpu, self.ext_mem), strict=True):
+                u += np.bincount(self.ext_node[e], weights=d[e], minlength=n)
         return np.stack(used).astype(np.int64).reshape(3, n)
+
+    def extras_of(self, option: int) -> np.ndarray:
+        """Indices of ``option``'s extra charges (replicas on nodes other than its own)."""
+        lo, hi = np.searchsorted(self.ext_opt, [option, option + 1])
+        return np.arange(lo, hi)
+
+    def shares_of(self, option: int, replicas: int) -> tuple[tuple[int, int], ...]:
+        """``(node index, replicas)`` per node of an option placing ``replicas`` in all, its own node first."""
+        e = self.extras_of(option)
+        rest = tuple((int(self.ext_node[i]), int(self.ext_reps[i])) for i in e)
+        return ((int(self.opt_node[option]), replicas - sum(k for _, k in rest)), *rest)
 
     def objective(self, choice: np.ndarray) -> int:
         """Objective value of a full choice (option index per job)."""
@@ -132,17 +177,41 @@ class Problem:
             o = int(choice[j])
             if not (self.job_start[j] <= o < self.job_start[j + 1]):
                 out.append(f"job {self.menus[j].outlook.job.id}: option {o} not its own")
-        placed = choice[self.opt_node[choice] >= 0]
-        n = len(self.node_names)
-        for name, dem, cap in (
-            ("cpu", self.dem_cpu, self.cap_cpu),
-            ("gpu", self.dem_gpu, self.cap_gpu),
-            ("memory", self.dem_mem, self.cap_mem),
-        ):
-            use = np.bincount(self.opt_node[placed], weights=dem[placed], minlength=n)
+        used = self.usage(choice)
+        for name, use, cap in zip(("cpu", "gpu", "memory"), used, (self.cap_cpu, self.cap_gpu, self.cap_mem), strict=True):
             for i in np.flatnonzero(use > cap + 1e-9):
                 out.append(f"node {self.node_names[i]}: {name} {int(use[i])} > {int(cap[i])}")
         mv = int(self.moves[choice].sum())
         if mv > self.migration_budget:
             out.append(f"{mv} migrations > budget {self.migration_budget}")
         return out
+
+
+def merge_options(
+    problem: Problem, add: dict[str, np.ndarray], add_job: np.ndarray, extras: dict[str, np.ndarray]
+) -> tuple[Problem, np.ndarray]:
+    """``problem`` with the options ``add`` (per-option arrays of :data:`OPTION_FIELDS`, of jobs
+    ``add_job``) and their extra charges ``extras`` (:data:`EXTRA_FIELDS`, ``ext_opt`` counting the
+    added options from 0); and where each old option went. Options stay grouped by job, old ones in
+    their order, new ones after a job's old placed options and before its wait option."""
+    n_old = problem.n_options
+    job = np.concatenate((problem.opt_job, add_job))
+    waits = np.concatenate((problem.opt_node < 0, add["opt_node"] < 0))
+    order = np.lexsort((waits, job))  # by job, a job's wait option last, stable otherwise
+    position = np.empty(job.size, dtype=np.int64)
+    position[order] = np.arange(job.size)
+    counts = np.bincount(job, minlength=problem.n_jobs)
+    fields: dict[str, Any] = {name: np.concatenate((getattr(problem, name), add[name]))[order] for name in OPTION_FIELDS}
+    if extras["ext_opt"].size or problem.ext_opt.size:
+        ext_opt = np.concatenate((position[problem.ext_opt], position[n_old + extras["ext_opt"]]))
+        rows = np.argsort(ext_opt, kind="stable")
+        fields.update({name: np.concatenate((getattr(problem, name), extras[name]))[rows] for name in EXTRA_FIELDS[1:]})
+        fields["ext_opt"] = ext_opt[rows]
+    merged = replace(
+        problem,
+        job_start=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        opt_job=job[order],
+        hint=position[:n_old][problem.hint],
+        **fields,
+    )
+    return merged, position[:n_old]

@@ -141,7 +141,9 @@ def residual(problem: Problem, relaxation: Relaxation, *, wide: bool = False) ->
         # Room where undecided running jobs would stay (pending ones can always wait).
         undecided = fixed[problem.opt_job] < 0
         hot = np.zeros(len(problem.node_names), dtype=bool)
-        hot[problem.opt_node[undecided & (problem.opt_way == STAY)]] = True
+        staying = undecided & (problem.opt_way == STAY)
+        hot[problem.opt_node[staying]] = True
+        hot[problem.ext_node[staying[problem.ext_opt]]] = True  # a gang stays on all its nodes
         chosen = fixed[fixed >= 0]
         node_of = problem.opt_node[chosen]
         release = ((node_of >= 0) & hot[np.maximum(node_of, 0)]) | (problem.moves[chosen] > 0)
@@ -208,6 +210,9 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     grow = fits & (~placed[job] | (here & bigger))
     released = np.zeros(J, dtype=bool)
     released[job[grow]] = True
+    if problem.ext_opt.size:
+        # Gangs keep their choice: their room spans nodes, which this node-by-node test cannot see.
+        released &= np.array([m.count is None for m in problem.menus], dtype=bool)
     if not released.any():
         return None
     fixed = np.where(released, -1, choice)

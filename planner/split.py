@@ -73,7 +73,12 @@ def apply_split(
         if n < 0 or way == WAIT_WAY:
             continue
         job = m.outlook.job
-        if way == STAY and not job.resizable:
+        if m.count is not None:
+            # A gang keeps the level's share on every node it is on (one share for all its replicas).
+            fixed[n] += int(problem.dem_cpu[o])
+            for e in problem.extras_of(o):
+                fixed[int(problem.ext_node[e])] += int(problem.ext_cpu[e])
+        elif way == STAY and not job.resizable:
             fixed[n] += int(problem.dem_cpu[o])
         else:
             flexible[n].append(j)

@@ -47,17 +47,21 @@ def capacity_rows(problem: Problem) -> list[tuple[int, np.ndarray, np.ndarray, i
     placed = np.flatnonzero(problem.opt_node >= 0)
     if placed.size == 0:
         return rows
-    order = placed[np.argsort(problem.opt_node[placed], kind="stable")]
-    nodes = problem.opt_node[order]
-    cuts = np.flatnonzero(np.diff(nodes)) + 1
+    # (node, option, demand) entries: each option on its own node, and a gang's extra charges on the
+    # other nodes it puts replicas on (planner.problem); grouped by node, options in order within.
+    opt = np.concatenate((placed, problem.ext_opt))
+    on = np.concatenate((problem.opt_node[placed], problem.ext_node))
+    demands = (
+        (np.concatenate((problem.dem_cpu[placed], problem.ext_cpu)), problem.cap_cpu),
+        (np.concatenate((problem.dem_gpu[placed], problem.ext_gpu)), problem.cap_gpu),
+        (np.concatenate((problem.dem_mem[placed], problem.ext_mem)), problem.cap_mem),
+    )
+    order = np.argsort(on, kind="stable")
+    cuts = np.flatnonzero(np.diff(on[order])) + 1
     for block in np.split(order, cuts):
-        n = int(problem.opt_node[block[0]])
-        jobs = problem.opt_job[block]
-        for dem, cap in (
-            (problem.dem_cpu, problem.cap_cpu),
-            (problem.dem_gpu, problem.cap_gpu),
-            (problem.dem_mem, problem.cap_mem),
-        ):
+        n = int(on[block[0]])
+        jobs = problem.opt_job[opt[block]]
+        for dem, cap in demands:
             d = dem[block]
             if not d.any():
                 continue
@@ -67,5 +71,5 @@ def capacity_rows(problem: Problem) -> list[tuple[int, np.ndarray, np.ndarray, i
             if worst.sum() <= cap[n]:
                 continue
             nz = d > 0
-            rows.append((n, block[nz], d[nz], int(cap[n])))
+            rows.append((n, opt[block][nz], d[nz], int(cap[n])))
     return rows

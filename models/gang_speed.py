@@ -1,0 +1,124 @@
+"""How a data-parallel job's epoch time changes with its replica count and its spread over nodes.
+
+The per-replica speed model (:class:`models.speed.SpeedModel`) says how fast one epoch goes at a
+CPU share and GPU count *per replica*, at the counts the job was observed with. A gang that may run
+with fewer replicas (``min_replicas``) or over several nodes (``max_nodes``) needs the rest: the
+epoch time at ``r`` replicas on ``n`` nodes relative to what the per-replica model averages over.
+
+Each replica keeps its local batch, so an epoch of ``D`` samples is ``D / (r * b)`` steps and the
+epoch time is proportional to ``step(n, r) / r``, with the step time in Pollux's form
+(:func:`models.placement.predict_steps`; compute normalised to 1 s per step)::
+
+    factor(r, n) = (step(n, r) / r) / reference
+
+``reference`` is the geometric mean of ``step(n_i, r_i) / r_i`` over the observations the
+per-replica model was fitted to (``step(1, R) / R``, the job's own count on one node, without any),
+so the factor is exactly 1 where the per-replica model stands.
+
+Parameters (relative to the compute time of one step, :data:`PRIOR`): the median over the six models
+of the Pollux artifact's measured step tables (``adaptdl-osdi21/traces/*/placements.csv`` and
+``scalability.csv``, each fitted with :func:`models.placement.table_prior` and divided by its compute
+time at the median local batch; rounded): intra-node all-reduce 0.2, inter-node 0.85, overlap
+exponent 2, and one per-replica term (beyond two replicas) for both links, 0.05, between the medians
+of the intra-node (0.09) and inter-node (0.02) fits: fitted apart, per model, they made 16 replicas
+on one node slower than over four at four models of six (an extrapolation: the testbed's nodes held
+four GPUs), which no network does. A spread is never predicted faster than one node with as many
+replicas (:func:`_per_step`), fitted parameters included. A job observed at two or more (count, nodes)
+shapes gets its own fit (:func:`models.placement.fit_placement_model`, MAP with this prior scaled to
+its observations), so its spread penalty comes from its own epochs when it has them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.placement import (
+    PlacementObservation,
+    PlacementParams,
+    PlacementSpeedModel,
+    even_placement,
+    fit_placement_model,
+    predict_steps,
+)
+
+#: The prior's parameters in seconds per step for a compute time of one second (module docstring).
+PRIOR = PlacementParams(
+    compute_base=1.0,
+    compute_per_sample=0.0,
+    intra_base=0.2,
+    intra_per_replica=0.05,
+    inter_base=0.85,
+    inter_per_replica=0.05,
+    overlap=2.0,
+)
+
+
+@dataclass(frozen=True)
+class GangShape:
+    """One observed epoch of the whole job: ``replicas`` on ``nodes`` nodes took ``relative`` times
+    what the per-replica model predicts at its CPU/GPU share (any positive scale; only ratios count)."""
+
+    replicas: int
+    nodes: int
+    relative: float
+
+
+@dataclass(frozen=True)
+class GangScaling:
+    """Epoch-time factor by replica count and node count (module docstring)."""
+
+    params: np.ndarray  # the placement formula's parameters (models.placement.NAMES order)
+    reference: float  # step(n, r) / r the per-replica model stands for
+    source: str  # "prior" or "fitted+prior"
+
+    def factor(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Multiply the per-replica model's epoch time by this for ``replicas`` on ``nodes`` nodes."""
+        return self.per_step(replicas, nodes) / self.reference
+
+    def per_step(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """``step(n, r) / r`` of the fitted form (any scale: only ratios mean anything)."""
+        r = np.maximum(np.asarray(replicas, dtype=float), 1.0)
+        n = np.clip(np.asarray(nodes, dtype=float), 1.0, r)
+        return _per_step(self.params, r, n)
+
+
+def _per_step(params: np.ndarray, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """``step / replicas``; a spread is never faster than the same count on one node (the slowest
+    link bounds the all-reduce; the form's two links, fitted apart, could say otherwise at counts
+    no node holds)."""
+    r = np.asarray(replicas, dtype=float)
+    n = np.asarray(nodes, dtype=float)
+    ones = np.ones_like(r)
+    step, _ = predict_steps(params, n, r, ones)
+    packed, _ = predict_steps(params, ones, r, ones)
+    return np.asarray(np.where(n > 1, np.maximum(step, packed), step) / r, dtype=float)
+
+
+def gang_scaling(replicas: int, shapes: Sequence[GangShape]) -> GangScaling:
+    """The scaling of a job of ``replicas`` replicas given its observed ``shapes`` (may be empty)."""
+    prior = PRIOR.as_array()
+    usable = [s for s in shapes if s.relative > 0 and math.isfinite(s.relative) and 1 <= s.nodes <= s.replicas]
+    if not usable:
+        ref = float(_per_step(prior, np.array([replicas]), np.array([1]))[0])
+        return GangScaling(prior, ref, "prior")
+    r = np.array([s.replicas for s in usable], dtype=float)
+    n = np.array([s.nodes for s in usable], dtype=float)
+    seen = np.array([s.relative for s in usable], dtype=float)
+    params = prior
+    source = "prior"
+    if len({(s.replicas, s.nodes) for s in usable}) >= 2:
+        # Observed step times up to a common scale: the epoch's relative time times the count.
+        step = seen * r
+        scale = float(np.exp(np.mean(np.log(step) - np.log(_per_step(prior, r, n) * r))))
+        scaled = prior.copy()
+        scaled[:6] = np.maximum(prior[:6] * scale, 1e-8)
+        base = PlacementSpeedModel(PlacementParams(*(float(x) for x in scaled)), 0, "prior")
+        obs = [PlacementObservation(even_placement(int(a), int(b)), 1.0, float(t)) for b, a, t in zip(r, n, step, strict=True)]
+        params = fit_placement_model(obs, prior=base).params.as_array()
+        source = "fitted+prior"
+    ref = float(np.exp(np.mean(np.log(_per_step(params, r, n)))))
+    return GangScaling(params, ref, source)

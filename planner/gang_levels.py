@@ -1,0 +1,100 @@
+"""A gang's menu dimensions: which replica counts it is offered, and how fast each count and spread runs.
+
+A *gang* here is a job the planner must choose a count or a placement for: ``min_replicas`` below
+``replicas``, or ``max_nodes`` above 1 (:func:`is_gang`). Every other job is planned exactly as
+before. A gang's menu (:func:`planner.menu.build_menu`) repeats its per-replica (CPU, GPU) grid once
+per *block* (replica count, spread): the counts are a small geometric set over [min_replicas,
+replicas] like the GPU levels (``PlannerConfig.replica_levels``, plus the count it runs with), each
+on one node and, when the job may spread, over two or more nodes (the step-time model only tells one
+node from several: :mod:`models.placement`). The epoch time of a block is the per-replica speed
+model's times :class:`models.gang_speed.GangScaling`'s factor, fitted from the job's own epochs at
+other counts and spreads (``SpeedPoint.replicas`` / ``.nodes``) when it has them, else the prior.
+
+The per-replica model (:func:`planner.progress.job_speed`) is fitted on every observed epoch whatever
+its count; where those epochs span two or more (count, nodes) shapes, it is fitted again for the
+gang, on each epoch scaled to the job's full count on one node by the fitted factor, so a count seen
+at another CPU/GPU share is not taken for that share's speed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from models.gang_speed import GangScaling, GangShape, gang_scaling
+from models.speed import SpeedObservation, fit_speed_model
+from planner.config import PlannerConfig
+from planner.outlook import JobOutlook, SpeedLike
+from planner.snapshot import Job
+
+
+def is_gang(job: Job) -> bool:
+    """Does the planner choose this job's count or placement (else: all ``replicas`` on one node)?"""
+    return job.max_nodes > 1 or job.fewest_replicas < job.replicas
+
+
+@dataclass(frozen=True)
+class GangLevels:
+    count: np.ndarray  # (B,) replicas per block
+    spread: np.ndarray  # (B,) bool: over two or more nodes
+    scaling: GangScaling
+    speed: SpeedLike  # the per-replica model the factor multiplies
+    current_factor: float  # the scaling at the count and spread it runs with (1 if not running)
+    note: str
+
+
+def count_levels(job: Job, config: PlannerConfig) -> list[int]:
+    """Replica counts offered: min, max, the current count, and a geometric spread between."""
+    lo, hi = job.fewest_replicas, job.replicas
+    out = {lo, hi}
+    n = max(config.replica_levels, 2)
+    if hi > lo and n > 2:
+        ratio = (hi / lo) ** (1.0 / (n - 1))
+        out.update(v for v in (int(round(lo * ratio**i)) for i in range(1, n - 1)) if lo < v < hi)
+    running = sum(k for _, k in job.shares())
+    if running and lo <= running <= hi:
+        out.add(running)
+    return sorted(out)
+
+
+def _shapes(outlook: JobOutlook) -> list[GangShape]:
+    """The job's observed epochs as (count, nodes, relative to the per-replica model)."""
+    job = outlook.job
+    out = []
+    for p in job.speed:
+        model = float(outlook.speed.seconds_per_epoch(p.cpu_millis, p.gpus))
+        if model > 0 and math.isfinite(model):
+            out.append(GangShape(p.replicas or job.replicas, p.nodes, p.seconds_per_epoch / model))
+    if not job.speed and outlook.speed_basis == "observed" and job.status == "running":
+        # Fitted from its recent history, at the count and spread it runs with.
+        shares = job.shares()
+        out.append(GangShape(sum(k for _, k in shares), len(shares), 1.0))
+    return out
+
+
+def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
+    job = outlook.job
+    counts = count_levels(job, config)
+    blocks = [(c, False) for c in counts] + [(c, True) for c in counts if job.max_nodes > 1 and c > 1]
+    count = np.array([c for c, _ in blocks], dtype=np.int64)
+    spread = np.array([s for _, s in blocks], dtype=bool)
+    shapes = _shapes(outlook)
+    scaling = gang_scaling(job.replicas, shapes)
+    speed: SpeedLike = outlook.speed
+    if scaling.source != "prior" and job.speed:
+        # Each epoch at its count and spread, scaled to the full count on one node; the refit stands there.
+        full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
+        obs = []
+        for p in job.speed:
+            at = float(scaling.per_step(np.array([p.replicas or job.replicas]), np.array([p.nodes]))[0])
+            obs.append(SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at))
+        speed = fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+        scaling = replace(scaling, reference=full)
+    shares = job.shares()
+    current = 1.0
+    if shares:
+        current = float(scaling.factor(np.array([sum(k for _, k in shares)]), np.array([min(len(shares), 2)]))[0])
+    note = f"count/spread scaling {scaling.source}"
+    return GangLevels(count, spread, scaling, speed, current, note)

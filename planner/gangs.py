@@ -1,0 +1,359 @@
+"""Gangs' placements: where a gang's replicas may go, as options of the integer program.
+
+A gang (:func:`planner.gang_levels.is_gang`) is placed whole — a count in [min_replicas, replicas],
+on at most ``max_nodes`` nodes — or waits. Its *option* is a count, a concrete placement (replicas
+per node, rank 0 first), a per-replica (CPU, GPU) level and a way in; rank 0's replicas are charged
+to the option's node, the others to the problem's extra charges (:class:`planner.problem.Problem`),
+so every node's capacity stays exact.
+
+Candidate placements, per job and count level, deterministic (ties by node index):
+
+- where it runs (its current placement; and, for other counts, its current nodes filled first);
+- the greedy warm start's placements;
+- *packed*: one node when the count fits one (best fit: the node that fits it with the least room
+  to spare), else the fewest nodes, wholly free nodes first (a gang that takes whole nodes leaves
+  no fragments), then the nodes with the most room. Packed twice: into the room the greedy plan
+  leaves, and into the room that the running jobs leave (so the solver may start a gang instead
+  of the smaller pending jobs the greedy put there).
+
+Ways in: a pending gang starts; a running one stays (same placement: keep, or a live resize of its
+per-replica share), is resized live to another count or placement when it is ``elastic`` and rank 0
+stays (:func:`planner.transitions.action_for`), else migrates (a checkpoint-restart, spending the
+budget).
+
+Starvation: a pending gang that cannot be placed whole while small jobs keep taking the room it
+needs would wait for ever. The oldest such gang that has waited ``gang_reserve_seconds`` gets a
+*reservation* (:func:`reservation`): the nodes of its packing into the running jobs' room take no
+new start or move of another job until it starts; what runs there keeps running, so the nodes drain
+as those jobs finish. One reservation at a time bounds the capacity held idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from planner.menu import MOVE, START, STAY, JobMenu
+from planner.snapshot import MILLI_PER_GPU
+
+Shares = tuple[tuple[int, int], ...]  # (node index, replicas), rank 0 first
+
+
+def gang_mask(menus: Sequence[JobMenu]) -> np.ndarray:
+    """Per job: is it a gang (planned here)?"""
+    return np.array([m.count is not None for m in menus], dtype=bool)
+
+
+def per_replica(m: JobMenu) -> np.ndarray:
+    """(3, K): CPU, GPU (in the problem's GPU unit) and memory of one replica at each per-replica level."""
+    k = m.n_alloc
+    gpu = m.gpu[:k] * MILLI_PER_GPU // m.gpu_unit
+    return np.stack([m.cpu[:k], gpu, np.full(k, m.outlook.job.memory_mib, dtype=np.int64)]).astype(np.int64)
+
+
+def block_level(m: JobMenu, count: int, spread: bool) -> int | None:
+    """The first level of the block of ``count`` replicas on one node (``spread`` False) or more."""
+    assert m.count is not None and m.spread is not None
+    k = m.n_alloc
+    hit = np.flatnonzero((m.count[::k] == count) & (m.spread[::k] == spread))
+    return int(hit[0]) * k if hit.size else None
+
+
+def stay_allocs(m: JobMenu, pinned: bool) -> np.ndarray:
+    """(K,) per-replica levels a running gang may hold in place without a restart."""
+    job = m.outlook.job
+    ok = np.zeros(m.n_alloc, dtype=bool)
+    if job.resizable:
+        ok[:] = True
+    elif m.current_level is not None:
+        ok[m.current_level % m.n_alloc] = True
+    if pinned and not ok.any():
+        ok[:] = True  # planned as if it could resize live (build_problem warns)
+    return ok
+
+
+def current_shares(m: JobMenu, node_index: dict[str, int]) -> Shares:
+    return tuple((node_index[n], k) for n, k in m.outlook.job.shares())
+
+
+def slots(room: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """(N,) replicas of demand ``need`` (3,) that fit each node's ``room`` (3, N)."""
+    out = np.full(room.shape[1], 1 << 20, dtype=np.int64)
+    for r in range(3):
+        if need[r] > 0:
+            out = np.minimum(out, np.floor_divide(np.maximum(room[r], 0), need[r]).astype(np.int64))
+    return out
+
+
+def pack(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int) -> Shares | None:
+    """``count`` replicas of ``need`` into ``room`` on ``eligible`` nodes (module docstring), or None."""
+    fit = slots(room[:, eligible], need)
+    ok = fit > 0
+    el, fit = eligible[ok], fit[ok]
+    if el.size == 0:
+        return None
+    one = np.flatnonzero(fit >= count)
+    if one.size:
+        best = one[np.lexsort((el[one], fit[one]))][0]
+        return ((int(el[best]), count),)
+    whole = (room[:, el] >= cap[:, el]).all(axis=0)
+    order = np.lexsort((el, -fit, ~whole))
+    out: list[tuple[int, int]] = []
+    left = count
+    for i in order[:max_nodes]:
+        k = int(min(fit[i], left))
+        out.append((int(el[i]), k))
+        left -= k
+        if left == 0:
+            return tuple(out)
+    return None
+
+
+def pack_onto(
+    count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int, first: Shares
+) -> Shares | None:
+    """``count`` replicas on the nodes of ``first`` (in its order, as many as their room takes), the
+    rest packed on other eligible nodes: a running gang's new count where it runs."""
+    out: list[tuple[int, int]] = []
+    left = count
+    for n, _ in first:
+        k = int(min(slots(room[:, [n]], need)[0], left))
+        if k > 0 and len(out) < max_nodes:
+            out.append((n, k))
+            left -= k
+        if left == 0:
+            return tuple(out)
+    if not out:
+        return None
+    rest_el = eligible[~np.isin(eligible, [n for n, _ in out])]
+    rest = pack(left, room, cap, rest_el, need, max_nodes - len(out)) if max_nodes > len(out) else None
+    return None if rest is None else (*out, *rest)
+
+
+def take(free: np.ndarray, need: np.ndarray, shares: Shares, sign: float = 1.0) -> None:
+    for n, k in shares:
+        free[:, n] -= sign * k * need
+
+
+def fits(free: np.ndarray, need: np.ndarray, shares: Shares) -> bool:
+    return all(bool((k * need <= free[:, n] + 1e-9).all()) for n, k in shares)
+
+
+@dataclass
+class GangOptions:
+    """Options of the gangs, as per-option lists and extra charges (``ext_opt`` from 0)."""
+
+    job: list[int] = field(default_factory=list)
+    node: list[int] = field(default_factory=list)
+    level: list[int] = field(default_factory=list)
+    way: list[int] = field(default_factory=list)
+    dem: list[tuple[int, int, int]] = field(default_factory=list)
+    ext: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
+
+    def arrays(self, menus: Sequence[JobMenu]) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+        job = np.asarray(self.job, dtype=np.int64)
+        way = np.asarray(self.way, dtype=np.int64)
+        level = np.asarray(self.level, dtype=np.int64)
+        dem = np.asarray(self.dem, dtype=np.int64).reshape(-1, 3)
+        fq = [int(menus[j].finish_q[w, lv]) for j, w, lv in zip(self.job, self.way, self.level, strict=True)]  # type: ignore[index]
+        cost = [int(menus[j].cost[w, lv]) for j, w, lv in zip(self.job, self.way, self.level, strict=True)]  # type: ignore[index]
+        add = {
+            "opt_node": np.asarray(self.node, dtype=np.int64),
+            "opt_level": level,
+            "opt_way": way,
+            "dem_cpu": dem[:, 0],
+            "dem_gpu": dem[:, 1],
+            "dem_mem": dem[:, 2],
+            "moves": (way == MOVE).astype(np.int64),
+            "finish_q": np.asarray(fq, dtype=np.int64),
+            "cost": np.asarray(cost, dtype=np.int64),
+        }
+        ext = np.asarray(self.ext, dtype=np.int64).reshape(-1, 6)
+        names = ("ext_opt", "ext_node", "ext_reps", "ext_cpu", "ext_gpu", "ext_mem")
+        return add, job, {name: ext[:, i] for i, name in enumerate(names)}
+
+
+def ways_in(m: JobMenu, shares: Shares, now: Shares, a: int, fit: bool, stay_ok: np.ndarray, pinned: bool) -> list[int]:
+    """The ways a gang may take placement ``shares`` at per-replica level ``a`` (``now``: where it runs)."""
+    job = m.outlook.job
+    if job.status != "running":
+        return [START] if fit else []
+    if shares == now:
+        out = [STAY] if stay_ok[a] and (fit or pinned) else []
+        if job.migratable and not job.resizable and not stay_ok[a] and fit:
+            out.append(MOVE)  # restart in place with a new share
+        return out
+    if not fit:
+        return []
+    cur = m.current_level % m.n_alloc if m.current_level is not None else -1
+    if shares[0][0] == now[0][0] and job.elastic and (job.resizable or a == cur):
+        return [STAY]  # a live resize to another count or placement
+    return [MOVE] if job.migratable else []
+
+
+def gang_options(
+    menus: Sequence[JobMenu],
+    candidates: dict[int, list[Shares]],
+    now: dict[int, Shares],
+    pinned: np.ndarray,
+    cap: np.ndarray,
+) -> GangOptions:
+    out = GangOptions()
+    for j in sorted(candidates):
+        m = menus[j]
+        per = per_replica(m)
+        stay_ok = stay_allocs(m, bool(pinned[j])) if j in now else np.zeros(m.n_alloc, dtype=bool)
+        for shares in candidates[j]:
+            base = block_level(m, sum(k for _, k in shares), len(shares) > 1)
+            if base is None:
+                continue
+            on = np.array([n for n, _ in shares], dtype=np.int64)
+            ks = np.array([k for _, k in shares], dtype=np.int64)
+            # (K,): each per-replica level fits every node of the placement when it is empty.
+            fit_all = (ks[:, None, None] * per[None, :, :] <= cap[:, on].T[:, :, None]).all(axis=(0, 1))
+            for a in range(m.n_alloc):
+                fit = bool(fit_all[a])
+                for way in ways_in(m, shares, now.get(j, ()), a, fit, stay_ok, bool(pinned[j])):
+                    o = len(out.job)
+                    (n0, k0), rest = shares[0], shares[1:]
+                    out.job.append(j)
+                    out.node.append(n0)
+                    out.level.append(base + a)
+                    out.way.append(way)
+                    out.dem.append(tuple(int(x) for x in k0 * per[:, a]))  # type: ignore[arg-type]
+                    out.ext.extend((o, n, k, *(int(x) for x in k * per[:, a])) for n, k in rest)  # type: ignore[misc]
+    return out
+
+
+def _add(got: list[Shares], now: Shares | None, s: Shares | None) -> None:
+    """Append placement ``s`` to ``got`` unless there; rank 0 stays where it runs (``now``) when the
+    placement keeps its node (no needless move)."""
+    if s is not None and now and now[0][0] in dict(s):
+        s = now if dict(s) == dict(now) else tuple(sorted(s, key=lambda x: x[0] != now[0][0]))
+    if s is not None and s not in got:
+        got.append(s)
+
+
+def candidates(
+    menus: Sequence[JobMenu],
+    gangs: np.ndarray,
+    eligible: Sequence[np.ndarray],
+    now: dict[int, Shares],
+    chosen: Sequence[dict[int, tuple[int, Shares]]],
+    free: np.ndarray,
+    running_room: np.ndarray,
+    cap: np.ndarray,
+) -> dict[int, list[Shares]]:
+    """Per gang, its candidate placements (module docstring); ``chosen``: the greedy plans' (level,
+    placement) per gang, the first of them the plan ``free`` is what is left of; ``running_room``:
+    what the running jobs that stay in that plan leave."""
+    out: dict[int, list[Shares]] = {}
+    for j in np.flatnonzero(gangs).tolist():
+        m = menus[j]
+        job = m.outlook.job
+        assert m.count is not None
+        per = per_replica(m)
+        need = per[:, 0]
+        got: list[Shares] = []
+        add = partial(_add, got, now.get(j))
+        add(now.get(j))
+        for plan in chosen:
+            add(plan[j][1] if j in plan else None)
+        own_free = free.copy()
+        own_room = running_room.copy()
+        if j in chosen[0]:
+            lv, sh = chosen[0][j]
+            take(own_free, per[:, lv % m.n_alloc], sh, sign=-1.0)
+            if job.status == "running":
+                take(own_room, per[:, lv % m.n_alloc], sh, sign=-1.0)
+        for c in sorted(set(m.count.tolist())):
+            if j in now:
+                add(pack_onto(c, own_free, cap, eligible[j], need, job.max_nodes, now[j]))
+            add(pack(c, own_free, cap, eligible[j], need, job.max_nodes))
+            add(pack(c, own_room, cap, eligible[j], need, job.max_nodes))
+        out[j] = got
+    return out
+
+
+def reservation(
+    menus: Sequence[JobMenu],
+    gangs: np.ndarray,
+    placed: dict[int, tuple[int, Shares]],
+    eligible: Sequence[np.ndarray],
+    running_room: np.ndarray,
+    cap: np.ndarray,
+    now_s: float,
+    after_s: float,
+) -> tuple[int, np.ndarray] | None:
+    """The oldest pending gang the greedy left waiting for at least ``after_s`` seconds, and the nodes
+    it reserves (its fewest-count packing into ``running_room``); None if there is none."""
+    waiting = []
+    for j in np.flatnonzero(gangs).tolist():
+        job = menus[j].outlook.job
+        if job.status == "pending" and j not in placed and job.submitted is not None and now_s - job.submitted >= after_s:
+            waiting.append((job.submitted, job.id, j))
+    for _, _, j in sorted(waiting):
+        m = menus[j]
+        need = per_replica(m)[:, 0]
+        shares = pack(m.outlook.job.fewest_replicas, running_room, cap, eligible[j], need, m.outlook.job.max_nodes)
+        if shares is None:
+            shares = pack(m.outlook.job.fewest_replicas, cap, cap, eligible[j], need, m.outlook.job.max_nodes)
+        if shares is not None:
+            return j, np.array(sorted(n for n, _ in shares), dtype=np.int64)
+    return None
+
+
+@dataclass(frozen=True)
+class GangGreedy:
+    """What the greedy needs to place gangs: per gang, its per-replica demands, where it runs, which
+    per-replica levels it may hold there, and the nodes one replica may go to."""
+
+    mask: np.ndarray
+    per: dict[int, np.ndarray]
+    now: dict[int, Shares]
+    stay_ok: dict[int, np.ndarray]
+    eligible: dict[int, np.ndarray]
+
+    def stay(self, m: JobMenu, j: int, from_current: bool) -> tuple[int, Shares] | None:
+        """The level and placement a running gang stays with (None: it may not hold any level there)."""
+        ok = self.stay_ok[j]
+        if not ok.any():
+            return None
+        cur = m.current_level % m.n_alloc if m.current_level is not None else None
+        a = cur if from_current and cur is not None and ok[cur] else int(np.argmax(ok))
+        shares = self.now[j]
+        base = block_level(m, sum(k for _, k in shares), len(shares) > 1)
+        return None if base is None else (base + a, shares)
+
+    def place(self, m: JobMenu, j: int, free: np.ndarray, cap: np.ndarray, pinned: bool) -> tuple[int, int, Shares] | None:
+        """(level, way, placement) of the fewest count at the lowest level, packed into ``free``."""
+        job = m.outlook.job
+        per = self.per[j]
+        shares = pack(job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], job.max_nodes)
+        if shares is None:
+            return None
+        if j in self.now and self.now[j][0][0] in dict(shares):
+            shares = tuple(sorted(shares, key=lambda x: x[0] != self.now[j][0][0]))
+        base = block_level(m, job.fewest_replicas, len(shares) > 1)
+        ways = ways_in(m, shares, self.now.get(j, ()), 0, True, self.stay_ok.get(j, np.zeros(m.n_alloc, dtype=bool)), pinned)
+        if base is None or not ways or (j in self.now and dict(shares) == dict(self.now[j])):
+            return None
+        return base, ways[0], shares
+
+
+def gang_greedy(
+    menus: Sequence[JobMenu], eligible: Sequence[np.ndarray], node_index: dict[str, int], pinned: np.ndarray
+) -> GangGreedy:
+    mask = gang_mask(menus)
+    idx = np.flatnonzero(mask).tolist()
+    now = {j: current_shares(menus[j], node_index) for j in idx if menus[j].outlook.job.status == "running"}
+    return GangGreedy(
+        mask=mask,
+        per={j: per_replica(menus[j]) for j in idx},
+        now=now,
+        stay_ok={j: stay_allocs(menus[j], bool(pinned[j])) for j in now},
+        eligible={j: eligible[j] for j in idx},
+    )
