@@ -172,6 +172,7 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     g, g_cur = greedy_pair()
     reserved = np.zeros(0, dtype=np.int64)
+    keeper = -1
     if gang.any():
         reservation_of = gang_reservation(menus, gang, g, eligible, cap, snapshot.time, config.gang_reserve_seconds)
         if reservation_of is not None:
@@ -193,6 +194,7 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
 
     problem = _options(menus, cand, current, pinned, stay_ok, cap, pricing, node_index, budget)
     problem.reserved = reserved
+    problem.reserved_for = menus[keeper].outlook.job.id if reserved.size else None
     if gang.any():
         problem = _with_gangs(problem, menus, gang, eligible, node_index, pinned, (g, g_cur), cap)
     problem.hint = min((_hint_of(problem, g), _hint_of(problem, g_cur)), key=problem.objective)

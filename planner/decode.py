@@ -180,13 +180,31 @@ def _done_reason(m: JobMenu) -> str:
     return "its curve has converged"
 
 
-def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
+def unserved_reason(
+    m: JobMenu, nodes: list[Node], eligible_any: bool, room_on: str | None = None, reserved: str | None = None
+) -> str:
+    """Why a job has no node in the plan. ``room_on``: a node where one of its options fits the room
+    the plan leaves (it waits by the solver's choice, not for lack of room); ``reserved``: the gang
+    (job id) a reservation holds nodes for this interval (:func:`planner.gangs.reservation`)."""
     job: Job = m.outlook.job
+    per = int(m.count[0]) if m.count is not None and m.count.size else 1  # a gang's level 0: its fewest, all replicas
     need = (
-        f"{cores(int(m.dem_cpu[0]))}"
-        + (f", {m.dem_gpu[0] * m.gpu_unit / MILLI_PER_GPU:g} GPU" if m.dem_gpu[0] else "")
-        + (f", {m.dem_mem} MiB" if m.dem_mem else "")
+        f"{cores(int(m.dem_cpu[0]) // per)}"
+        + (f", {m.dem_gpu[0] // per * m.gpu_unit / MILLI_PER_GPU:g} GPU" if m.dem_gpu[0] else "")
+        + (f", {m.dem_mem // per} MiB" if m.dem_mem else "")
     )
+    if per > 1 or m.count is not None:
+        need += f" per replica, {per} replica(s) at least"
+    full = f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full"
+    if reserved == job.id:
+        return f"no room yet for its minimum ({need}); the nodes it needs are reserved for it and take no other job until it fits"
+    if not eligible_any and job.status != "running" and _fits_a_node(m, nodes):
+        # It fits a node, but was offered none this interval: a reservation holds them, or (a gang)
+        # no placement of its fewest replicas fits the room there is.
+        if reserved is not None:
+            held = "are held this interval for a gang that has waited longer (a reservation: see the plan's warnings)"
+            return f"the nodes that fit its minimum ({need}) {held}"
+        return full
     if not eligible_any:
         reasons = []
         if job.gpu_type:
@@ -203,7 +221,47 @@ def unserved_reason(m: JobMenu, nodes: list[Node], eligible_any: bool) -> str:
         if m.outlook.remaining_finish <= 0:
             return f"it has nothing left to learn ({_done_reason(m)}); its {need} go to jobs still learning"
         return f"its {need} are worth more to other jobs this interval (deadlines, priorities or waiting work)"
-    return f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full"
+    if room_on is not None:
+        return (
+            f"waits although {room_on} has room for its minimum ({need}): the plan predicts it ends sooner "
+            "starting later with a larger share than starting now at that minimum"
+        )
+    return full
+
+
+def _fits_a_node(m: JobMenu, nodes: list[Node]) -> bool:
+    """Whether some schedulable node of the job's GPU type and labels could hold its minimum, empty."""
+    job = m.outlook.job
+    # A gang's minimum may spread: one replica must fit a node.
+    per = int(m.count[0]) if m.count is not None and m.count.size else 1
+    cpu, gpu, mem = int(m.dem_cpu[0]) // per, int(m.dem_gpu[0]) * m.gpu_unit // per, int(m.dem_mem) // per
+    return any(
+        n.schedulable
+        and (job.gpu_type is None or n.gpu_type == job.gpu_type)
+        and all(n.labels.get(k) == v for k, v in job.node_selector.items())
+        and n.cpu_millis >= cpu
+        and n.gpus * MILLI_PER_GPU >= gpu
+        and (not n.memory_mib or n.memory_mib >= mem)
+        for n in nodes
+    )
+
+
+def room_for(problem: Problem, choice: np.ndarray, j: int, left: np.ndarray) -> str | None:
+    """A node where one of job ``j``'s placed options fits ``left`` (the room the plan leaves, its
+    extra charges on other nodes included): its name, else ``None``."""
+    for o in problem.options_of(j):
+        n = int(problem.opt_node[o])
+        if n < 0 or problem.dem_cpu[o] > left[0, n] or problem.dem_gpu[o] > left[1, n] or problem.dem_mem[o] > left[2, n]:
+            continue
+        e = problem.extras_of(o) if problem.ext_opt.size else ()
+        if all(
+            problem.ext_cpu[i] <= left[0, problem.ext_node[i]]
+            and problem.ext_gpu[i] <= left[1, problem.ext_node[i]]
+            and problem.ext_mem[i] <= left[2, problem.ext_node[i]]
+            for i in e
+        ):
+            return problem.node_names[n]
+    return None
 
 
 def decode(
@@ -227,6 +285,7 @@ def decode(
     lost_total = 0.0
     finish_seconds: list[float] = []
     fq_max = 0
+    left: np.ndarray | None = None  # the room the plan leaves, computed at the first job without a node
     for j, m in enumerate(problem.menus):
         o = int(choice[j])
         way = int(problem.opt_way[o])
@@ -247,7 +306,10 @@ def decode(
             action = "deliver"
         why = None
         if node is None:
-            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j])
+            if left is None:
+                left = problem.capacity() - problem.usage(choice)
+            room_on = room_for(problem, choice, j, left) if job.status != "running" else None
+            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for)
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:

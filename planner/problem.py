@@ -72,6 +72,8 @@ class Problem:
     ext_mem: np.ndarray = field(default_factory=lambda: _empty())
     #: Nodes reserved for a waiting gang (:func:`planner.gangs.reservation`): no other job starts or moves there.
     reserved: np.ndarray = field(default_factory=lambda: _empty())
+    #: The job (id) the reservation is for; ``None`` without one.
+    reserved_for: str | None = None
 
     @property
     def n_jobs(self) -> int:

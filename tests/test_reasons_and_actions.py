@@ -230,3 +230,37 @@ def test_an_impossible_reading_is_warned_about_and_planned_to_fit() -> None:
     assert any("holds 1000000000 millicores on node n1, which has 4000" in w for w in result.plan.warnings), result.plan.warnings
     (a,) = result.plan.assignments
     assert a.cpu_millis is not None and a.cpu_millis <= 4000
+
+
+def _reserved(fewest: int) -> Snapshot:
+    """Two 4-GPU nodes half held by jobs that cannot move; a gang of up to 8 one-GPU replicas (at least
+    ``fewest``) waiting for 2,000 s, and three one-GPU jobs that arrived after it."""
+    nodes = [{"name": f"n{i}", "cpu_millis": 32000, "gpus": 4} for i in range(2)]
+    one = {"min_gpus": 1, "max_gpus": 1, "min_cpu_millis": 4000, "max_cpu_millis": 4000}
+    running = [
+        {"id": f"r{i}", "status": "running", "node": f"n{i}", "allocation": {"cpu_millis": 4000, "gpus": 2}, **one,
+         "min_gpus": 2, "max_gpus": 2, "migratable": False}
+        for i in range(2)
+    ]  # fmt: skip
+    gang = {"id": "gang", "status": "pending", "replicas": 8, "min_replicas": fewest, "max_nodes": 2, "submitted": 0.0, **one}
+    small = [{"id": f"s{i}", "status": "pending", "submitted": 100.0 + i, **one} for i in range(3)]
+    return Snapshot.model_validate({"time": 2000.0, "nodes": nodes, "jobs": [*running, gang, *small]})
+
+
+def test_reasons_under_a_reservation() -> None:
+    """The gang has waited past gang_reserve_seconds: its nodes are reserved. Where 4 replicas fit
+    the room the running jobs leave (2 + 2), it starts spread and the small jobs are told the nodes
+    are held for it (not "no schedulable node can hold" them, which was false: every node could).
+    Where it needs 5, it waits too, told the nodes are reserved for it."""
+    p = plan(_reserved(4), PlannerConfig(time_limit=1)).plan
+    assert check_plan(_reserved(4), p) == []
+    gang = next(a for a in p.assignments if a.job == "gang")
+    assert gang.action == "start" and gang.replicas == 4 and gang.placement is not None and len(gang.placement) == 2
+    reasons = {u.job: u.reason for u in p.unserved}
+    assert set(reasons) == {"s0", "s1", "s2"}
+    assert all("held this interval for a gang that has waited longer" in r for r in reasons.values()), reasons
+    p5 = plan(_reserved(5), PlannerConfig(time_limit=1)).plan
+    reasons = {u.job: u.reason for u in p5.unserved}
+    assert reasons["gang"].startswith("no room yet for its minimum (4 CPU, 1 GPU per replica, 5 replica(s) at least)"), reasons
+    assert "reserved for it" in reasons["gang"]
+    assert "held this interval" in reasons["s0"]
