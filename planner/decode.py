@@ -246,22 +246,22 @@ def _fits_a_node(m: JobMenu, nodes: list[Node]) -> bool:
     )
 
 
-def room_for(problem: Problem, choice: np.ndarray, j: int, left: np.ndarray) -> str | None:
-    """A node where one of job ``j``'s placed options fits ``left`` (the room the plan leaves, its
-    extra charges on other nodes included): its name, else ``None``."""
-    for o in problem.options_of(j):
-        n = int(problem.opt_node[o])
-        if n < 0 or problem.dem_cpu[o] > left[0, n] or problem.dem_gpu[o] > left[1, n] or problem.dem_mem[o] > left[2, n]:
-            continue
-        e = problem.extras_of(o) if problem.ext_opt.size else ()
-        if all(
-            problem.ext_cpu[i] <= left[0, problem.ext_node[i]]
-            and problem.ext_gpu[i] <= left[1, problem.ext_node[i]]
-            and problem.ext_mem[i] <= left[2, problem.ext_node[i]]
-            for i in e
-        ):
-            return problem.node_names[n]
-    return None
+def room_nodes(problem: Problem, choice: np.ndarray) -> np.ndarray:
+    """Per job: the node of its first placed option that fits the room ``choice`` leaves (its extra
+    charges on other nodes included), else -1. One pass over all options (a plan of 10,000 jobs)."""
+    left = problem.capacity() - problem.usage(choice)
+    on = problem.opt_node
+    dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
+    fits = (on >= 0) & np.all([d <= r[np.maximum(on, 0)] for d, r in zip(dems, left, strict=True)], axis=0)
+    if problem.ext_opt.size:
+        extra = (problem.ext_cpu, problem.ext_gpu, problem.ext_mem)
+        short = ~np.all([d <= r[problem.ext_node] for d, r in zip(extra, left, strict=True)], axis=0)
+        fits[problem.ext_opt[short]] = False
+    ok = np.flatnonzero(fits)
+    jobs, at = np.unique(problem.opt_job[ok], return_index=True)  # options are in job order: each job's first
+    first = np.full(problem.n_jobs, -1, dtype=np.int64)
+    first[jobs] = on[ok[at]]
+    return first
 
 
 def decode(
@@ -285,7 +285,7 @@ def decode(
     lost_total = 0.0
     finish_seconds: list[float] = []
     fq_max = 0
-    left: np.ndarray | None = None  # the room the plan leaves, computed at the first job without a node
+    rooms: np.ndarray | None = None  # room_nodes, computed at the first job without a node
     for j, m in enumerate(problem.menus):
         o = int(choice[j])
         way = int(problem.opt_way[o])
@@ -306,9 +306,9 @@ def decode(
             action = "deliver"
         why = None
         if node is None:
-            if left is None:
-                left = problem.capacity() - problem.usage(choice)
-            room_on = room_for(problem, choice, j, left) if job.status != "running" else None
+            if rooms is None:
+                rooms = room_nodes(problem, choice)
+            room_on = problem.node_names[int(rooms[j])] if job.status != "running" and rooms[j] >= 0 else None
             why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for)
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from planner import PlannerConfig, Snapshot, check_plan, plan
@@ -264,3 +265,34 @@ def test_reasons_under_a_reservation() -> None:
     assert reasons["gang"].startswith("no room yet for its minimum (4 CPU, 1 GPU per replica, 5 replica(s) at least)"), reasons
     assert "reserved for it" in reasons["gang"]
     assert "held this interval" in reasons["s0"]
+
+
+def test_room_left_by_a_plan_is_found_per_job() -> None:
+    """``room_nodes``: with the gang of ``_reserved(4)`` started spread over n0 and n1 (2 + 2, the
+    plan's own choice), no job finds room; set it back to waiting and its 4-replica option fits the
+    room it leaves (its extra charge on the other node included), so it would be told it waits by
+    choice there; a one-GPU job the reservation keeps off both nodes has no option to fit it."""
+    from planner.build import build_problem
+    from planner.decode import room_nodes
+    from planner.outlook import build_outlook
+
+    snap, config = _reserved(4), PlannerConfig(time_limit=1)
+    active = [j for j in snap.jobs if j.status != "finished"]
+    problem, _ = build_problem(snap, [build_outlook(j, snap.settings, config) for j in active], config)
+    ids = [m.outlook.job.id for m in problem.menus]
+    gang = ids.index("gang")
+    spread = [o for o in problem.options_of(gang) if problem.opt_node[o] >= 0 and len(problem.extras_of(o))]
+    assert spread, "the gang has a spread option"
+
+    def first(j: int, placed: bool) -> int:
+        return next(o for o in problem.options_of(j) if (problem.opt_node[o] >= 0) == placed)
+
+    waits = {j: first(j, False) for j in range(len(ids)) if not ids[j].startswith("r")}
+    choice = np.array([first(j, True) if ids[j].startswith("r") else waits[j] for j in range(len(ids))])
+    choice[gang] = spread[0]
+    assert problem.violations(choice) == []
+    assert (room_nodes(problem, choice) < 0).all()  # the gang takes the room the running jobs leave
+    choice[gang] = waits[gang]
+    rooms = room_nodes(problem, choice)
+    assert problem.node_names[int(rooms[gang])] in ("n0", "n1")
+    assert rooms[ids.index("s0")] == -1  # the reservation left it no option on n0 or n1
