@@ -249,6 +249,9 @@ def _fits_a_node(m: JobMenu, nodes: list[Node]) -> bool:
 def room_nodes(problem: Problem, choice: np.ndarray) -> np.ndarray:
     """Per job: the node of its first placed option that fits the room ``choice`` leaves (its extra
     charges on other nodes included), else -1. One pass over all options (a plan of 10,000 jobs)."""
+    first = np.full(problem.n_jobs, -1, dtype=np.int64)
+    if not problem.node_names:
+        return first  # no node: no room anywhere
     left = problem.capacity() - problem.usage(choice)
     on = problem.opt_node
     dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
@@ -259,7 +262,6 @@ def room_nodes(problem: Problem, choice: np.ndarray) -> np.ndarray:
         fits[problem.ext_opt[short]] = False
     ok = np.flatnonzero(fits)
     jobs, at = np.unique(problem.opt_job[ok], return_index=True)  # options are in job order: each job's first
-    first = np.full(problem.n_jobs, -1, dtype=np.int64)
     first[jobs] = on[ok[at]]
     return first
 
