@@ -21,8 +21,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.config import PlannerConfig
+from planner.gangs import (
+    Shares,
+    current_shares,
+    drain_seconds,
+    gang_greedy,
+    gang_mask,
+    gang_options,
+    pack,
+    pack_onto,
+    per_replica,
+    reservation,
+    stay_allocs,
+)
 from planner.gangs import candidates as gang_candidates
-from planner.gangs import current_shares, gang_greedy, gang_mask, gang_options, per_replica, reservation, stay_allocs
 from planner.gangs import take as gang_take
 from planner.greedy import GreedyChoice, greedy
 from planner.menu import MOVE, START, STAY, JobMenu, build_menu, gpu_unit
@@ -173,21 +185,35 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     g, g_cur = greedy_pair()
     reserved = np.zeros(0, dtype=np.int64)
     keeper = -1
+    backfill = eligible  # the nodes each job's candidates come from (the reserved ones for backfill)
+    shadow_q = 0
     if gang.any():
         reservation_of = gang_reservation(menus, gang, g, eligible, cap, snapshot.time, config.gang_reserve_seconds)
         if reservation_of is not None:
-            keeper, reserved = reservation_of
+            keeper, shares = reservation_of
+            reserved = np.array(sorted(n for n, _ in shares), dtype=np.int64)
             open_node = np.ones(N, dtype=bool)
             open_node[reserved] = False
+            shadow_s = _shadow(menus, g, shares, per_replica(menus[keeper])[:, 0], cap)
+            shadow_q = int(shadow_s // pricing.quantum_seconds)
+            # A job that can finish by the shadow time keeps the reserved nodes among its candidates.
+            early = [j != keeper and _fastest_q(m) <= shadow_q for j, m in enumerate(menus)]
+            backfill = [el if early[j] or j == keeper else el[open_node[el]] for j, el in enumerate(eligible)]
             eligible = [el if j == keeper else el[open_node[el]] for j, el in enumerate(eligible)]
             g, g_cur = greedy_pair()
             warnings.append(
                 f"job {menus[keeper].outlook.job.id}: a gang that has waited "
                 f"{snapshot.time - (menus[keeper].outlook.job.submitted or 0.0):.0f} s; nodes "
                 + ", ".join(nodes[int(n)].name for n in reserved)
-                + " take no other job's start or move until it starts (a reservation: see docs/planner.md)"
+                + " take no other job's start or move until it starts"
+                + (
+                    f", except jobs predicted to end within {shadow_q * pricing.quantum_seconds:.0f} s, when its room "
+                    "is predicted free (a reservation with backfill: see docs/planner.md)"
+                    if shadow_q > 0
+                    else " (a reservation: see docs/planner.md)"
+                )
             )
-    cand = _candidates(menus, eligible, current, pinned, g, cap, config.candidate_nodes, gang)
+    cand = _candidates(menus, backfill, current, pinned, g, cap, config.candidate_nodes, gang)
     for j, n in enumerate(g_cur.node.tolist()):
         if n >= 0 and n not in cand[j] and not gang[j]:
             cand[j].append(n)
@@ -196,7 +222,9 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     problem.reserved = reserved
     problem.reserved_for = menus[keeper].outlook.job.id if reserved.size else None
     if gang.any():
-        problem = _with_gangs(problem, menus, gang, eligible, node_index, pinned, (g, g_cur), cap)
+        problem = _with_gangs(problem, menus, gang, backfill, node_index, pinned, (g, g_cur), cap)
+    if reserved.size:
+        problem = _late_off(problem, keeper, shadow_q)
     problem.hint = min((_hint_of(problem, g), _hint_of(problem, g_cur)), key=problem.objective)
     forced_moves = int(problem.moves[problem.hint].sum())
     if forced_moves > budget:
@@ -274,9 +302,46 @@ def gang_reservation(
     cap: np.ndarray,
     now: float,
     after: float,
-) -> tuple[int, np.ndarray] | None:
+) -> tuple[int, Shares] | None:
     """:func:`planner.gangs.reservation` for the greedy plan ``g``."""
     return reservation(menus, gang, g.shares, eligible, _left_by(menus, g, cap, running_only=True), cap, now, after)
+
+
+def _shadow(menus: Sequence[JobMenu], g: GreedyChoice, shares: Shares, need: np.ndarray, cap: np.ndarray) -> float:
+    """Seconds until the running jobs of the greedy plan ``g`` leave room for the reserved ``shares``
+    (:func:`planner.gangs.drain_seconds`), each at its predicted finish where ``g`` keeps it."""
+    running: list[tuple[float, Shares, np.ndarray]] = []
+    for j, m in enumerate(menus):
+        n, lv, way = int(g.node[j]), int(g.level[j]), int(g.way[j])
+        if n < 0 or m.outlook.job.status != "running":
+            continue
+        finish = float(m.finish_s[way, lv])
+        if j in g.shares:
+            running.append((finish, g.shares[j][1], per_replica(m)[:, lv % m.n_alloc]))
+        else:
+            running.append((finish, ((n, 1),), np.array([m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem], dtype=np.int64)))
+    return drain_seconds(shares, need, cap, running)
+
+
+def _fastest_q(m: JobMenu) -> int:
+    """The soonest finish, in quanta, of any start or move of job ``m``."""
+    assert m.finish_q is not None
+    return int(m.finish_q[START:].min()) if m.finish_q.size else 1 << 62
+
+
+def _late_off(problem: Problem, keeper: int, shadow_q: int) -> Problem:
+    """``problem`` without the starts and moves of jobs other than ``keeper`` onto its reserved nodes
+    that are predicted to end after ``shadow_q`` (the backfill rule, :mod:`planner.gangs`)."""
+    on_reserved = np.isin(problem.opt_node, problem.reserved)
+    if problem.ext_opt.size:
+        on_reserved[problem.ext_opt[np.isin(problem.ext_node, problem.reserved)]] = True
+    drop = on_reserved & (problem.opt_way != STAY) & (problem.opt_job != keeper) & (problem.finish_q > shadow_q)
+    if not drop.any():
+        return problem
+    reserved, reserved_for = problem.reserved, problem.reserved_for
+    out = problem.subset(np.arange(problem.n_jobs), np.flatnonzero(~drop))
+    out.reserved, out.reserved_for = reserved, reserved_for
+    return out
 
 
 def _with_gangs(
@@ -478,13 +543,18 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     that moves or pauses a job frees room on a node that then is nobody else's candidate, and that room
     stays idle while jobs wait. So every job ``choice`` leaves without a node gets options on up to
     ``extra`` of the eligible nodes whose idle room holds its smallest level (most room first) where it
-    has none yet. Existing options keep their order (new ones go before each job's wait option); the
-    answer is the same problem when no such node exists.
+    has none yet; every gang it leaves without a node gets its counts packed into that room
+    (:func:`_gangs_into`). Existing options keep their order (new ones go before each job's wait
+    option); the answer is the same problem when no such node exists.
     """
     cap = problem.capacity()
     on = problem.opt_node[choice]
     room = cap - problem.usage(choice)
-    left_out = np.flatnonzero((on < 0) & ~gang_mask(problem.menus))  # a gang's placements are planner.gangs'
+    gangs = gang_mask(problem.menus)
+    with_gangs, position = _gangs_into(nodes, problem, np.flatnonzero((on < 0) & gangs), room)
+    if with_gangs is not problem:
+        problem, choice = with_gangs, position[choice]
+    left_out = np.flatnonzero((on < 0) & ~gangs)
     if left_out.size == 0 or extra <= 0:
         return problem, choice
     # Each left-out job's smallest level; a node can take one only if its room holds the least of them.
@@ -526,3 +596,58 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     no_extras = {name: np.zeros(0, dtype=np.int64) for name in EXTRA_FIELDS}
     wider, position = merge_options(problem, arrays, sel[add.opt_job[new]], no_extras)
     return wider, position[choice]
+
+
+def _gangs_into(nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, room: np.ndarray) -> tuple[Problem, np.ndarray]:
+    """``problem`` with placements for the gangs ``left_out`` packed into ``room``, and where each old
+    option went (the identity when none is new).
+
+    A gang's candidate placements are packed before the solve, into the room the greedy plan leaves;
+    room the solve frees (a job paused or moved, a gang that took fewer nodes) is then nobody's
+    candidate, and a waiting gang stays waiting next to it. So each count of each such gang is packed
+    (:func:`planner.gangs.pack`; from its nodes first when it runs, :func:`planner.gangs.pack_onto`)
+    into ``room`` on its eligible nodes, the nodes reserved for another gang left out.
+    """
+    same = np.arange(problem.n_options)
+    if left_out.size == 0:
+        return problem, same
+    cap = problem.capacity()
+    menus = problem.menus
+    index = {name: i for i, name in enumerate(problem.node_names)}
+    eligible = _eligibility(nodes, [menus[j] for j in left_out.tolist()], cap)
+    pinned = np.zeros(problem.n_jobs, dtype=bool)
+    now: dict[int, Shares] = {}
+    cand: dict[int, list[Shares]] = {}
+    for k, j in enumerate(left_out.tolist()):
+        m = menus[j]
+        job = m.outlook.job
+        assert m.count is not None
+        if job.status == "running":
+            now[j] = current_shares(m, index)
+            pinned[j] = not job.migratable
+        el = eligible[k]
+        if problem.reserved.size and problem.reserved_for != job.id:
+            el = el[~np.isin(el, problem.reserved)]
+        need = per_replica(m)[:, 0]
+        have = {
+            frozenset(problem.shares_of(o, int(m.count[problem.opt_level[o]])))
+            for o in problem.options_of(j)
+            if problem.opt_node[o] >= 0
+        }
+        got: list[Shares] = []
+        for c in sorted(set(m.count.tolist())):
+            packed = [pack(c, room, cap, el, need, job.max_nodes)]
+            if j in now:
+                packed.insert(0, pack_onto(c, room, cap, el, need, job.max_nodes, now[j]))
+            for s in packed:
+                if s is not None and frozenset(s) not in have:
+                    have.add(frozenset(s))
+                    got.append(s)
+        if got:
+            cand[j] = got
+    if not cand:
+        return problem, same
+    add, add_job, extras = gang_options(menus, cand, now, pinned, cap).arrays(menus)
+    if add_job.size == 0:
+        return problem, same
+    return merge_options(problem, add, add_job, extras)

@@ -25,7 +25,11 @@ Starvation: a pending gang that cannot be placed whole while small jobs keep tak
 needs would wait for ever. The oldest such gang that has waited ``gang_reserve_seconds`` gets a
 *reservation* (:func:`reservation`): the nodes of its packing into the running jobs' room take no
 new start or move of another job until it starts; what runs there keeps running, so the nodes drain
-as those jobs finish. One reservation at a time bounds the capacity held idle.
+as those jobs finish. One reservation at a time bounds the capacity held idle. The held room is
+*backfilled* as in EASY backfilling: a start or move onto the reserved nodes is allowed when the job
+is predicted to finish by the *shadow time* (:func:`drain_seconds`), when the running jobs there are
+predicted to have left room for the gang; so the gang starts no later than without it, as far as
+the predictions hold.
 """
 
 from __future__ import annotations
@@ -287,9 +291,9 @@ def reservation(
     cap: np.ndarray,
     now_s: float,
     after_s: float,
-) -> tuple[int, np.ndarray] | None:
-    """The oldest pending gang the greedy left waiting for at least ``after_s`` seconds, and the nodes
-    it reserves (its fewest-count packing into ``running_room``); None if there is none."""
+) -> tuple[int, Shares] | None:
+    """The oldest pending gang the greedy left waiting for at least ``after_s`` seconds, and the
+    placement it reserves (its fewest-count packing into ``running_room``); None if there is none."""
     waiting = []
     for j in np.flatnonzero(gangs).tolist():
         job = menus[j].outlook.job
@@ -302,8 +306,34 @@ def reservation(
         if shares is None:
             shares = pack(m.outlook.job.fewest_replicas, cap, cap, eligible[j], need, m.outlook.job.max_nodes)
         if shares is not None:
-            return j, np.array(sorted(n for n, _ in shares), dtype=np.int64)
+            return j, shares
     return None
+
+
+def drain_seconds(
+    shares: Shares, need: np.ndarray, cap: np.ndarray, running: Sequence[tuple[float, Shares, np.ndarray]]
+) -> float:
+    """Seconds from now until the reserved placement ``shares`` of replicas of ``need`` fits, the
+    ``running`` jobs (predicted finish in seconds, their placement, their demand per replica) leaving
+    as they are predicted to finish: the *shadow time* of EASY backfilling. Jobs that end before it
+    may use the reserved nodes without delaying the gang."""
+    nodes = np.array([n for n, _ in shares], dtype=np.int64)
+    want = np.stack([k * need for _, k in shares], axis=1)  # (3, nodes of the reservation)
+    free = cap[:, nodes].astype(np.float64).copy()
+    leaving: list[tuple[float, int, np.ndarray]] = []
+    for finish, placement, per in running:
+        for n, k in placement:
+            at = np.flatnonzero(nodes == n)
+            if at.size:
+                free[:, at[0]] -= k * per
+                leaving.append((finish, int(at[0]), k * per))
+    if (free >= want).all():
+        return 0.0
+    for finish, i, freed in sorted(leaving, key=lambda x: (x[0], x[1])):
+        free[:, i] += freed
+        if (free >= want).all():
+            return finish
+    return 0.0  # the running jobs alone never leave room (over-full nodes): no backfill
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,22 @@ def _waiting_hint(sub: Problem) -> np.ndarray:
     return hint
 
 
+def _fitting(problem: Problem, free: np.ndarray, own: np.ndarray | None = None) -> np.ndarray:
+    """Per option: does it fit ``free`` (3, N), its node's part plus ``own`` (each option's job's
+    share on that node) and its extra charges (a gang's other nodes) each within its node's room."""
+    on = problem.opt_node
+    dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
+    fits = on >= 0
+    for r, d in enumerate(dems):
+        fits &= d <= free[r][np.maximum(on, 0)] + (0 if own is None else own[r])
+    if problem.ext_opt.size:
+        ext_ok = np.ones(problem.ext_opt.size, dtype=bool)
+        for r, d in enumerate((problem.ext_cpu, problem.ext_gpu, problem.ext_mem)):
+            ext_ok &= d <= free[r][problem.ext_node]
+        fits[problem.ext_opt[~ext_ok]] = False
+    return fits
+
+
 def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     """The jobs that could use room ``choice`` leaves idle, as a problem of their own (``None`` if none).
 
@@ -186,9 +202,10 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     over a node in fractions (a third of a 3-GPU move takes one GPU), the jobs it crowded out of that
     room were fixed to wait or pause, and the exact residual put the undecided job elsewhere. Nothing
     then hands the freed room back. So, after the solve: every job without a node (waiting or paused)
-    that has an option fitting what its node has left, and every placed job with an option of more GPUs
-    on its own node that fits there, is released; the rest stay as chosen. Each released job keeps its
-    choice (the hint, so the answer is never worse) and its options that fit the room left to it.
+    that has an option fitting what the nodes have left (a gang's on every node it spans), and every
+    placed job (not a gang) with an option of more GPUs on its own node that fits there, is released;
+    the rest stay as chosen. Each released job keeps its choice (the hint, so the answer is never
+    worse) and its options that fit the room left to it.
     """
     J = problem.n_jobs
     if J == 0 or not problem.node_names:
@@ -197,28 +214,27 @@ def refill(problem: Problem, choice: np.ndarray) -> Residual | None:
     node_of = problem.opt_node[choice]
     placed = node_of >= 0
     left = problem.capacity() - problem.usage(choice)
-    # An option fits if its demand fits what its node has left, plus the job's own share there.
     job = problem.opt_job
     on = problem.opt_node
     here = on == node_of[job]
-    fits = on >= 0
-    for d, free in zip(dems, left, strict=True):
-        own = np.where(here & placed[job], d[choice[job]], 0)
-        fits &= d <= free[np.maximum(on, 0)] + own
+    # An option fits if its demand fits what its node has left, plus the job's own share there.
+    own = [np.where(here & placed[job], d[choice[job]], 0) for d in dems]
+    fits = _fitting(problem, left, np.stack(own))
     # Growth into idle room: GPUs only (the split hands each node's spare CPU out anyway).
     bigger = problem.dem_gpu > problem.dem_gpu[choice[job]]
     grow = fits & (~placed[job] | (here & bigger))
     released = np.zeros(J, dtype=bool)
     released[job[grow]] = True
     if problem.ext_opt.size:
-        # Gangs keep their choice: their room spans nodes, which this node-by-node test cannot see.
-        released &= np.array([m.count is None for m in problem.menus], dtype=bool)
+        # A placed gang keeps its choice: its own room spans nodes, which this node-by-node test cannot
+        # credit back; a gang without a node is released when one of its placements fits whole.
+        released &= ~placed | np.array([m.count is None for m in problem.menus], dtype=bool)
     if not released.any():
         return None
     fixed = np.where(released, -1, choice)
     # Each released job's options that fit the room the others leave, and its own choice.
     room = problem.capacity() - problem.usage(fixed[fixed >= 0])
-    opts = released[job] & ((on < 0) | np.all([d <= r[np.maximum(on, 0)] for d, r in zip(dems, room, strict=True)], axis=0))
+    opts = released[job] & ((on < 0) | _fitting(problem, room))
     opts[choice[released]] = True
     opts &= (on >= 0) | (np.arange(problem.n_options) == choice[job])  # waiting stays one option: the chosen one
     keep = np.flatnonzero(opts)

@@ -21,10 +21,13 @@ from conftest import benchmark_module
 from models.gang_speed import GangShape, gang_scaling
 from models.step_tables import read_model_steps
 from planner.alternatives import job_options
+from planner.build import build_problem, widen
 from planner.check import check_plan
 from planner.config import PlannerConfig
-from planner.core import plan
+from planner.core import _outlooks, plan
+from planner.gangs import drain_seconds
 from planner.plan import Plan, assigned_shares
+from planner.relax import refill
 from planner.snapshot import Snapshot
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -371,3 +374,61 @@ def test_epoch_time_of_a_count_and_spread_from_its_own_epochs() -> None:
     two = snapshot([gang("big", 16, min_replicas=4, speed=speed_points([(1, 4), (2, 8), (4, 16)]))], gpus=4)
     b = of(planned(two), "big")  # one node only: 4 replicas
     assert b.replicas == 4 and b.predictions.seconds_per_epoch == pytest.approx(measured_epoch(1, 4), rel=0.2)
+
+
+def test_waiting_gang_is_offered_the_room_the_solve_frees() -> None:
+    """Candidate placements are packed before the solve; room a solve frees by pausing jobs is then
+    nobody's candidate. ``widen`` packs the gangs left waiting into it (4 replicas as 2 + 2 on the two
+    half-freed nodes) and ``refill`` releases the gang onto it."""
+    running = [
+        gang(f"r{i}", 1, status="running", node=f"n{i % 2}", allocation={"cpu_millis": 4000, "gpus": 1}, submitted=0.0)
+        for i in range(8)
+    ]
+    snap = snapshot([*running, gang("g", 4, max_nodes=2)], n_nodes=2, budget=4)
+    config = PlannerConfig()
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+    g = len(running)
+    assert all(problem.opt_node[o] < 0 for o in problem.options_of(g))  # both nodes full: it can only wait
+    # A choice that pauses r4..r7 (two GPUs freed on each node) and keeps r0..r3; the gang waits.
+    wait = [next(o for o in problem.options_of(j) if problem.opt_node[o] < 0) for j in range(problem.n_jobs)]
+    choice = np.array([problem.hint[j] if j < 4 else wait[j] for j in range(problem.n_jobs)])
+    wider, moved = widen(snap.nodes, problem, choice, config.candidate_nodes)
+    new = [o for o in wider.options_of(g) if wider.opt_node[o] >= 0]
+    assert new, "no placement offered in the freed room"
+    assert {frozenset(wider.shares_of(o, 4)) for o in new} == {frozenset({(0, 2), (1, 2)})}
+    rest = refill(wider, moved)
+    assert rest is not None and g in rest.jobs.tolist()
+    placed = [o for o in rest.keep if wider.opt_job[o] == g and wider.opt_node[o] >= 0]
+    assert placed and not wider.violations(np.where(np.arange(wider.n_jobs) == g, placed[0], moved))
+
+
+def test_drain_seconds_is_the_shadow_time() -> None:
+    """By hand: the reservation wants 3 one-GPU replicas on n0 and 4 on n1 (4 GPUs each); a 1-GPU job
+    ending at 100 s on n0 leaves 3 free there at once, n1's two jobs end at 50 s and 300 s: the gang
+    fits once both are gone, at 300 s. Nothing running: 0. Jobs that never free enough: 0 (no backfill)."""
+    cap = np.array([[64000, 64000], [4, 4], [262144, 262144]])
+    need = np.array([4000, 1, 8192])
+    one = np.array([4000, 1, 8192])
+    running = [(100.0, ((0, 1),), one), (50.0, ((1, 1),), one), (300.0, ((1, 1),), one)]
+    assert drain_seconds(((0, 3), (1, 4)), need, cap, running) == 300.0
+    assert drain_seconds(((0, 3),), need, cap, running) == 0.0
+    assert drain_seconds(((0, 4),), need, cap, running) == 100.0
+    assert drain_seconds(((0, 4), (1, 3)), need, cap, running) == 100.0
+    assert drain_seconds(((0, 5),), need, cap, running) == 0.0
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_reserved_nodes_are_backfilled_by_jobs_that_end_before_the_gang_fits(solver: str) -> None:
+    """EASY backfilling: the gang's reservation waits for the two blockers (100 epochs each); a small
+    job of 3 epochs is predicted to end well before them and starts on the reserved nodes; one of
+    100 epochs would outlast them and waits. (The greedy warm start does not backfill: it places a
+    job at its smallest share, not at the one that ends by the shadow time; the solvers do.)"""
+    short = gang("short", 1, submitted=900.0)
+    short["target"] = {**short["target"], "max_epochs": 3}
+    jobs = [*_blockers(False), gang("big", 8, max_nodes=2, submitted=0.0), short, gang("long", 1, submitted=900.0)]
+    got = planned(snapshot(jobs, n_nodes=2, now=1000.0), solver, gang_reserve_seconds=600.0)
+    assert any("reservation with backfill" in w for w in got.warnings)
+    assert of(got, "short").node is not None
+    assert of(got, "long").node is None
+    assert of(got, "big").node is None
