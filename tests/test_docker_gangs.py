@@ -14,6 +14,8 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
   are gone, the history is epochs 1..n with no gap, and the final loss equals that of the same job
   run unscaled (one process, no container) to 1e-9;
 - a pause checkpoints rank 0 and removes the other replicas: the job is pending;
+- a gang's template started by hand (rank 0 alone, no rendezvous) is broken: left out of the
+  snapshot, and ``reconcile`` stops it with a checkpoint, so it is pending for the next plan;
 - a start whose second replica cannot be created (the image exists on main only) fails with
   ``not_found`` and leaves nothing behind: no container on extra0, the template on main as it was;
 - bad gang labels (min_replicas "x", negative, above replicas; elastic true) make the container
@@ -178,6 +180,23 @@ def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) ->
     (left,) = containers(e0, "pause")
     assert left["Labels"][RANK] == "0" and left["State"] == "exited"
     assert job_of(ad, "pause").status == "pending"
+
+
+def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_engines: Any) -> None:
+    from docker_env import api
+
+    main = docker_engines.engines[0]
+    cid = template(docker_engines, "fp-alone", "alone")
+    api(main.url).start(cid)  # by hand: one process, WORLD_SIZE unset
+    ad = adapter_for(docker_engines)
+    wait_for(lambda: any(e["event"] == "rendezvous" for e in log_events(main, cid)), 60, "the job to start")
+    assert "alone" not in {j.id for j in ad.observe().jobs}
+    assert ad.last.broken["alone"] == "rank 0 runs without its gang (started outside FlowPlan?)"
+    lines = ad.reconcile()
+    assert any(line.startswith("alone: broken gang") and "exit 75" in line for line in lines), lines
+    after = job_of(ad, "alone")
+    assert after.status == "pending" and after.history, after
+    assert [c["Id"] for c in containers(main, "alone")] == [cid]
 
 
 def test_a_start_that_cannot_make_every_replica_leaves_nothing(docker_engines: Any) -> None:

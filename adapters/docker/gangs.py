@@ -61,7 +61,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Change
+from adapters.base import Change, ErrorKind
 from adapters.docker.engine import DEFAULT_SHARES, ContainerView, effective_cap, recreate_spec, shares_for
 from adapters.docker.errors import DockerAdapterError, LabelError
 from adapters.docker.gpu import gpu_request
@@ -134,23 +134,26 @@ def change_shares(ch: Change) -> Shares:
     return tuple(ch.placement)
 
 
-def shares_problem(fields: Mapping[str, Any], shares: Shares, hosts: Iterable[str]) -> str | None:
-    """Why a gang with ``fields`` (its labels) cannot run at ``shares`` (``None``: it can), in one line."""
+def shares_problem(fields: Mapping[str, Any], shares: Shares, hosts: Iterable[str]) -> tuple[ErrorKind, str] | None:
+    """Why a gang with ``fields`` (its labels) cannot run at ``shares`` (``None``: it can): the error
+    kind and one line. A malformed placement (a host listed twice or with no replica, an unknown
+    host) is ``invalid``: it can never work. A count or a spread outside the job's declared bounds
+    is ``conflict``: the plan was made for other labels (a stale snapshot), and is re-planned."""
     names = [n for n, _ in shares]
     count = sum(k for _, k in shares)
     replicas = int(fields.get("replicas", 1))
     fewest = int(fields.get("min_replicas") or replicas)
     if not shares or any(k < 1 for _, k in shares):
-        return f"placement {list(shares)}: a host listed with no replica"
+        return "invalid", f"placement {list(shares)}: a host listed with no replica"
     if len(set(names)) != len(names):
-        return f"placement {list(shares)}: a host listed twice"
+        return "invalid", f"placement {list(shares)}: a host listed twice"
     unknown = sorted(set(names) - set(hosts))
     if unknown:
-        return f"unknown host {unknown[0]!r} in placement {list(shares)}"
+        return "invalid", f"unknown host {unknown[0]!r} in placement {list(shares)}"
     if len(names) > int(fields.get("max_nodes", 1)):
-        return f"placement over {len(names)} hosts, but flowplan.max_nodes is {fields.get('max_nodes', 1)}"
+        return "conflict", f"placement over {len(names)} hosts, but flowplan.max_nodes is {fields.get('max_nodes', 1)}"
     if not fewest <= count <= replicas:
-        return f"{count} replicas, outside [{fewest}, {replicas}] (flowplan.min_replicas, flowplan.replicas)"
+        return "conflict", f"{count} replicas, outside [{fewest}, {replicas}] (flowplan.min_replicas, flowplan.replicas)"
     return None
 
 
@@ -218,7 +221,8 @@ def broken(
     running = [m for m in members if m[1].state == "running"]
     if len(running) + 1 != world:
         return f"{len(running) + 1} of its {world} replicas running"
-    return shares_problem(fields, shares_of(rank0_host, running), [rank0_host, *(h for h, _ in running)])
+    problem = shares_problem(fields, shares_of(rank0_host, running), [rank0_host, *(h for h, _ in running)])
+    return None if problem is None else problem[1]
 
 
 class GangOps:
@@ -262,7 +266,7 @@ class GangOps:
         if ch.kind in ("start", "migrate", "resize"):
             problem = shares_problem(placed.labels.fields, change_shares(ch), self.ad.hosts)
             if problem is not None:
-                raise DockerAdapterError("invalid", f"job {ch.job}: {problem}")
+                raise DockerAdapterError(problem[0], f"job {ch.job}: {problem[1]}")
         if ch.kind == "start":
             return self.start(ch, placed)
         if ch.kind == "migrate":
