@@ -18,6 +18,9 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
   snapshot, and ``reconcile`` stops it with a checkpoint, so it is pending for the next plan;
 - a start whose second replica cannot be created (the image exists on main only) fails with
   ``not_found`` and leaves nothing behind: no container on extra0, the template on main as it was;
+- the real planner in the control loop: it starts the pending gang (a count in [2, 3], over at most
+  2 hosts), every change is applied ``ok``, no plan violates the checker, and the next intervals
+  find the gang as planned (no change asked for is already in effect);
 - bad gang labels (min_replicas "x", negative, above replicas; elastic true) make the container
   unmanaged with one line naming the label and its value.
 """
@@ -27,11 +30,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import pytest
-from test_docker_engine import adapter_for, containers, job_of, log_events, wait_for
+from test_docker_engine import _clean, adapter_for, containers, job_of, log_events, wait_for  # noqa: F401 (_clean: autouse)
 
 from adapters.base import Change
 from adapters.docker import UNMANAGED_PREFIX
@@ -44,17 +49,15 @@ ARGS = ["--epochs", str(EPOCHS), "--work", "300", "--checkpoint-every", "0"]
 GANG = {"flowplan.replicas": "3", "flowplan.min_replicas": "2", "flowplan.max_nodes": "2"}
 
 
-@pytest.fixture(autouse=True)
-def _clean(docker_engines: Any) -> Any:
-    yield
-    from docker_env import remove_jobs
-
-    for e in docker_engines.engines:
-        if e.proc is not None:
-            remove_jobs(e.url)
-
-
-def template(engines: Any, name: str, job: str, *, image: str | None = None, labels: dict[str, str] | None = None) -> str:
+def template(
+    engines: Any,
+    name: str,
+    job: str,
+    *,
+    image: str | None = None,
+    labels: dict[str, str] | None = None,
+    args: list[str] | None = None,
+) -> str:
     """A created (pending) container of the gang job on main: rank 0 and the template of the others."""
     from docker_env import IMAGE, api, create_job, python_mounts
 
@@ -64,7 +67,7 @@ def template(engines: Any, name: str, job: str, *, image: str | None = None, lab
         job,
         engines.ckpt,
         labels=labels if labels is not None else GANG,
-        command=[python_mounts()[0], "/jobs/train_gang.py", *ARGS],
+        command=[python_mounts()[0], "/jobs/train_gang.py", *(args or ARGS)],
         start=False,
     )
     if image is None or image == IMAGE:
@@ -133,7 +136,9 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
 
     # The plan grows it to 3, two on main: a restart through rank 0's checkpoint.
     three = Change("gang", "migrate", "main", 500, 0, replicas=3, from_node="main", placement=(("main", 2), ("extra0", 1)))
+    t0 = time.time()
     (out,) = ad.apply([three])
+    took = time.time() - t0
     assert out.ok, out
     assert "3 replicas on 2 on main + 1 on extra0" in out.message, out.message
     now = {c["Labels"][RANK]: c for c in containers(main, "gang") + containers(e0, "gang")}
@@ -156,6 +161,15 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
     done = wait_for(lambda: (j := job_of(ad, "gang")) and j.status == "finished" and j, 120, "the gang to finish")
     epochs = [p.epoch for p in done.history]
     assert epochs == [float(i) for i in range(1, EPOCHS + 1)], epochs  # no gap, no epoch twice
+    times = {p.epoch: p.time for p in done.history}
+    gaps = {e: times[e] - times[e - 1] for e in times if e - 1 in times}
+    two_s = median(v for e, v in gaps.items() if e <= held)  # epochs of the 2-replica gang
+    three_s = median(v for e, v in gaps.items() if e > held + 1)  # of the 3-replica one (after its first)
+    first = times[held + 1] - t0  # the new gang's first epoch: its start, imports, rendezvous and one step
+    print(
+        f"rescale 2 -> 3: apply {took:.2f} s (checkpoint, stop, create and start 3), first epoch of the 3 at +{first:.2f} s; "
+        f"epoch {two_s:.3f} s at 2, {three_s:.3f} s at 3"
+    )
     reference = unscaled_loss(tmp_path)
     print(f"final loss: rescaled gang {done.history[-1].loss!r}, one process {reference!r}")
     assert done.history[-1].loss == pytest.approx(reference, rel=1e-9)
@@ -214,6 +228,35 @@ def test_a_start_that_cannot_make_every_replica_leaves_nothing(docker_engines: A
     (still,) = containers(main, "half")
     assert (still["Id"], still["State"]) == (cid, "created")
     assert job_of(ad, "half").status == "pending"
+
+
+def test_the_planner_starts_a_gang_and_the_next_intervals_keep_it(docker_engines: Any) -> None:
+    from adapters.loop import ControlLoop
+    from planner.policies import make_policy
+
+    template(docker_engines, "fp-planned", "planned", args=["--epochs", "1000", "--work", "300"])
+    ad = adapter_for(docker_engines)
+    loop = ControlLoop(ad, make_policy("flowplan", time_limit=0.5), ad.clock)
+    ticks = []
+    for _ in range(4):
+        ticks.append(loop.step())
+        time.sleep(1.0)
+    for t in ticks:
+        print([(c.kind, c.replicas, c.placement, c.node, c.cpu_millis) for c in t.changes], [o.message for o in t.outcomes])
+    assert not [t.violations for t in ticks if t.violations]
+    assert all(o.ok for t in ticks for o in t.outcomes), [o for t in ticks for o in t.outcomes if not o.ok]
+    assert ticks[0].changes and ticks[0].changes[0].kind == "start", ticks[0].changes
+    assert not [o for t in ticks for o in t.outcomes if "already" in o.message]
+    job = wait_for(lambda: (j := job_of(ad, "planned")) and j.history and j, 60, "the planned gang's epochs")
+    assert job.status == "running"
+    shares = [(s.node, s.replicas) for s in job.placement] if job.placement else [(job.node, job.replicas)]
+    assert 2 <= sum(k for _, k in shares) <= 3 and len(shares) <= 2, shares
+    seen = sorted(
+        (h, c["Labels"][RANK])
+        for h, e in zip(("main", "extra0", "extra1"), docker_engines.engines, strict=True)
+        for c in containers(e, "planned")
+    )
+    assert len(seen) == sum(k for _, k in shares), seen
 
 
 BAD = {

@@ -267,17 +267,12 @@ class GangOps:
             problem = shares_problem(placed.labels.fields, change_shares(ch), self.ad.hosts)
             if problem is not None:
                 raise DockerAdapterError(problem[0], f"job {ch.job}: {problem[1]}")
-        if ch.kind == "start":
-            return self.start(ch, placed)
-        if ch.kind == "migrate":
-            return self.migrate(ch, placed)
-        if ch.kind == "resize":
-            return self.resize(ch, placed)
-        if ch.kind == "pause":
-            return self.pause(ch, placed)
-        if ch.kind == "deliver":
-            return self.ad._deliver(ch, placed)
-        raise DockerAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+        act = {"start": self.start, "migrate": self.migrate, "resize": self.resize, "pause": self.pause}.get(ch.kind)
+        if ch.kind == "deliver":  # rank 0 hears it (SIGUSR1), as a single container does
+            act = self.ad._deliver
+        if act is None:
+            raise DockerAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+        return act(ch, placed)
 
     def start(self, ch: Change, placed: Placed) -> str:
         down = placed.host in self.ad.last.down
@@ -292,13 +287,17 @@ class GangOps:
         self._stop_members(members)  # left by an earlier start: they wait for a rank 0 that is gone
         return self._launch(ch, placed, rank0, members, restart_old=False)
 
-    def migrate(self, ch: Change, placed: Placed) -> str:
+    def _running(self, ch: Change, placed: Placed, verb: str) -> tuple[ContainerView, list[tuple[str, ContainerView]]]:
+        """Rank 0 and the members now; a ``conflict`` when rank 0 is not running (a pending job is started)."""
         rank0 = self.ad._fresh(placed)
         if rank0.state not in ("running", "paused", "restarting"):
             raise DockerAdapterError(
-                "conflict", f"job {ch.job}: not running ({rank0.state}): a pending job is started, not migrated"
+                "conflict", f"job {ch.job}: not running ({rank0.state}): a pending job is started, not {verb}"
             )
-        members = self._members_now(placed)
+        return rank0, self._members_now(placed)
+
+    def migrate(self, ch: Change, placed: Placed) -> str:
+        rank0, members = self._running(ch, placed, "migrated")
         if self._as_asked(ch, placed, rank0, members):
             return f"already running: {_where(change_shares(ch))} at {ch.cpu_millis}m/{ch.gpus}g"
         return self._restart(ch, placed, rank0, members)
@@ -316,12 +315,7 @@ class GangOps:
         return self._launch(ch, placed, rank0, members, restart_old=True)
 
     def resize(self, ch: Change, placed: Placed) -> str:
-        rank0 = self.ad._fresh(placed)
-        if rank0.state not in ("running", "paused", "restarting"):
-            raise DockerAdapterError(
-                "conflict", f"job {ch.job}: not running ({rank0.state}): a pending job is started, not resized"
-            )
-        members = self._members_now(placed)
+        rank0, members = self._running(ch, placed, "resized")
         now = shares_of(placed.host, members)
         if ch.node != placed.host or now != change_shares(ch):
             raise DockerAdapterError(
