@@ -16,6 +16,8 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
 - a pause checkpoints rank 0 and removes the other replicas: the job is pending;
 - a gang's template started by hand (rank 0 alone, no rendezvous) is broken: left out of the
   snapshot, and ``reconcile`` stops it with a checkpoint, so it is pending for the next plan;
+- a rescale whose new replica cannot be created (its host lacks the image) fails with ``not_found``:
+  what was made is removed and the old set runs again where it was, resumed from the checkpoint;
 - a start whose second replica cannot be created (the image exists on main only) fails with
   ``not_found`` and leaves nothing behind: no container on extra0, the template on main as it was;
 - the real planner in the control loop: it starts the pending gang (a count in [2, 3], over at most
@@ -159,6 +161,11 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
     (same,) = ad.apply([three])
     assert same.ok and "already running" in same.message, same
     done = wait_for(lambda: (j := job_of(ad, "gang")) and j.status == "finished" and j, 120, "the gang to finish")
+    print(
+        "speed points (cpu, replicas, hosts, s/epoch):",
+        [(p.cpu_millis, p.replicas, p.nodes, round(p.seconds_per_epoch, 3)) for p in done.speed],
+    )
+    assert {(p.replicas, p.nodes) for p in done.speed} <= {(2, 2), (3, 2)}, done.speed  # each with the gang it ran as
     epochs = [p.epoch for p in done.history]
     assert epochs == [float(i) for i in range(1, EPOCHS + 1)], epochs  # no gap, no epoch twice
     times = {p.epoch: p.time for p in done.history}
@@ -211,6 +218,34 @@ def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_e
     after = job_of(ad, "alone")
     assert after.status == "pending" and after.history, after
     assert [c["Id"] for c in containers(main, "alone")] == [cid]
+
+
+def test_a_rescale_that_cannot_make_its_new_set_starts_the_old_one_again(docker_engines: Any) -> None:
+    from docker_env import IMAGE, api
+
+    main, e0, e1 = docker_engines.engines
+    for engine in (main, e0):  # not on extra1
+        api(engine.url).tag(IMAGE, "flowplan/not-on-extra1", "1")
+    template(docker_engines, "fp-back", "back", image="flowplan/not-on-extra1:1")
+    ad = adapter_for(docker_engines)
+    ad.observe()
+    ok = ad.apply([Change("back", "start", "main", 500, 0, replicas=2, placement=(("main", 1), ("extra0", 1)))])
+    assert ok[0].ok, ok
+    before = {c["Id"] for e in (main, e0) for c in containers(e, "back")}
+    wait_for(lambda: (j := job_of(ad, "back")) and len(j.history) >= 3 and j, 90, "3 epochs")
+    three = Change("back", "migrate", "main", 500, 0, replicas=3, from_node="main", placement=(("main", 2), ("extra1", 1)))
+    (out,) = ad.apply([three])
+    assert not out.ok and out.error == "not_found", out
+    assert (
+        "removed the 2 container(s) made" in out.message and "the old set started again on 1 on main + 1 on extra0" in out.message
+    )
+    assert containers(e1, "back") == []
+    after = {c["Id"]: c for e in (main, e0) for c in containers(e, "back")}
+    assert set(after) == before and all(c["State"] == "running" for c in after.values()), after
+    (rank0,) = [cid for cid, c in after.items() if c["Labels"][RANK] == "0"]
+    wait_for(lambda: [e for e in log_events(main, rank0) if e["event"] == "resumed"], 60, "the old rank 0 to resume")
+    back = wait_for(lambda: (j := job_of(ad, "back")) and j.status == "running" and j, 30, "the old gang running")
+    assert [(s.node, s.replicas) for s in back.placement] == [("main", 1), ("extra0", 1)]
 
 
 def test_a_start_that_cannot_make_every_replica_leaves_nothing(docker_engines: Any) -> None:
