@@ -10,6 +10,8 @@ Cases:
   variables replacing any the template had, the port deterministic per job, kept when free,
   moved past ports other gangs hold; ``MASTER_ADDR`` per host spec (``addr=``, a tcp/ssh URL's
   host, 127.0.0.1 for a unix socket) and a bad ``addr`` refused in one line;
+- each replica's create spec (no engine): its own GPUs on a shared host, past those another job
+  holds, ``conflict`` when none is left; its rendezvous variables, host networking and labels;
 - placements refused in one line (count outside the bounds, too many hosts: ``conflict``; a host
   twice or unknown: ``invalid``); members of rank 0's generation told from stale ones; a running rank 0 with a replica
   gone, or without its gang, is broken;
@@ -255,3 +257,40 @@ def test_sigterm_checkpoints_the_gang_and_it_resumes_with_another_size(tmp_path:
     assert resumed["epoch"] == checkpoint["epoch"]
     assert [r["epoch"] for r in _records(outs[0]) if "loss" in r][0] == checkpoint["epoch"] + 1
     assert _last_loss(outs[0]) == pytest.approx(_last_loss(reference), rel=1e-9)
+
+
+def test_each_replica_gets_its_own_gpus_and_the_rendezvous() -> None:
+    """The create spec of each replica, built without an engine (nothing is called: the hosts'
+    connections are lazy): replicas on one 4-GPU host get distinct devices, skipping the one a
+    running container of another job holds; a fourth replica there finds none (``conflict``)."""
+    from adapters.base import Change
+    from adapters.docker import DockerAdapter, DockerAdapterError, HostSpec
+    from adapters.docker.adapter import Placed
+
+    ad = DockerAdapter([HostSpec("a", "unix:///nonexistent.sock", cpu_millis=8000, gpus=4, addr="10.0.0.9")])
+    labels = {**GANG, "flowplan.min_gpus": "1", "flowplan.max_gpus": "1"}
+    config = {"Image": "img", "Cmd": ["python", "t.py"], "Env": ["RANK=7", "A=1"], "Labels": labels}
+    template = view({"Id": "t", "Name": "/train", "State": {"Status": "created"}, "Config": config, "HostConfig": {}})
+    held = {"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["0"], "Capabilities": [["gpu"]]}]}
+    other = view({"Id": "o", "Name": "/o", "State": {"Status": "running"}, "Config": {"Labels": {}}, "HostConfig": held})
+    mine, theirs = parse_labels(labels), parse_labels({"flowplan.job": "o"})
+    assert mine is not None and theirs is not None
+    ad.last.placed = {"g": Placed("a", template, mine), "o": Placed("a", other, theirs)}
+    ch = Change("g", "start", "a", 1000, 1, replicas=4)
+    rendezvous = {"MASTER_ADDR": "10.0.0.9", "MASTER_PORT": 29777, "WORLD_SIZE": 4}
+    taken: dict[str, list[str]] = {}
+    specs = [ad.gangs._spec(ch, ad.last.placed["g"], template, ("a", r, r, 4), rendezvous, 5, taken) for r in range(3)]
+    assert [s["host_config"]["device_requests"][0]["DeviceIDs"] for s in specs] == [["1"], ["2"], ["3"]]
+    with pytest.raises(DockerAdapterError) as err:
+        ad.gangs._spec(ch, ad.last.placed["g"], template, ("a", 3, 3, 4), rendezvous, 5, taken)
+    assert err.value.kind == "conflict" and "1 GPU(s) requested, 0 free of 4" in err.value.message
+    env = dict(item.partition("=")[::2] for item in specs[2]["config"]["environment"])
+    want = {"RANK": "2", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.9", "A": "1"}
+    assert {k: env[k] for k in want} == want and env["MASTER_PORT"] == "29777"
+    assert specs[2]["host_config"]["network_mode"] == "host"
+    assert {k: specs[2]["config"]["labels"][k] for k in (RANK, GENERATION, WORLD_SIZE, MASTER_PORT)} == {
+        RANK: "2",
+        GENERATION: "5",
+        WORLD_SIZE: "4",
+        MASTER_PORT: "29777",
+    }
