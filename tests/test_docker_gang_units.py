@@ -37,7 +37,8 @@ import pytest
 
 from adapters.docker.engine import HostSpec, view
 from adapters.docker.errors import LabelError
-from adapters.docker.gangs import (
+from adapters.docker.labels import parse_labels
+from adapters.docker.ranks import (
     GENERATION,
     MASTER_PORT,
     PORT_BASE,
@@ -52,7 +53,6 @@ from adapters.docker.gangs import (
     shares_problem,
     split_members,
 )
-from adapters.docker.labels import parse_labels
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "examples" / "jobs" / "train_gang.py"

@@ -42,7 +42,7 @@ from test_docker_engine import _clean, adapter_for, containers, job_of, log_even
 
 from adapters.base import Change
 from adapters.docker import UNMANAGED_PREFIX
-from adapters.docker.gangs import MASTER_PORT, RANK
+from adapters.docker.ranks import MASTER_PORT, RANK
 
 pytestmark = pytest.mark.slow
 

@@ -68,11 +68,12 @@ from adapters.docker.engine import (
     view,
 )
 from adapters.docker.errors import DockerAdapterError, LabelError
-from adapters.docker.gangs import GangOps, broken, is_gang, member_of, shares_of, split_members
+from adapters.docker.gangs import GangOps
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress, kv_json, parse_timestamp, set_kv_json
+from adapters.docker.ranks import broken, is_gang, member_of, shares_of, split_members
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (

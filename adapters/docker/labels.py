@@ -35,7 +35,7 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.elastic``                      ``false`` only: on Docker a new count is a checkpoint-restart
 ========================================  =========================================================
 
-The adapter writes four more on the containers of a gang it starts (:mod:`adapters.docker.gangs`):
+The adapter writes four more on the containers of a gang it starts (:mod:`adapters.docker.ranks`):
 ``flowplan.rank``, ``flowplan.generation``, ``flowplan.world_size`` and ``flowplan.master_port``. They
 are accepted here and checked there; they are not Snapshot fields.
 
@@ -87,7 +87,7 @@ _TARGET = {
     "target.tier2.within",
     "target.max_epochs",
 }
-#: Written by the adapter on the containers of a gang (:mod:`adapters.docker.gangs` parses them).
+#: Written by the adapter on the containers of a gang (:mod:`adapters.docker.ranks` parses them).
 WRITTEN = ("rank", "generation", "world_size", "master_port")
 KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", "elastic", *_INTS, *_FLOATS, *_BOOLS, *_TARGET, *WRITTEN}
 
