@@ -17,7 +17,8 @@ shard's forward pass (the cost of a bigger model): with more replicas each has f
 epoch is faster.
 
 Rank 0 reports through ``flowplan.sdk`` (JSON lines: ``{"epoch": 3, "loss": ..., "metric": ...}``,
-where ``loss`` is the training loss over the whole set and ``metric`` the held-out accuracy) and hears
+where ``loss`` is the training loss over the whole set, from the forward pass that gave the epoch's
+gradient, and ``metric`` the held-out accuracy after its step) and hears
 it: on ``SIGTERM`` (the Docker adapter's pause, migration and rescale) it finishes the epoch in
 progress, writes ``<checkpoint dir>/<job>.gang.npz``, tells the other ranks to stop, and exits 75.
 On start it resumes from that file. The other ranks exit 75 when told to stop, 0 when training is
