@@ -234,9 +234,11 @@ class DockerAdapter(Adapter):
                         self._unmanaged_said[f"{name}/{c.name}"] = str(exc)
                         log.warning("container %s on %s is unmanaged: %s", c.name, name, exc)
                     continue
-                if parsed is not None and rank > 0:
+                if parsed is None or c.state in ("removing", "dead"):
+                    continue
+                if rank > 0:
                     others.setdefault(parsed.job_id, []).append((name, c))
-                elif parsed is not None and c.state not in ("removing", "dead"):
+                else:
                     found.setdefault(parsed.job_id, []).append((name, c, parsed))
             nodes.append(self._node(name, node_labels, schedulable=True))
 

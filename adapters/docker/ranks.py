@@ -145,7 +145,7 @@ def split_members(
     stale: list[tuple[str, ContainerView]] = []
     for host, c in sorted(others, key=lambda m: -m[1].created):  # the newest of a rank wins
         m = member_of(c.labels)
-        if m.generation == gen and gen > 0 and m.rank not in members and c.state not in ("removing", "dead"):
+        if m.generation == gen and gen > 0 and m.rank not in members:
             members[m.rank] = (host, c)
         else:
             stale.append((host, c))
