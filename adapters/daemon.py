@@ -64,12 +64,22 @@ def in_effect(snapshot: Snapshot, action: dict[str, Any]) -> bool:
     return (
         job.status == "running"
         and job.node == action.get("node")
+        and _shares_in_effect(job.shares(), action)
         and a is not None
         and a.cpu_millis == action.get("cpu_millis")
         and a.gpus == action.get("gpus")
         and a.gpu_device == action.get("gpu_device")
         and _cap_in_effect(snapshot, job.node, job.max_cpu_millis, a.cpu_limit_millis, action.get("cpu_limit_millis"))
     )
+
+
+def _shares_in_effect(shares: tuple[tuple[str, int], ...], action: dict[str, Any]) -> bool:
+    """The job's replicas are where the action put them (an action recorded without a count: not checked)."""
+    if action.get("placement") is not None:
+        return shares == tuple((str(n), int(k)) for n, k in action["placement"])
+    if "replicas" in action:
+        return shares == ((action.get("node"), action["replicas"]),)
+    return True
 
 
 def _cap_in_effect(snapshot: Snapshot, node: str | None, job_max: int, seen: int | None, asked: Any) -> bool:

@@ -119,8 +119,8 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
         "--hosts",
         nargs="+",
         default=[DEFAULT_HOST],
-        metavar="NAME=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]",
-        help=f"Docker hosts, one per node (default: {DEFAULT_HOST})",
+        metavar="NAME=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares][,addr=ADDRESS]",
+        help=f"Docker hosts, one per node; addr: where a gang's other replicas reach this host (default: {DEFAULT_HOST})",
     )
     p.add_argument(
         "--kubeconfig",
@@ -404,6 +404,8 @@ def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]
     lines = []
     for i, c in enumerate(tick.changes):
         what = f"{c.kind} {c.job}" + (f" on {c.node} {c.cpu_millis}m" if c.node else "") + (f" {c.gpus}g" if c.gpus else "")
+        if c.node and (c.replicas > 1 or (c.placement is not None and len(c.placement) > 1)):  # a gang: where each replica goes
+            what += f" x{c.replicas}" + (" (" + " + ".join(f"{k} on {n}" for n, k in c.placement) + ")" if c.placement else "")
         if dry_run:
             lines.append(f"{stamp} would {what}")
         elif i < len(tick.outcomes):

@@ -9,7 +9,8 @@ checkpoint volume (NFS in a real cluster).
 
 The tests run their own engines (``EngineSet``), never the machine's main one: separate ``dockerd``
 processes with their own data root, exec root, pid file and socket, ``--bridge=none`` and
-``--iptables=false`` (training containers run with ``--network none`` and need no bridge). Two
+``--iptables=false`` (training containers run with ``--network none``, and the replicas of a gang,
+which the adapter creates, with host networking: neither needs a bridge). Two
 sessions running the tests at once, or a daemon on the main engine, cannot see each other's containers.
 
 In CI (``CI`` set) a missing engine fails the tests; elsewhere it skips them.

@@ -23,10 +23,12 @@ scheduler; the simulator has none, so there a name it does not run stands in). C
   the changes through it changes nothing;
 - foreign workloads: never a job, a change naming one is ``not_found``, and after changes and a
   control-loop interval with the real planner it is exactly as it was;
-- gangs (where a backend's users can declare one: Kubernetes, ``flowplan.io/gang``; Docker labels and
-  the simulator's scenarios cannot): a gang of 3 is one job with 3 replicas; a start, a resize, a
-  migration and a pause each change every pod, show in the next observe, and applied again are
-  ``ok`` no-ops that leave every pod alone; a change naming another replica count is ``conflict``;
+- gangs (where a backend's users can declare one: Kubernetes, ``flowplan.io/gang``; Docker,
+  ``flowplan.replicas``; the simulator's scenarios cannot): a gang of 3 is one job with 3 replicas; a
+  start, a resize, a migration and a pause each change every replica, show in the next observe, and
+  applied again are ``ok`` no-ops that leave every replica alone; a change naming another replica
+  count is ``conflict``. A pending gang is its 3 pods on Kubernetes; on Docker it is its rank 0 (the
+  template), and the adapter makes the other replicas when it starts or moves the gang;
 - GPU fractions: Docker and Kubernetes refuse a change list that places one, whole and before
   applying anything (every outcome ``invalid``, one naming the job and its ``gpu_milli``); the
   simulator, which enforces fractions, applies the rest.
@@ -61,8 +63,10 @@ class Backend:
     workload: Callable[[str], Any]
     foreign: Callable[[], Any]
     adapters: list[Adapter] = field(default_factory=list)
-    #: Makes a pending gang of that many workloads (``None``: the backend has no gangs).
+    #: Makes a pending gang of that many replicas (``None``: the backend has no gangs).
     gang: Callable[[str, int], None] | None = None
+    #: A pending gang's workloads are all its replicas (Kubernetes' pods), not only its rank 0 (Docker's template).
+    gang_waits_whole: bool = True
 
     def adapter(self) -> Adapter:
         ad = self.fresh()
@@ -155,7 +159,11 @@ def docker_backend(engines: Any) -> Iterator[Backend]:
         hc, st = raw["HostConfig"], raw["State"]
         return (raw["Id"], st["Status"], st["StartedAt"], raw["RestartCount"], hc["CpuShares"], hc["NanoCpus"], hc["CpuQuota"])
 
-    backend = Backend("docker", names, fresh, workload, foreign_state)
+    def gang(job: str, n: int) -> None:
+        gang_labels = {**labels, "flowplan.replicas": str(n)}
+        create_job(urls["main"], f"fp-{job}", job, engines.ckpt, labels=gang_labels, command=["/bin/sh", "-c", LOOP], start=False)
+
+    backend = Backend("docker", names, fresh, workload, foreign_state, gang=gang, gang_waits_whole=False)
     try:
         yield backend
     finally:
@@ -377,7 +385,7 @@ def test_a_gang_is_one_job_changed_whole(backend: Backend) -> None:
     ad = backend.adapter()
     [job] = [j for j in ad.observe().jobs if j.id == "cg"]
     assert (job.status, job.replicas) == ("pending", 3)
-    assert len(backend.workload("cg")) == 3
+    assert len(backend.workload("cg")) == (3 if backend.gang_waits_whole else 1)
     steps = [
         Change("cg", "start", n0, 500, 0, replicas=3),
         Change("cg", "resize", n0, 1000, 0, replicas=3, from_node=n0),
@@ -389,7 +397,8 @@ def test_a_gang_is_one_job_changed_whole(backend: Backend) -> None:
         snap = ad.observe()
         assert in_effect(snap, change.as_dict()), (change.key(), state(snap, "cg"))
         after, workload = state(snap, "cg"), backend.workload("cg")
-        assert len(workload) == 3 and len({w[-1] for w in workload}) == 1, workload  # every pod: one node, or none
+        whole = backend.gang_waits_whole or change.kind != "pause"
+        assert len(workload) == (3 if whole else 1) and len({w[-1] for w in workload}) == 1, workload  # one node, or none
         again = ok(ad.apply([change]))
         assert "already" in again[0].message, again
         assert state(ad.observe(), "cg") == after and backend.workload("cg") == workload, change.kind

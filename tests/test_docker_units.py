@@ -52,7 +52,7 @@ from adapters.docker import (
 )
 from adapters.docker.adapter import Placed
 from adapters.docker.engine import guarantee_of, recreate_spec, shares_for, view
-from planner.snapshot import Allocation, Job, Node, Snapshot
+from planner.snapshot import Allocation, Job, Node, Share, Snapshot
 
 # -- labels -----------------------------------------------------------------------------------
 
@@ -528,6 +528,18 @@ def test_in_effect() -> None:
     assert not in_effect(capped, {**resize, "cpu_limit_millis": None})
     assert not in_effect(snap, {**resize, "cpu_limit_millis": 700})
     assert in_effect(snap, {**resize, "cpu_limit_millis": 1000})
+    # A gang: its replicas must be where the action put them (count and placement); an action
+    # recorded without a count (an older store) is not checked for one.
+    spread = [Share(node="b", replicas=2), Share(node="a", replicas=1)]
+    gang = Job(
+        id="g", status="running", node="b", allocation=Allocation(cpu_millis=500), replicas=3, max_nodes=2, placement=spread
+    )
+    grown = snap.model_copy(update={"jobs": [gang]})
+    move = {"job": "g", "kind": "migrate", "node": "b", "cpu_millis": 500, "gpus": 0, "replicas": 3}
+    assert in_effect(grown, {**move, "placement": [["b", 2], ["a", 1]]})
+    assert not in_effect(grown, {**move, "placement": [["b", 1], ["a", 2]]})
+    assert not in_effect(grown, move)  # all 3 on b was asked
+    assert in_effect(snap, {**resize, "replicas": 1}) and not in_effect(snap, {**resize, "replicas": 2})
 
 
 # -- the daemon's wake clock ------------------------------------------------------------------

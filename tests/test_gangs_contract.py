@@ -11,8 +11,9 @@ placement whose sum is not the count · more nodes than max_nodes · a node list
 node · a second node over its GPUs · a replica arriving on a cordoned node · a non-elastic gang
 whose count changes named ``resize`` · a gang that cannot checkpoint restarted with a new count.
 
-Adapters: Docker and Kubernetes refuse a plan that spreads a gang, whole, before applying anything
-(``adapters.base.refuse_spanning``; the refusal is tested on the function both adapters call).
+Adapters: Kubernetes refuses a plan that spreads a gang, whole, before applying anything
+(``adapters.base.refuse_spanning``, tested here on the function it calls). Docker places spread
+gangs (``tests/test_docker_gangs.py``).
 """
 
 from __future__ import annotations
@@ -211,12 +212,12 @@ def test_adapters_refuse_a_spread_gang_whole() -> None:
         Change(job="one", kind="start", node="a", cpu_millis=1000, gpus=1),
         Change(job="big", kind="start", node="a", cpu_millis=1000, gpus=1, replicas=6, placement=(("a", 4), ("b", 2))),
     ]
-    assert refuse_spanning(changes[:1], "Docker", logging.getLogger("test")) is None
+    assert refuse_spanning(changes[:1], "Kubernetes", logging.getLogger("test")) is None
     packed = Change(job="p", kind="start", node="a", cpu_millis=1000, gpus=1, replicas=2, placement=(("a", 2),))
-    assert refuse_spanning([packed], "Docker", logging.getLogger("test")) is None
-    out = refuse_spanning(changes, "Docker", logging.getLogger("test"))
+    assert refuse_spanning([packed], "Kubernetes", logging.getLogger("test")) is None
+    out = refuse_spanning(changes, "Kubernetes", logging.getLogger("test"))
     assert out is not None and [o.ok for o in out] == [False, False]
-    assert out[1].message == "job big: replicas on 2 nodes (4 on a, 2 on b) cannot be placed by Docker yet (one node per job)"
+    assert out[1].message == "job big: replicas on 2 nodes (4 on a, 2 on b) cannot be placed by Kubernetes yet (one node per job)"
     assert out[0].message.startswith("job one: not applied, the plan was refused: job big:")
     assert changes[1].as_dict()["placement"] == [["a", 4], ["b", 2]]
     assert changes[1].key() != Change(job="big", kind="start", node="a", cpu_millis=1000, gpus=1, replicas=6).key()

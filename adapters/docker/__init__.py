@@ -1,7 +1,8 @@
 """The Docker adapter: Docker hosts as nodes, containers labelled ``flowplan.job`` as jobs.
 
 Start with :class:`DockerAdapter` (what it assumes is in its module docstring), the labels in
-:mod:`adapters.docker.labels`, and ``docs/docker.md``. Needs the ``docker`` extra (docker-py).
+:mod:`adapters.docker.labels`, gangs in :mod:`adapters.docker.gangs`, and ``docs/docker.md``. Needs
+the ``docker`` extra (docker-py).
 """
 
 from adapters.docker.adapter import DOWN_LABEL, RESUMABLE_EXITS, UNMANAGED_PREFIX, DockerAdapter, Observation

@@ -2,10 +2,13 @@
 
 What it assumes (read before relying on it):
 
-- **One container per job.** A job is a container with a ``flowplan.job`` label
-  (:mod:`adapters.docker.labels`). Several containers with the same job id happen only after an
-  interrupted migration or a host that came back; :meth:`DockerAdapter.observe` then uses the running
-  one (or the newest) and :meth:`DockerAdapter.reconcile` removes the others.
+- **One container per job, or a gang.** A job is a container with a ``flowplan.job`` label
+  (:mod:`adapters.docker.labels`). A job whose labels declare ``flowplan.replicas`` above 1 is a gang:
+  that container is its rank 0 and the template of the others, which the adapter creates on the
+  hosts the plan names, with the rendezvous variables (:mod:`adapters.docker.gangs`). Several rank-0
+  containers with the same job id happen only after an interrupted migration or a host that came
+  back; :meth:`DockerAdapter.observe` then uses the running one (or the newest) and
+  :meth:`DockerAdapter.reconcile` removes the others.
 - **Container state is the job state.** ``running``/``paused`` → running; ``created`` → pending (a
   submitted job waiting to be placed); exited with 75 (checkpointed, see ``examples/jobs``), 143 or 137
   (stopped by a signal) → pending again; exited with 0 → finished; any other exit → finished, and the
@@ -53,7 +56,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions, refuse_spanning
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -65,10 +68,12 @@ from adapters.docker.engine import (
     view,
 )
 from adapters.docker.errors import DockerAdapterError, LabelError
+from adapters.docker.gangs import GangOps
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress, kv_json, parse_timestamp, set_kv_json
+from adapters.docker.ranks import broken, is_gang, member_of, shares_of, split_members
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (
@@ -79,6 +84,7 @@ from planner.snapshot import (
     Node,
     QoETarget,
     Settings,
+    Share,
     Snapshot,
     SpeedPoint,
     SpeedPrior,
@@ -107,12 +113,16 @@ OWN_EVENT_GRACE = 2.0
 
 @dataclass
 class Placed:
-    """Where a job's container is, as last observed."""
+    """Where a job's container (a gang's rank 0) is, as last observed; a gang's other replicas in ``members``."""
 
     host: str
     container: ContainerView
     labels: JobLabels
     duplicates: list[tuple[str, ContainerView]] = field(default_factory=list)
+    #: A gang's replicas of rank 0's generation, rank order (:mod:`adapters.docker.gangs`).
+    members: list[tuple[str, ContainerView]] = field(default_factory=list)
+    #: Replicas of another generation, or of a gang whose rank 0 is gone: to remove.
+    stale: list[tuple[str, ContainerView]] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +134,8 @@ class Observation:
     down: dict[str, str] = field(default_factory=dict)  # host -> error
     cpu_usage: dict[str, float] = field(default_factory=dict)  # job -> cores used over the last interval
     failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
+    broken: dict[str, str] = field(default_factory=dict)  # gang job -> why it is not whole (left out; reconciled)
+    orphans: dict[str, list[tuple[str, ContainerView]]] = field(default_factory=dict)  # job -> replicas, no rank 0 seen
 
 
 class DockerAdapter(Adapter):
@@ -174,6 +186,8 @@ class DockerAdapter(Adapter):
         self._touched: dict[str, float] = {}  # container id -> time.monotonic() when a call of ours on it returned
         self._stats_pool: Any = None  # a ThreadPoolExecutor, made at the first stats request
         self._stats_pending: dict[str, Any] = {}  # container id -> the Future of its next stats sample
+        self._broken_said: dict[str, str] = {}  # gang job -> why it is broken, as last logged
+        self.gangs = GangOps(self)
 
     # -- persistent per-job state (in the store's key-value table) ------------------------------
 
@@ -191,7 +205,8 @@ class DockerAdapter(Adapter):
         obs = Observation()
         self._mlflow_ok = True
         nodes: list[Node] = []
-        found: dict[str, list[tuple[str, ContainerView, JobLabels]]] = {}
+        found: dict[str, list[tuple[str, ContainerView, JobLabels]]] = {}  # rank 0 (or a single container)
+        others: dict[str, list[tuple[str, ContainerView]]] = {}  # a gang's other ranks
         for name, host in self.hosts.items():
             node_labels: dict[str, str] = {}
             try:
@@ -211,6 +226,7 @@ class DockerAdapter(Adapter):
                     continue  # another daemon's job
                 try:
                     parsed = parse_labels(c.labels, created=c.created)
+                    rank = member_of(c.labels).rank
                 except LabelError as exc:
                     obs.unmanaged[f"{name}/{c.name}"] = str(exc)
                     node_labels[UNMANAGED_PREFIX + c.name] = str(exc)[:200]
@@ -218,12 +234,18 @@ class DockerAdapter(Adapter):
                         self._unmanaged_said[f"{name}/{c.name}"] = str(exc)
                         log.warning("container %s on %s is unmanaged: %s", c.name, name, exc)
                     continue
-                if parsed is not None and c.state not in ("removing", "dead"):
+                if parsed is None or c.state in ("removing", "dead"):
+                    continue
+                if rank > 0:
+                    others.setdefault(parsed.job_id, []).append((name, c))
+                else:
                     found.setdefault(parsed.job_id, []).append((name, c, parsed))
             nodes.append(self._node(name, node_labels, schedulable=True))
 
         for job_id in sorted(found):
-            obs.placed[job_id] = self._primary(found[job_id])
+            placed = obs.placed[job_id] = self._primary(found[job_id])
+            placed.members, placed.stale = split_members(placed.container, others.pop(job_id, []))
+        obs.orphans = others
         if self.read_stats:  # before the logs are read: a speed point pairs the epochs and the CPU of one window
             self._read_cpu_usage(obs)
         jobs: list[Job] = []
@@ -232,6 +254,8 @@ class DockerAdapter(Adapter):
             if job is not None:
                 jobs.append(job)
         jobs.extend(self._jobs_of_down_hosts(obs, set(found), now))
+        for job_id in [j for j in obs.orphans if j in obs.placed]:  # rank 0's host is down: a new gang replaces them
+            obs.placed[job_id].stale.extend(obs.orphans.pop(job_id))
         self.last = obs
         return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
 
@@ -268,6 +292,16 @@ class DockerAdapter(Adapter):
         c, host = placed.container, placed.host
         job_id = placed.labels.job_id
         status = self._status(c)
+        gang = is_gang(placed.labels.fields)
+        if gang and status == "running":
+            why = broken(host, c, placed.members, placed.labels.fields)
+            if why is not None:  # left out; reconcile stops it with a checkpoint, the next plan starts it whole
+                obs.broken[job_id] = why
+                if self._broken_said.get(job_id) != why:
+                    self._broken_said[job_id] = why
+                    log.warning("job %s: its gang is broken (%s): left out, stopped with a checkpoint", job_id, why)
+                return None
+        shares = shares_of(host, placed.members) if gang and status == "running" else None
         if status == "finished" and c.exit_code != 0:
             obs.failed[job_id] = c.exit_code
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
@@ -277,7 +311,7 @@ class DockerAdapter(Adapter):
             self._mlflow_ok = self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
-        speed = self._speeds(job_id, c, history, status)
+        speed = self._speeds(job_id, c, history, status, shares)
         image = _image(c)
         self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished")
         delivered = self.progress.delivered(job_id)
@@ -297,6 +331,7 @@ class DockerAdapter(Adapter):
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
             delivered=delivered,
+            placement=_placement(shares, fields.get("replicas", 1)),
             **fields,
         )
 
@@ -483,7 +518,14 @@ class DockerAdapter(Adapter):
             return None
         return (cpu - prev[1]) / (t - prev[0])
 
-    def _speeds(self, job_id: str, c: ContainerView, history: Sequence[MetricPoint], status: str) -> list[SpeedPoint]:
+    def _speeds(
+        self,
+        job_id: str,
+        c: ContainerView,
+        history: Sequence[MetricPoint],
+        status: str,
+        shares: tuple[tuple[str, int], ...] | None = None,
+    ) -> list[SpeedPoint]:
         """Observed seconds per epoch, at the CPU the job actually used.
 
         The guarantee is a floor, not what a job gets: a job guaranteed 250m runs at a whole core
@@ -492,14 +534,18 @@ class DockerAdapter(Adapter):
         interpolated between samples, over the epoch's wall time). Epochs are grouped by that CPU
         (rounded to :data:`SPEED_GRID_MILLIS`); each group's median is averaged into the point kept
         for it. Each epoch counts once. The rates progress bars show join the same groups.
+
+        A running gang's points (``shares``: its replicas per host) are kept per CPU (rank 0's), count
+        and hosts: the seconds an epoch of the whole job took with that many replicas on that many hosts.
         """
+        shape = "" if shares is None else f":{sum(k for _, k in shares)}:{len(shares)}"
         key = f"docker.speed.{job_id}"
         table: dict[str, float] = self._kv_json(key) or {}
         samples = self._usage.get(c.id) or []
         if status == "running" and len(samples) >= 2:
             lo, hi = samples[0][0], samples[-1][0]
             done = self._speed_done.get(c.id, -math.inf)
-            groups: dict[int, list[float]] = {}
+            groups: dict[str, list[float]] = {}
             for a, b in zip(history, history[1:], strict=False):
                 if b.epoch <= a.epoch or b.time <= a.time or a.time < lo or b.time > hi or b.time <= done:
                     continue
@@ -507,7 +553,7 @@ class DockerAdapter(Adapter):
                 self._speed_done[c.id] = max(self._speed_done.get(c.id, -math.inf), b.time)
                 if cores > 0.005:
                     millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
-                    groups.setdefault(millis, []).append((b.time - a.time) / (b.epoch - a.epoch))
+                    groups.setdefault(f"{millis}{shape}", []).append((b.time - a.time) / (b.epoch - a.epoch))
             # A bar's own rate (tqdm's it/s, Keras' ms/step): known from an epoch's first steps, before
             # two epoch ends can be timed. Its line is stamped when it began, so it is paired with the
             # cores used from then to the latest sample; one less than a second old waits.
@@ -520,19 +566,21 @@ class DockerAdapter(Adapter):
                 cores = (_cpu_at(samples, hi) - _cpu_at(samples, start)) / (hi - start)
                 if cores > 0.005:
                     millis = max(SPEED_GRID_MILLIS, SPEED_GRID_MILLIS * round(cores * 1000 / SPEED_GRID_MILLIS))
-                    groups.setdefault(millis, []).append(per_epoch)
+                    groups.setdefault(f"{millis}{shape}", []).append(per_epoch)
             if waiting:
                 self._rates[c.id] = waiting
-            for millis, gaps in groups.items():
+            for key_, gaps in groups.items():
                 seen = float(median(gaps))
-                old = table.get(str(millis))
-                table[str(millis)] = seen if old is None or not math.isfinite(old) else (old + seen) / 2
+                old = table.get(key_)
+                table[key_] = seen if old is None or not math.isfinite(old) else (old + seen) / 2
             if groups:
                 self._set_kv_json(key, table)
         out = []
-        for k, v in sorted(table.items(), key=lambda kv: int(kv[0])):
-            if int(k) >= 1 and math.isfinite(v) and v > 0:
-                out.append(SpeedPoint(cpu_millis=int(k), gpus=c.gpu_count, seconds_per_epoch=v))
+        for k, v in sorted(table.items(), key=lambda kv: [int(x) for x in kv[0].split(":")]):
+            millis, *gang = (int(x) for x in k.split(":"))
+            if millis >= 1 and math.isfinite(v) and v > 0:
+                count, nodes = gang if len(gang) == 2 else (None, 1)
+                out.append(SpeedPoint(cpu_millis=millis, gpus=c.gpu_count, seconds_per_epoch=v, replicas=count, nodes=nodes))
         return out
 
     def _jobs_of_down_hosts(self, obs: Observation, seen: set[str], now: float) -> list[Job]:
@@ -586,19 +634,22 @@ class DockerAdapter(Adapter):
         plan that places a GPU fraction is refused whole, before anything is applied: Docker hands
         out whole devices (``--gpus``) and cannot share one without MPS or vGPU."""
         refused = refuse_fractions(changes, "Docker", "it hands out whole devices; sharing one needs MPS or vGPU", log)
-        refused = refused or refuse_spanning(changes, "Docker", log)
         if refused is not None:
             return refused
         return apply_each(changes, self._apply_one, DockerAdapterError, log)
 
     def _apply_one(self, ch: Change) -> str:
-        if ch.replicas != 1:
-            raise DockerAdapterError("invalid", f"job {ch.job}: gangs (replicas={ch.replicas}) are not supported on Docker")
         placed = self.last.placed.get(ch.job)
         if placed is None:
             raise DockerAdapterError("not_found", f"job {ch.job}: no container seen for it")
         if ch.node is not None and ch.node not in self.hosts:
             raise DockerAdapterError("invalid", f"job {ch.job}: unknown host {ch.node!r}")
+        if is_gang(placed.labels.fields):
+            return self.gangs.apply(ch, placed)
+        if ch.replicas != 1 or (ch.placement is not None and ch.placement != ((ch.node, 1),)):
+            raise DockerAdapterError(
+                "invalid", f"job {ch.job}: replicas={ch.replicas}, but its labels declare no gang (flowplan.replicas is 1)"
+            )
         if ch.kind == "resize":
             return self._resize(ch, placed)
         if ch.kind == "start":
@@ -778,8 +829,9 @@ class DockerAdapter(Adapter):
     def _held_gpus(self, host: str, exclude: str) -> list[str]:
         held: list[str] = []
         for p in self.last.placed.values():
-            if p.host == host and p.container.id != exclude and p.container.state == "running":
-                held.extend(p.container.gpu_ids)
+            for h, c in [(p.host, p.container), *p.members]:  # a gang's replicas hold devices too
+                if h == host and c.id != exclude and c.state == "running":
+                    held.extend(c.gpu_ids)
         return held
 
     # -- reconcile -------------------------------------------------------------------------------
@@ -804,6 +856,7 @@ class DockerAdapter(Adapter):
                     )
                 except DockerAdapterError as exc:
                     done.append(f"{job_id}: could not remove duplicate {other.name} on {host_name}: {exc.kind}: {exc.message}")
+        done.extend(self.gangs.reconcile())
         for line in done:
             log.info("reconcile: %s", line)
         return done
@@ -829,6 +882,13 @@ def _image(c: ContainerView) -> str | None:
     """The container's image as the snapshot's ``Job.image`` (``None`` when unknown or too long for the contract)."""
     image = c.image
     return image if image is not None and len(image) <= 1000 else None
+
+
+def _placement(shares: tuple[tuple[str, int], ...] | None, replicas: int) -> list[Share] | None:
+    """A running gang's ``Job.placement``: ``None`` when all ``replicas`` run on one host (or it is no gang)."""
+    if shares is None or (len(shares) == 1 and shares[0][1] == replicas):
+        return None
+    return [Share(node=n, replicas=k) for n, k in shares]
 
 
 def _next_name(name: str) -> str:

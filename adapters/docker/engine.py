@@ -29,6 +29,8 @@ The engine's CPU-limit rules, as measured on Docker 20.10 (cgroup v1) on this ma
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,6 +41,8 @@ CpuMechanism = Literal["nano", "quota", "shares"]
 DEFAULT_PERIOD = 100_000  # CFS period in microseconds (the kernel's and Docker's default)
 DEFAULT_SHARES = 1024  # the kernel's weight for a cgroup whose CpuShares were never set (0 in inspect)
 API_VERSION = "1.41"  # Docker 20.10; newer engines accept it
+#: A host name or an IPv4/IPv6 address (``MASTER_ADDR`` of a gang; checked, not resolved).
+_ADDRESS = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:.]{2,45}")
 
 
 def shares_for(cpu_millis: int) -> int:
@@ -56,12 +60,15 @@ def guarantee_of(cpu_shares: int) -> int:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """A Docker host as the operator names it: ``name=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares]``.
+    """A Docker host as the operator names it:
+    ``name=URL[,cpu=MILLIS][,gpus=N][,mechanism=nano|quota|shares][,addr=ADDRESS]``.
 
     ``cpu_millis`` / ``gpus`` override what the engine reports (several engines on one machine, or
     a share of a machine). ``mechanism`` is how a cap is set on a container that has none yet:
     ``nano`` (``--cpus``, the default) or ``quota`` (``--cpu-quota``); ``shares``: never cap on this
-    host (weights only, even where a cap was asked for).
+    host (weights only, even where a cap was asked for). ``addr`` is the address the other replicas
+    of a gang reach this host at when its rank 0 runs here (``MASTER_ADDR``; default
+    :attr:`rendezvous_addr`).
     """
 
     name: str
@@ -69,6 +76,22 @@ class HostSpec:
     cpu_millis: int | None = None
     gpus: int = 0
     mechanism: CpuMechanism = "nano"
+    addr: str | None = None
+
+    @property
+    def rendezvous_addr(self) -> str:
+        """``MASTER_ADDR`` for a gang whose rank 0 runs here: ``addr``, else the URL's host for
+        ``tcp://``/``ssh://``, else ``127.0.0.1`` (a unix socket: the engine is on this machine)."""
+        if self.addr:
+            return self.addr
+        scheme, _, rest = self.url.partition("://")
+        if scheme in ("tcp", "ssh"):
+            from urllib.parse import urlsplit
+
+            host = urlsplit(f"//{rest}").hostname
+            if host:
+                return host
+        return "127.0.0.1"
 
     @classmethod
     def parse(cls, text: str) -> HostSpec:
@@ -98,8 +121,13 @@ class HostSpec:
                 if value not in ("nano", "quota", "shares"):
                     raise ValueError(f"host {name}: mechanism={value!r} (expected nano, quota or shares)")
                 kw["mechanism"] = value
+            elif key == "addr":
+                value = value.strip()
+                if not _ADDRESS.fullmatch(value):
+                    raise ValueError(f"host {name}: addr={value!r} is not a host name or IP address")
+                kw["addr"] = value
             else:
-                raise ValueError(f"host {name}: unknown option {key!r} (expected cpu, gpus or mechanism)")
+                raise ValueError(f"host {name}: unknown option {key!r} (expected cpu, gpus, mechanism or addr)")
         from planner.snapshot import Node
 
         try:
@@ -316,6 +344,11 @@ class Host:
     def start(self, container: str) -> None:
         with _engine_errors():
             self.api().start(container)
+
+    def stop(self, container: str, timeout: float) -> None:
+        """Stop the container: SIGTERM, then SIGKILL after ``timeout`` seconds (``docker stop``)."""
+        with _engine_errors():
+            self.api().stop(container, timeout=max(0, int(math.ceil(timeout))))
 
     def signal(self, container: str, sig: str) -> None:
         with _engine_errors():

@@ -28,7 +28,16 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.target.max_epochs``            ``QoETarget.max_epochs``
 ``flowplan.steps_per_epoch``              steps in one epoch, for logs that count steps, not epochs
                                           (not a Snapshot field: it tells the log reader)
+``flowplan.replicas``                     ``Job.replicas``: a gang of this many identical containers
+                                          (its most when ``min_replicas`` is set; default 1)
+``flowplan.min_replicas``                 ``Job.min_replicas``: the fewest it can train with
+``flowplan.max_nodes``                    ``Job.max_nodes``: the most hosts it may spread over (default 1)
+``flowplan.elastic``                      ``false`` only: on Docker a new count is a checkpoint-restart
 ========================================  =========================================================
+
+The adapter writes four more on the containers of a gang it starts (:mod:`adapters.docker.ranks`):
+``flowplan.rank``, ``flowplan.generation``, ``flowplan.world_size`` and ``flowplan.master_port``. They
+are accepted here and checked there; they are not Snapshot fields.
 
 Parsing is all or nothing: one bad value (a number that is not one, NaN, min above max, an unknown
 ``flowplan.*`` key) makes the container *unmanaged*, with a :class:`LabelError` naming the label and
@@ -56,6 +65,9 @@ _INTS = {
     "min_gpus": (0, 10**6),
     "max_gpus": (0, 10**6),
     "memory_mib": (0, 10**9),
+    "replicas": (1, 1024),
+    "min_replicas": (1, 1024),
+    "max_nodes": (1, 1024),
 }
 _FLOATS = {
     "priority": (0.01, 100.0),
@@ -75,7 +87,9 @@ _TARGET = {
     "target.tier2.within",
     "target.max_epochs",
 }
-KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", *_INTS, *_FLOATS, *_BOOLS, *_TARGET}
+#: Written by the adapter on the containers of a gang (:mod:`adapters.docker.ranks` parses them).
+WRITTEN = ("rank", "generation", "world_size", "master_port")
+KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", "elastic", *_INTS, *_FLOATS, *_BOOLS, *_TARGET, *WRITTEN}
 
 DEFAULTS: dict[str, Any] = {
     "min_cpu_millis": 250,
@@ -143,6 +157,7 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
             if text not in ("true", "false", "1", "0", "yes", "no"):
                 raise LabelError(f"label {PREFIX}{key}: expected true or false ({own[key]!r})")
             fields[key] = text in ("true", "1", "yes")
+    _check_gang(own, fields)
     if "gpu_type" in own:
         fields["gpu_type"] = own["gpu_type"]
     if "task" in own:
@@ -164,6 +179,25 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
         ) from None
     steps = _ranged("steps_per_epoch", own["steps_per_epoch"], 1.0, 1e9) if "steps_per_epoch" in own else None
     return JobLabels(job_id, fields, steps)
+
+
+def _check_gang(own: Mapping[str, str], fields: dict[str, Any]) -> None:
+    """The gang bounds together: ``min_replicas`` within ``replicas``; ``elastic`` only false (Docker
+    restarts a gang to change its count: a live rescale is not something it can do)."""
+    replicas = fields.get("replicas", 1)
+    if "min_replicas" in own and fields["min_replicas"] > replicas:
+        raise LabelError(
+            f"label {PREFIX}min_replicas: {fields['min_replicas']} exceeds {PREFIX}replicas {replicas} ({own['min_replicas']!r})"
+        )
+    if "elastic" in own:
+        text = own["elastic"].strip().lower()
+        if text in ("true", "1", "yes"):
+            raise LabelError(
+                f"label {PREFIX}elastic: a live rescale is not supported on Docker (a new count is a checkpoint-restart) "
+                f"({own['elastic']!r})"
+            )
+        if text not in ("false", "0", "no"):
+            raise LabelError(f"label {PREFIX}elastic: expected true or false ({own['elastic']!r})")
 
 
 def _target(own: Mapping[str, str], created: float | None) -> QoETarget | None:

@@ -1,0 +1,166 @@
+"""A gang's ranks on Docker: the labels that find them again, where they go, the rendezvous they get,
+and whether a running gang is whole. Pure functions of labels and placements (no engine calls);
+:mod:`adapters.docker.gangs` carries out the changes with them (its docstring has the rules).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import Change, ErrorKind
+from adapters.docker.engine import ContainerView
+from adapters.docker.errors import DockerAdapterError, LabelError
+from adapters.docker.labels import PREFIX
+
+RANK = PREFIX + "rank"
+GENERATION = PREFIX + "generation"
+WORLD_SIZE = PREFIX + "world_size"
+MASTER_PORT = PREFIX + "master_port"
+WRITTEN_LABELS = (RANK, GENERATION, WORLD_SIZE, MASTER_PORT)
+#: The rendezvous variables every replica gets (torchrun's names).
+RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+PORT_BASE = 29500  # torchrun's default MASTER_PORT
+PORT_SPAN = 20000
+
+Shares = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the adapter-written labels of one container of a gang say (defaults: the user's own container)."""
+
+    rank: int = 0
+    generation: int = 0
+    world_size: int | None = None
+    port: int | None = None
+
+
+def member_of(labels: Mapping[str, str]) -> Member:
+    """The :class:`Member` labels of a container; raises :class:`LabelError` naming a bad one."""
+
+    def whole(key: str, lo: int, hi: int) -> int | None:
+        text = labels.get(key)
+        if text is None:
+            return None
+        try:
+            v = int(text.strip())
+        except ValueError:
+            raise LabelError(f"label {key}: not a whole number ({text!r})") from None
+        if not lo <= v <= hi:
+            raise LabelError(f"label {key}: must be between {lo} and {hi} ({text!r})")
+        return v
+
+    return Member(
+        rank=whole(RANK, 0, 1023) or 0,
+        generation=whole(GENERATION, 0, 10**9) or 0,
+        world_size=whole(WORLD_SIZE, 1, 1024),
+        port=whole(MASTER_PORT, 1, 65535),
+    )
+
+
+def is_gang(fields: Mapping[str, Any]) -> bool:
+    """A job whose labels declare more than one replica."""
+    return int(fields.get("replicas", 1)) > 1
+
+
+def change_shares(ch: Change) -> Shares:
+    """Where ``ch`` puts the job's replicas, rank 0's host first (``()`` for a pause)."""
+    if ch.node is None:
+        return ()
+    if ch.placement is None:
+        return ((ch.node, ch.replicas),)
+    return tuple(ch.placement)
+
+
+def shares_problem(fields: Mapping[str, Any], shares: Shares, hosts: Iterable[str]) -> tuple[ErrorKind, str] | None:
+    """Why a gang with ``fields`` (its labels) cannot run at ``shares`` (``None``: it can): the error
+    kind and one line. A malformed placement (a host listed twice or with no replica, an unknown
+    host) is ``invalid``: it can never work. A count or a spread outside the job's declared bounds
+    is ``conflict``: the plan was made for other labels (a stale snapshot), and is re-planned."""
+    names = [n for n, _ in shares]
+    count = sum(k for _, k in shares)
+    replicas = int(fields.get("replicas", 1))
+    fewest = int(fields.get("min_replicas") or replicas)
+    if not shares or any(k < 1 for _, k in shares):
+        return "invalid", f"placement {list(shares)}: a host listed with no replica"
+    if len(set(names)) != len(names):
+        return "invalid", f"placement {list(shares)}: a host listed twice"
+    unknown = sorted(set(names) - set(hosts))
+    if unknown:
+        return "invalid", f"unknown host {unknown[0]!r} in placement {list(shares)}"
+    if len(names) > int(fields.get("max_nodes", 1)):
+        return "conflict", f"placement over {len(names)} hosts, but flowplan.max_nodes is {fields.get('max_nodes', 1)}"
+    if not fewest <= count <= replicas:
+        return "conflict", f"{count} replicas, outside [{fewest}, {replicas}] (flowplan.min_replicas, flowplan.replicas)"
+    return None
+
+
+def rank_layout(shares: Shares) -> list[tuple[str, int, int, int]]:
+    """``(host, rank, local rank, replicas on that host)`` of every replica, ranks along ``shares``."""
+    out: list[tuple[str, int, int, int]] = []
+    for host, k in shares:
+        for local in range(k):
+            out.append((host, len(out), local, k))
+    return out
+
+
+def rendezvous_env(env: Sequence[str], values: Mapping[str, Any]) -> list[str]:
+    """``env`` (``NAME=value`` items) without any rendezvous variable, then ``values`` for them."""
+    names = set(RENDEZVOUS_ENV)
+    kept = [item for item in env if item.partition("=")[0] not in names]
+    return [*kept, *(f"{name}={values[name]}" for name in RENDEZVOUS_ENV)]
+
+
+def choose_port(job_id: str, taken: Iterable[int], preferred: int | None = None) -> int:
+    """The rendezvous port of ``job_id``: ``preferred`` (its last one) when free, else the first port
+    not ``taken`` from a hash of the id in [:data:`PORT_BASE`, +:data:`PORT_SPAN`); deterministic."""
+    used = set(taken)
+    if preferred is not None and preferred not in used:
+        return preferred
+    first = zlib.crc32(job_id.encode()) % PORT_SPAN
+    for i in range(PORT_SPAN):
+        port = PORT_BASE + (first + i) % PORT_SPAN
+        if port not in used:
+            return port
+    raise DockerAdapterError("conflict", f"job {job_id}: no free rendezvous port in [{PORT_BASE}, {PORT_BASE + PORT_SPAN})")
+
+
+def shares_of(rank0_host: str, members: Sequence[tuple[str, ContainerView]]) -> Shares:
+    """Replicas per host, rank 0's host first, then the hosts in the order of their lowest rank."""
+    counts: dict[str, int] = {rank0_host: 1}
+    for host, _ in sorted(members, key=lambda m: member_of(m[1].labels).rank):
+        counts[host] = counts.get(host, 0) + 1
+    return tuple(counts.items())
+
+
+def split_members(
+    rank0: ContainerView, others: Sequence[tuple[str, ContainerView]]
+) -> tuple[list[tuple[str, ContainerView]], list[tuple[str, ContainerView]]]:
+    """``(members, stale)``: the replicas of rank 0's generation (one per rank, rank order), and the rest."""
+    gen = member_of(rank0.labels).generation
+    members: dict[int, tuple[str, ContainerView]] = {}
+    stale: list[tuple[str, ContainerView]] = []
+    for host, c in sorted(others, key=lambda m: -m[1].created):  # the newest of a rank wins
+        m = member_of(c.labels)
+        if m.generation == gen and gen > 0 and m.rank not in members:
+            members[m.rank] = (host, c)
+        else:
+            stale.append((host, c))
+    return [members[r] for r in sorted(members)], stale
+
+
+def broken(
+    rank0_host: str, rank0: ContainerView, members: Sequence[tuple[str, ContainerView]], fields: Mapping[str, Any]
+) -> str | None:
+    """Why a running rank 0 is not a whole gang (``None``: it is), in one line."""
+    world = member_of(rank0.labels).world_size
+    if world is None:
+        return "rank 0 runs without its gang (started outside FlowPlan?)"
+    running = [m for m in members if m[1].state == "running"]
+    if len(running) + 1 != world:
+        return f"{len(running) + 1} of its {world} replicas running"
+    problem = shares_problem(fields, shares_of(rank0_host, running), [rank0_host, *(h for h, _ in running)])
+    return None if problem is None else problem[1]
