@@ -65,6 +65,8 @@ class ObjectiveWeights:
     #: moved four times in 70 s, and a longer mean JCT than Docker's; with moves only when forced,
     #: 4.5 % shorter). Such a restart costs the whole horizon in churn, so only a plan with no
     #: other way (an overfull node, a more valuable job that cannot start otherwise) makes it.
+    #: Gangs whose count or spread the planner chooses are exempt: their restart may add replicas,
+    #: which the split cannot give (a 2-of-3 CPU gang grows to 3 when a host frees up).
     cpu_jobs_move_when_forced: bool = True
     #: GPU jobs in a contended cluster (their largest asks add up to more GPUs than the cluster
     #: has): an allocation is priced as held for this many seconds, after which the job is assumed

@@ -102,7 +102,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     qoe = ((t1_met == 0) * per_column(t1_cost, np.int64) + (t2_met == 0) * per_column(t2_cost, np.int64)).astype(np.int64)
     move_q = [max(w.migration_quanta, math.ceil(w.migration_margin * float(m.lost[MOVE]) / q)) for m in menus]
     if w.cpu_jobs_move_when_forced:
-        move_q = [R if m.outlook.job.max_gpus == 0 else x for m, x in zip(menus, move_q, strict=True)]
+        # Not a gang's: its restart may change its count, a gain the CPU split cannot hand out.
+        move_q = [R if m.outlook.job.max_gpus == 0 and m.count is None else x for m, x in zip(menus, move_q, strict=True)]
     churn = np.zeros_like(fq)
     churn[MOVE, :] = per_column([m.weight * x for m, x in zip(menus, move_q, strict=True)], np.int64)
     resize = [m.weight * w.resize_quanta if m.current_level is not None else 0 for m in menus]

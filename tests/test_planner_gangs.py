@@ -432,3 +432,30 @@ def test_reserved_nodes_are_backfilled_by_jobs_that_end_before_the_gang_fits(sol
     assert of(got, "short").node is not None
     assert of(got, "long").node is None
     assert of(got, "big").node is None
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_cpu_gang_grows_into_a_freed_host(solver: str) -> None:
+    """CPU-only jobs restart only when forced (``cpu_jobs_move_when_forced``: the CPU split hands out
+    what a move would gain), but a gang's restart can add a replica, which the split cannot: a
+    non-elastic 2-of-3 CPU gang on hosts n0 and n1 grows to 3 by a checkpoint-restart when host n2
+    is free. The speeds are cifar10's measured step tables scaled to a CPU job (1 replica per host)."""
+    job = gang(
+        "g",
+        3,
+        min_replicas=2,
+        max_nodes=3,
+        status="running",
+        node="n0",
+        min_cpu_millis=48000,
+        max_cpu_millis=48000,
+        min_gpus=0,
+        max_gpus=0,
+        allocation={"cpu_millis": 48000, "gpus": 0},
+        placement=[{"node": "n0", "replicas": 1}, {"node": "n1", "replicas": 1}],
+        speed=[{**p, "cpu_millis": 48000, "gpus": 0} for p in speed_points([(2, 2)])],
+    )
+    snap = snapshot([job], n_nodes=3, gpus=0)  # 64 cores a host: one replica each
+    got = of(planned(snap, solver), "g")
+    assert got.action == "migrate" and got.replicas == 3
+    assert sorted(s.node for s in got.placement) == ["n0", "n1", "n2"]
