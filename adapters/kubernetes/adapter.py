@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_spanning
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_whole
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -100,11 +100,13 @@ from adapters.kubernetes.annotations import (
     REPLACES,
     SCHEDULER_NAME,
     AnnotationError,
+    one_replica,
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
+from adapters.kubernetes.owners import OwnerCount
 from adapters.kubernetes.pods import (
     GPU,
     NodeView,
@@ -157,7 +159,8 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
     log_failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod's log was not read
     terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
-    owner_sizes: dict[tuple[str, str, str], int | str] = field(default_factory=dict)  # (ns, kind, name) -> count or why not read
+    owner_sizes: dict[tuple[str, str, str], OwnerCount] = field(default_factory=dict)  # (ns, kind, name) -> what it says
+    fixed_count: dict[str, str] = field(default_factory=dict)  # gang declaring count bounds -> why its count cannot change
     owner_fallback: dict[str, str] = field(default_factory=dict)  # owner gang -> why its size is the pods seen
 
 
@@ -300,6 +303,7 @@ class KubernetesAdapter(GangOps, Adapter):
             primary, *others = sorted(found[job_id], key=_rank, reverse=True)
             try:
                 parsed = self._parse(job_id, primary)
+                one_replica(primary.annotations)
             except (AnnotationError, ValueError) as exc:
                 self._unmanaged(obs, node_notes, primary, str(exc))
                 continue
@@ -389,9 +393,13 @@ class KubernetesAdapter(GangOps, Adapter):
         count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
         does not configure."""
         why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
-        refused = refuse_fractions(changes, "Kubernetes", why, log) or refuse_spanning(changes, "Kubernetes", log)
+        refused = refuse_fractions(changes, "Kubernetes", why, log)
         if refused is not None:
             return refused
+        for ch in changes:
+            problem = self._unsupported(ch)
+            if problem is not None:
+                return refuse_whole(changes, ch, problem, log)
         outcomes: dict[int, Outcome] = {}
         for phase in self._phases(changes):
             by_job: dict[str, list[tuple[int, Change]]] = {}
@@ -433,10 +441,6 @@ class KubernetesAdapter(GangOps, Adapter):
         gang = self.last.gangs.get(ch.job)
         if gang is not None:
             return self._apply_gang(ch, gang)
-        if ch.replicas != 1 and ch.job in self.last.placed:
-            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
-            why += f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
-            raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
             raise KubernetesAdapterError("not_found", f"job {ch.job}: no pod seen for it")
@@ -456,6 +460,27 @@ class KubernetesAdapter(GangOps, Adapter):
             self._annotate(placed.pod, {DELIVER_REQUESTED: _now_text()})
             return "asked to deliver (annotation flowplan.io/deliver-requested)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+
+    def _unsupported(self, ch: Change) -> str | None:
+        """Why this adapter cannot carry ``ch`` out as planned, ever (``None``: it can try): the plan
+        is then refused whole, before anything is applied. One line naming the job and the values."""
+        if ch.node is None:
+            return None
+        shares = ch.placement if ch.placement is not None else ((ch.node, ch.replicas),)
+        if shares[0][0] != ch.node or sum(k for _, k in shares) != ch.replicas or any(k < 1 for _, k in shares):
+            where = ", ".join(f"{k} on {n}" for n, k in shares)
+            return f"job {ch.job}: placement {where} is not its {ch.replicas} replicas with rank 0 on {ch.node}"
+        gang = self.last.gangs.get(ch.job)
+        if gang is None:
+            if ch.replicas != 1 and ch.job in self.last.placed:
+                return (
+                    f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
+                    f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
+                )
+            return None
+        if ch.replicas != gang.size and gang.fixed is not None and ch.kind in ("start", "migrate", "resize"):
+            return f"job {ch.job}: the plan asks {ch.replicas} replicas, the gang has {gang.size} pods; {gang.fixed}"
+        return None
 
     def _fresh(self, pod: PodView) -> PodView:
         return pod_view(self._json(self.api.read_namespaced_pod, pod.name, pod.namespace))

@@ -78,11 +78,20 @@ from adapters.kubernetes.annotations import (
     DELIVER_REQUESTED,
     GANG_LABEL,
     GANG_SIZE,
+    MAX_GANG,
+    MAX_NODES,
+    MAX_REPLICAS,
+    MIN_REPLICAS,
     PREFIX,
+    RANK,
     WRITTEN,
+    gang_bounds,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError
+from adapters.kubernetes.owners import Owner, OwnerCount, read_count, scale
 from adapters.kubernetes.pods import PodView, controller_of, is_flowplan_pod, job_id_of, pod_view, requested
+from adapters.kubernetes.spread import Shares, assign, placement_text, ranked, shares_of
+from planner.snapshot import Share, gang_problem
 
 if TYPE_CHECKING:
     from adapters.base import Change
@@ -90,9 +99,6 @@ if TYPE_CHECKING:
     from planner.snapshot import Job
 
 log = logging.getLogger("flowplan.kubernetes")
-
-#: The largest gang (the snapshot's bound on ``replicas``).
-MAX_GANG = 1024
 
 
 class GangError(ValueError):
@@ -109,6 +115,9 @@ class Gang:
     labels: JobLabels
     duplicates: list[PodView] = field(default_factory=list)
     by_owner: bool = False  # the pods share a controller owner, not the gang label
+    owner: Owner | None = None
+    fixed: str | None = None  # why FlowPlan cannot change its count (None: through its owner)
+    elastic: bool = False  # flowplan.io/elastic: a new count needs no restart
 
     @property
     def size(self) -> int:
@@ -146,7 +155,7 @@ def declared_size(job: str, members: list[PodView]) -> int | None:
 def _declared(pod: PodView) -> dict[str, Any]:
     """What a gang pod declares that its gang's pods must share: bounds, targets, GPUs, memory."""
     out: dict[str, Any] = {
-        k: v for k, v in pod.annotations.items() if k.startswith(PREFIX) and k not in WRITTEN and k != GANG_SIZE
+        k: v for k, v in pod.annotations.items() if k.startswith(PREFIX) and k not in WRITTEN and k not in (GANG_SIZE, RANK)
     }
     out["GPUs (nvidia.com/gpu limit)"] = pod.gpus
     out["memory request"] = pod.requests.get("memory")
@@ -168,19 +177,24 @@ def agreed(job: str, members: list[PodView]) -> None:
                 )
 
 
-def gang_status(members: list[PodView]) -> tuple[Literal["pending", "running", "finished"], str | None, str | None]:
-    """``(status, node, note)`` of a gang from its pods (module docstring); ``note`` says why a gang
-    with bound pods is pending."""
+def gang_status(
+    members: list[PodView], max_nodes: int = 1
+) -> tuple[Literal["pending", "running", "finished"], str | None, str | None]:
+    """``(status, node, note)`` of a gang from its pods in rank order (module docstring); ``node`` is
+    rank 0's; ``note`` says why a gang with bound pods is pending."""
     if any(p.phase == "Failed" for p in members) or all(p.phase == "Succeeded" for p in members):
         return "finished", None, None
     live = [p for p in members if p.live]
     nodes = {p.node for p in live}
-    if len(nodes) == 1 and None not in nodes:
+    if None not in nodes and len(nodes) <= max_nodes:
         return "running", live[0].node, None
     if nodes == {None}:
         return "pending", None, None
     where = ", ".join(f"{p.name} on {p.node or '(unbound)'}" for p in live)
-    return "pending", None, f"split ({where}): started again, the start gathers its pods on one node"
+    if None in nodes:
+        return "pending", None, f"split ({where}): some pods unbound; started again, the start binds them as planned"
+    why = f"over {len(nodes)} nodes, more than annotation {MAX_NODES} {max_nodes}"
+    return "pending", None, f"split {why} ({where}): started again, the start places its pods as planned"
 
 
 class GangOps:
@@ -245,20 +259,39 @@ class GangOps:
             raise GangError(f"gang {job_id}: pod {single} (no gang label) has the same job id in namespace {ns}")
         size = declared_size(job_id, members)
         said_by = f"annotation {GANG_SIZE}"
-        owner = controller_of(members[0].raw) if not members[0].labels.get(GANG_LABEL) else None
+        ref = controller_of(members[0].raw) if not members[0].labels.get(GANG_LABEL) else None
+        owner = Owner.of(ref, members[0].namespace) if ref is not None else None
+        fixed: str | None = f"a gang by label {GANG_LABEL}: its count is its pods"
+        if owner is not None:
+            fixed = f"annotation {GANG_SIZE} declares its count" if size is not None else None
         if size is None and owner is not None:
-            size, said_by = self._owner_size(job_id, members, owner, obs)
+            got = self._owner_size(job_id, members, owner, obs)
+            size, said_by, fixed = got.count, f"{owner.kind} {owner.name} {owner.count_field}", got.fixed
         if size is not None and len(members) != size:
-            if len(members) > size:
+            if len(members) > size and fixed is not None:
                 raise GangError(f"gang {job_id}: {len(members)} pods, but {said_by} says {size}")
-            why = f"{len(members)} of {size} pods exist ({said_by}); waiting for the rest"
+            more = "waiting for the rest" if len(members) < size else "waiting for its controller to remove the rest"
+            why = f"{len(members)} of {size} pods exist ({said_by}); {more}"
             obs.waiting[job_id] = why
             log.info("gang %s waits: %s", job_id, why)
             return None
         agreed(job_id, members)
+        members = ranked(job_id, members)
+        bounds = gang_bounds(members[0].annotations)
         created = min((p.created for p in members if p.created is not None), default=None)
         labels = self._parse(job_id, replace(members[0], created=created))
-        status, node, note = gang_status(members)
+        status, node, note = gang_status(members, bounds.max_nodes)
+        count, most, fewest = len(members), len(members), bounds.min_replicas
+        if fixed is None:
+            most = max(count, bounds.max_replicas or count)
+        elif bounds.min_replicas is not None or bounds.max_replicas is not None:
+            obs.fixed_count[job_id] = f"its count stays {count}: {fixed}"  # the bounds cannot be used
+            log.warning("gang %s: annotations %s/%s not used: %s", job_id, MIN_REPLICAS, MAX_REPLICAS, obs.fixed_count[job_id])
+            fewest = None
+        if fewest is not None and fewest > most:
+            raise GangError(f"gang {job_id}: annotation {MIN_REPLICAS}: {fewest} exceeds the {most} replicas it may have")
+        if status == "running" and fewest is not None and count < fewest:
+            raise GangError(f"gang {job_id}: {count} pods run, below annotation {MIN_REPLICAS} {fewest}")
         if status == "running":  # the pod with the least CPU stands for all: a half-done resize shows
             live = [p for p in members if p.live]
             shown = min(live, key=lambda p: (p.cpu_request or 0, p.name))
@@ -268,62 +301,58 @@ class GangOps:
             shown = next((p for p in members if p.node is None), members[0])
         job = self._job(job_id, shown, labels, obs)
         update: dict[str, Any] = {
-            "replicas": len(members),
+            "replicas": most,
+            "min_replicas": fewest,
+            "max_nodes": bounds.max_nodes,
+            "elastic": bounds.elastic,
             "delivered": all(DELIVER_REQUESTED in p.annotations for p in members),
         }
+        if status == "running":
+            shares = shares_of([p for p in members if p.live])
+            update["node"] = shares[0][0]
+            if len(shares) > 1 or count != most:
+                update["placement"] = [Share(node=n, replicas=k) for n, k in shares]
         if note is not None:
             update.update(status="pending", node=None, allocation=None)
             obs.waiting[job_id] = note
             log.warning("gang %s is %s", job_id, note)
         duplicates = [p for p in superseded if p.live]
-        obs.gangs[job_id] = Gang(job_id, members[0].namespace, members, labels, duplicates, by_owner=owner is not None)
-        return job.model_copy(update=update)
+        obs.gangs[job_id] = Gang(
+            job_id,
+            members[0].namespace,
+            members,
+            labels,
+            duplicates,
+            by_owner=owner is not None,
+            owner=owner,
+            fixed=fixed,
+            elastic=bounds.elastic,
+        )
+        job = job.model_copy(update=update)
+        problem = gang_problem(job)
+        if problem is not None:  # e.g. more pods than min-replicas allows to be running
+            raise GangError(f"gang {job_id}: {problem}")
+        return job
 
-    def _owner_size(self, job_id: str, members: list[PodView], owner: dict[str, Any], obs: Observation) -> tuple[int | None, str]:
-        """``(desired count, what says so)`` of an owner gang from its owner (one read per owner per
-        observe, kept in ``obs.owner_sizes``); ``(None, ...)`` when it cannot be read, with why in
-        ``obs.owner_fallback`` and the log: the gang is then the pods seen."""
-        kind, name, ns = str(owner["kind"]), str(owner["name"]), members[0].namespace
-        group = str(owner.get("apiVersion", "")).partition("/")[0]
-        field_name = {("batch", "Job"): "spec.parallelism"}.get((group, kind), "spec.replicas")
-        key = (ns, kind, name)
+    def _owner_size(self, job_id: str, members: list[PodView], owner: Owner, obs: Observation) -> OwnerCount:
+        """What an owner gang's owner says of its count (one read per owner per observe, kept in
+        ``obs.owner_sizes``); when it cannot be read, why is in ``obs.owner_fallback`` and the log:
+        the gang is then the pods seen."""
+        key = (owner.namespace, owner.kind, owner.name)
         if key not in obs.owner_sizes:
-            obs.owner_sizes[key] = self._read_owner(group, kind, name, ns)
+            obs.owner_sizes[key] = read_count(owner, self._json, {"batch": self.batch, "apps": self.apps})
         got = obs.owner_sizes[key]
-        if isinstance(got, int):
-            return got, f"{kind} {name} {field_name}"
-        why = f"owner {kind} {ns}/{name}: {got}; the gang is the {len(members)} pods seen"
-        obs.owner_fallback[job_id] = why
-        log.warning("gang %s: %s", job_id, why)
-        return None, ""
-
-    def _read_owner(self, group: str, kind: str, name: str, namespace: str) -> int | str:
-        """An owner's desired count of pods, or why it is not known (an API error never escapes)."""
-        reads = {
-            ("batch", "Job"): self.batch.read_namespaced_job,
-            ("apps", "StatefulSet"): self.apps.read_namespaced_stateful_set,
-            ("apps", "ReplicaSet"): self.apps.read_namespaced_replica_set,
-        }
-        read = reads.get((group, kind))
-        if read is None:
-            return f"kind {kind} ({group or 'core'}): its desired count is not read (Job, StatefulSet and ReplicaSet are)"
-        try:
-            body = self._json(read, name, namespace)
-        except KubernetesAdapterError as exc:
-            return f"{exc.kind}: {exc.message}"
-        spec = (body or {}).get("spec") or {}
-        count = spec.get("parallelism" if kind == "Job" else "replicas")
-        count = 1 if count is None else count  # the API's default for each
-        completions = spec.get("completions") if kind == "Job" else None
-        if isinstance(count, int) and isinstance(completions, int):  # never more pods at once than completions
-            count = min(count, completions)
-        return count if isinstance(count, int) else f"spec has no whole count ({count!r})"
+        if got.count is None:
+            why = f"owner {owner}: {got.why}; the gang is the {len(members)} pods seen"
+            obs.owner_fallback[job_id] = why
+            log.warning("gang %s: %s", job_id, why)
+        return got
 
     # -- apply -----------------------------------------------------------------------------------
 
-    def _gang_now(self, ch: Change, gang: Gang) -> list[PodView]:
-        """The gang's pods now (one list call), less those being deleted or superseded; ``conflict``
-        when their number is not the plan's."""
+    def _gang_now(self, ch: Change, gang: Gang, count: int | None = None) -> list[PodView]:
+        """The gang's pods now (one list call), in rank order, less those being deleted or
+        superseded; ``conflict`` when their number is not ``count`` (default: as observed)."""
         if gang.by_owner:  # no selector for an owner: the labels its pods share, then the owner's job id
             shared = set.intersection(*(set(p.labels.items()) for p in gang.members)) if gang.members else set()
             selector = ",".join(f"{k}={v}" for k, v in sorted(shared))
@@ -334,11 +363,14 @@ class GangOps:
             raws = data["items"]
         pods = [v for v in (pod_view(raw) for raw in raws) if not v.deleting]
         members, _ = split_superseded(pods)
-        if len(members) != ch.replicas:
-            raise KubernetesAdapterError(
-                "conflict", f"job {ch.job}: the gang has {len(members)} pods now, the plan {ch.replicas} replicas"
-            )
-        return members
+        want = gang.size if count is None else count
+        if len(members) != want:
+            why = f"job {ch.job}: the gang has {len(members)} pods now, the plan {want} replicas"
+            raise KubernetesAdapterError("conflict", why)
+        try:
+            return ranked(ch.job, members)
+        except ValueError as exc:  # a rank annotation changed since observe
+            raise KubernetesAdapterError("invalid", str(exc)) from exc
 
     def _placed(self, gang: Gang, pod: PodView) -> Placed:
         from adapters.kubernetes.adapter import Placed
@@ -346,8 +378,11 @@ class GangOps:
         return Placed(pod, gang.labels)
 
     def _apply_gang(self, ch: Change, gang: Gang) -> str:
-        if ch.node is not None and ch.node not in self.last.nodes:
-            raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown node {ch.node!r}")
+        for node, _ in planned(ch):
+            if node not in self.last.nodes:
+                raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown node {node!r}")
+        if ch.kind in ("start", "migrate", "resize") and ch.replicas != gang.size:
+            return self._gang_rescale(ch, gang, self._gang_now(ch, gang))
         pods = self._gang_now(ch, gang)
         if ch.kind == "start":
             return self._gang_start(ch, gang, pods)
@@ -356,14 +391,15 @@ class GangOps:
         if ch.kind == "migrate":
             if any(p.node is None for p in pods):
                 raise KubernetesAdapterError("conflict", f"job {ch.job}: the gang is not running: it is started, not migrated")
-            if all(p.node == ch.node and self._in_effect(ch, self._placed(gang, p), p) for p in pods):
-                return f"already on {ch.node} at {ch.cpu_millis}m/{ch.gpus}g ({len(pods)} pods)"
-            return self._gang_replace(ch, gang, pods, ch.node)
+            where, astray = assign(planned(ch), pods)
+            if not astray and all(where[p.name] == p.node and self._in_effect(ch, self._placed(gang, p), p) for p in pods):
+                return f"already at {placement_text(planned(ch))} at {ch.cpu_millis}m/{ch.gpus}g"
+            return self._gang_replace(ch, gang, pods, place=True)
         if ch.kind == "pause":
             bound = [p for p in pods if p.node is not None]
             if not bound:
                 return f"already pending ({len(pods)} pods)"
-            return self._gang_replace(ch, gang, bound, None)
+            return self._gang_replace(ch, gang, bound, place=False)
         if ch.kind == "deliver":
             missing = [p for p in pods if DELIVER_REQUESTED not in p.annotations]
             if not missing:
@@ -373,44 +409,67 @@ class GangOps:
             return f"asked to deliver (annotation flowplan.io/deliver-requested on {len(missing)} pods)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
 
+    def _gang_rescale(self, ch: Change, gang: Gang, pods: list[PodView]) -> str:
+        """A new count: through the owner (module docstring). A running gang that is not elastic is
+        asked to checkpoint and re-created unbound first (a restart, as a migration); then the owner's
+        count is patched. The pods the plan places exist only once the owner's controller has made
+        (or removed) the difference: until then the outcome is ``transient`` and says so, and the
+        next ``start`` binds the new set as planned."""
+        if gang.owner is None or gang.fixed is not None:
+            why = gang.fixed or "no owner"
+            raise KubernetesAdapterError(
+                "invalid", f"job {ch.job}: the plan asks {ch.replicas} replicas, the gang has {gang.size} pods; {why}"
+            )
+        said = []
+        bound = [p for p in pods if p.node is not None]
+        if bound and (ch.kind != "resize" or not gang.elastic):  # a restart: the checkpoint first
+            said.append(self._gang_replace(ch, gang, bound, place=False))
+        said.append("scaled " + scale(gang.owner, ch.replicas, self._json, {"batch": self.batch, "apps": self.apps}))
+        verb = "make" if ch.replicas > len(pods) else "remove"
+        raise KubernetesAdapterError(
+            "transient",
+            f"job {ch.job}: {'; '.join(said)}; in progress: once its controller has made the gang {ch.replicas} pods "
+            f"({verb} {abs(ch.replicas - len(pods))}), a start binds them at {placement_text(planned(ch))}",
+        )
+
     def _gang_start(self, ch: Change, gang: Gang, pods: list[PodView]) -> str:
-        assert ch.node is not None
-        nodes = {p.node for p in pods}
-        if nodes == {ch.node}:
-            if all(self._in_effect(ch, self._placed(gang, p), p) for p in pods):
-                return f"already bound to {ch.node} ({len(pods)} pods)"
-            why = f"job {ch.job}: the gang already runs on {ch.node}; a start is for a pending job"
-            raise KubernetesAdapterError("conflict", why)
-        if len(nodes) == 1 and None not in nodes:
-            why = f"job {ch.job}: the gang runs on {nodes.pop()}; a start is for a pending job"
-            raise KubernetesAdapterError("conflict", why)
+        """Bind every pod where the plan places it (:func:`~adapters.kubernetes.spread.assign`), all or
+        none: a Binding that fails undoes every Binding of the gang (module docstring)."""
+        shares = planned(ch)
+        where, astray = assign(shares, pods)
+        if all(p.node is not None for p in pods):
+            if not astray and all(self._in_effect(ch, self._placed(gang, p), p) for p in pods):
+                return f"already bound at {placement_text(shares)} ({len(pods)} pods)"
+            text = placement_text(shares_of(pods))
+            raise KubernetesAdapterError("conflict", f"job {ch.job}: the gang runs at {text}; a start is for a pending job")
         said: list[str] = []
-        astray = [p for p in pods if p.node is not None and p.node != ch.node]
         if astray:  # a split gang: gather it (a bound pod cannot be unbound, only re-created)
             done, failed = self._unbind(ch, gang, astray)
             if failed:
                 raise KubernetesAdapterError("conflict", f"job {ch.job}: split gang not gathered: {failed}")
             said.append(done)
-            pods = self._gang_now(ch, gang)
+            pods = self._gang_now(ch, gang, ch.replicas)
+            where, _ = assign(shares, pods)
         if any(p.gpus != ch.gpus for p in pods):
-            return self._gang_replace(ch, gang, pods, ch.node)
-        bound = [p for p in pods if p.node == ch.node]  # by an earlier, interrupted start: undone with the rest
+            return self._gang_replace(ch, gang, pods, place=True)
+        bound = [p for p in pods if p.node is not None]  # by an earlier, interrupted start: undone with the rest
         at_cpu = all(self._in_effect(ch, self._placed(gang, p), p) for p in pods)  # a Binding changes no resources
         for p in pods:
-            if p.node == ch.node:
+            if p.node is not None:
                 continue
             try:
-                self._bind(p, ch.node)
+                self._bind(p, where[p.name])
             except KubernetesAdapterError as exc:
                 done, failed = self._unbind(ch, gang, bound)
                 undo = (done or "nothing to undo") + (f"; NOT undone: {failed}" if failed else "")
                 raise KubernetesAdapterError(
-                    exc.kind, f"job {ch.job}: gang not placed: binding {p.name} to {ch.node} failed ({exc.message}); {undo}"
+                    exc.kind,
+                    f"job {ch.job}: gang not placed: binding {p.name} to {where[p.name]} failed ({exc.message}); {undo}",
                 ) from exc
             bound.append(p)
-        said.append(f"bound the {len(bound)} pods of gang {gang.namespace}/{ch.job} to {ch.node}")
+        said.append(f"bound the {len(bound)} pods of gang {gang.namespace}/{ch.job} at {placement_text(shares)}")
         resized = []
-        for p in [] if at_cpu else self._gang_now(ch, gang):
+        for p in [] if at_cpu else self._gang_now(ch, gang, ch.replicas):
             placed = self._placed(gang, p)
             if not self._in_effect(ch, placed, p):
                 try:
@@ -445,9 +504,12 @@ class GangOps:
         if any(p.node is None for p in pods):
             why = f"job {ch.job}: the gang has unbound pods: a pending job is started, not resized"
             raise KubernetesAdapterError("conflict", why)
-        elsewhere = sorted({p.node for p in pods if p.node != ch.node}, key=str)
-        if elsewhere:
-            raise KubernetesAdapterError("invalid", f"job {ch.job}: resize on {ch.node} but pods of the gang are on {elsewhere}")
+        shares = planned(ch)
+        if shares_of(pods) != shares:
+            now = placement_text(shares_of(pods))
+            raise KubernetesAdapterError(
+                "invalid", f"job {ch.job}: resize at {placement_text(shares)} but the gang runs at {now}; a move is a migration"
+            )
         todo = [p for p in pods if not self._in_effect(ch, self._placed(gang, p), p)]
         if not todo:
             return f"already at {ch.cpu_millis}m ({len(pods)} pods)"
@@ -455,7 +517,7 @@ class GangOps:
         if any(p.gpus != ch.gpus for p in pods) or not gang.labels.fields.get("resizable", True) or infeasible:
             if infeasible:
                 log.info("job %s: the node found the last resize of %s infeasible: re-creating", ch.job, infeasible)
-            return self._gang_replace(ch, gang, pods, ch.node)
+            return self._gang_replace(ch, gang, pods, place=True)
         done: list[str] = []
         for p in todo:
             try:
@@ -465,12 +527,12 @@ class GangOps:
                 raise KubernetesAdapterError(exc.kind, f"job {ch.job}: {so_far}{p.name}: {exc.message}") from exc
         return f"resized {len(done)} pods of gang {gang.namespace}/{ch.job} in place to {ch.cpu_millis}m"
 
-    def _gang_replace(self, ch: Change, gang: Gang, olds: list[PodView], target: str | None) -> str:
+    def _gang_replace(self, ch: Change, gang: Gang, olds: list[PodView], *, place: bool) -> str:
         """Checkpoint requests → every replacement, unbound → old pods deleted → once every old pod is
-        gone (its checkpoint written), the replacements bound to ``target`` (none for a pause), as a
-        single pod's migration does; all replacements or none (those made are deleted again if one
-        cannot be). Bound at creation, a replacement could start before its old pod had written its
-        checkpoint: two copies of the gang training at once."""
+        gone (its checkpoint written), with ``place``, the replacements bound where the change places
+        them (none for a pause), as a single pod's migration does; all replacements or none (those
+        made are deleted again if one cannot be). Bound at creation, a replacement could start before
+        its old pod had written its checkpoint: two copies of the gang training at once."""
         from adapters.kubernetes.adapter import replacement
 
         asked: list[PodView] = []
@@ -508,7 +570,7 @@ class GangOps:
         news = [pod_view(c) for c in created]
         kept = [p for p in gang.members if p.name not in {o.name for o in olds}]
         # The gang is the new pods now: a repeat of this change before the next observe sees them.
-        self.last.gangs[ch.job] = replace(gang, members=sorted(kept + news, key=lambda p: p.name), duplicates=[])
+        self.last.gangs[ch.job] = replace(gang, members=ranked(ch.job, kept + news), duplicates=[])
         left = []
         for p in olds:
             try:
@@ -518,15 +580,16 @@ class GangOps:
                     left.append(f"{p.name} ({exc.kind}: {exc.message})")
         gone = f"old pods not deleted: {', '.join(left)}; reconcile deletes them" if left else f"deleted {len(olds)} old pods"
         made = f"re-created {len(news)} pods of gang {gang.namespace}/{ch.job} at {ch.cpu_millis}m/{ch.gpus}g; {gone}"
-        if target is None:
+        if not place:
             return f"{made}; pending (paused)"
         if left:
             raise KubernetesAdapterError("transient", f"job {ch.job}: {made}; the replacements wait unbound")
-        return self._gang_bind_after(ch, olds, news, target, made)
+        return self._gang_bind_after(ch, olds, ranked(ch.job, kept + news), made)
 
-    def _gang_bind_after(self, ch: Change, olds: list[PodView], news: list[PodView], target: str, made: str) -> str:
-        """Bind ``news`` to ``target`` once every one of ``olds`` is gone (within the checkpoint timeout,
-        shared by the gang); past it, the replacements wait unbound and a later ``start`` binds them."""
+    def _gang_bind_after(self, ch: Change, olds: list[PodView], pods: list[PodView], made: str) -> str:
+        """Bind the unbound ``pods`` (the gang, in rank order) where the change places them once every
+        one of ``olds`` is gone (within the checkpoint timeout, shared by the gang); past it, the
+        replacements wait unbound and a later ``start`` binds them."""
         began = time.monotonic()
         for p in olds:
             left = self.checkpoint_timeout - (time.monotonic() - began)  # one timeout for the whole gang
@@ -537,21 +600,24 @@ class GangOps:
                     "checkpoint): the replacements wait unbound and are started once the old pods have ended",
                 )
         waited = time.monotonic() - began
+        where, _ = assign(planned(ch), pods)
+        news = [p for p in pods if p.node is None]
         bound: list[str] = []
         try:
             if self.fence is not None:  # the wait may have outlasted this daemon's Lease
                 self.fence()
             for p in news:
-                self._bind(p, target)
+                self._bind(p, where[p.name])
                 bound.append(p.name)
         except KubernetesAdapterError as exc:
             some = f"{len(bound)} of {len(news)} bound" if bound else "none bound"
             raise KubernetesAdapterError(
                 exc.kind,
-                f"job {ch.job}: {made}; old pods gone, but binding to {target} failed ({exc.message}); {some}, "
-                "the next start gathers the gang",
+                f"job {ch.job}: {made}; old pods gone, but binding at {placement_text(planned(ch))} failed ({exc.message}); "
+                f"{some}, the next start gathers the gang",
             ) from exc
-        return f"{made}; the old pods ended within {waited:.1f} s (checkpoint), then the {len(news)} were bound to {target}"
+        at = placement_text(planned(ch))
+        return f"{made}; the old pods ended within {waited:.1f} s (checkpoint), then the {len(news)} were bound at {at}"
 
     # -- reconcile -------------------------------------------------------------------------------
 
@@ -569,6 +635,13 @@ class GangOps:
                     if exc.kind != "not_found":
                         done.append(f"{job_id}: could not delete superseded gang pod {other.name}: {exc.kind}: {exc.message}")
         return done
+
+
+def planned(ch: Change) -> Shares:
+    """Where ``ch`` places the job's pods, ``(node, replicas)`` per node, rank 0's first."""
+    if ch.node is None:
+        return ()
+    return ch.placement if ch.placement is not None else ((ch.node, ch.replicas),)
 
 
 def same_gang(body: dict[str, Any], old: PodView) -> None:
