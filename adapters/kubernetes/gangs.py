@@ -118,6 +118,7 @@ class Gang:
     owner: Owner | None = None
     fixed: str | None = None  # why FlowPlan cannot change its count (None: through its owner)
     elastic: bool = False  # flowplan.io/elastic: a new count needs no restart
+    max_nodes: int = 1  # flowplan.io/max-nodes: spread over more, the gang is pending (gathered by a start)
 
     @property
     def size(self) -> int:
@@ -327,6 +328,7 @@ class GangOps:
             owner=owner,
             fixed=fixed,
             elastic=bounds.elastic,
+            max_nodes=bounds.max_nodes,
         )
         job = job.model_copy(update=update)
         problem = gang_problem(job)
@@ -440,6 +442,7 @@ class GangOps:
         if all(p.node is not None for p in pods):
             if not astray and all(self._in_effect(ch, self._placed(gang, p), p) for p in pods):
                 return f"already bound at {placement_text(shares)} ({len(pods)} pods)"
+        if gang_status(pods, gang.max_nodes)[0] == "running":
             text = placement_text(shares_of(pods))
             raise KubernetesAdapterError("conflict", f"job {ch.job}: the gang runs at {text}; a start is for a pending job")
         said: list[str] = []

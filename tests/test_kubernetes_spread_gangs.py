@@ -1,0 +1,316 @@
+"""Gangs spanning nodes, and count changes through the owner, on Kubernetes (adapters/kubernetes/gangs.py,
+spread.py, owners.py), against a real kube-apiserver with kwok's fake kubelets.
+
+Nothing of the API is mocked (tests/k8s_env.py). Two parts are stood in for, each at the lowest level:
+
+- one test makes a Binding fail midway: it wraps the adapter's Binding call to delete, through the
+  real API, the pod about to be bound, so the server's own 404 answers the Binding;
+- there is no kube-controller-manager in the sandbox, so nothing makes a Job's pods: the test
+  creates the Job on the real server and, where its controller would (at first, and once FlowPlan
+  has raised ``spec.parallelism``), creates its pods from the template with a controller
+  ``ownerReference`` (tests/k8s_env.py ``create_owner``, ``owned_pod``).
+
+Case matrix:
+
+- without a server: the gang annotations (``min-replicas``, ``max-replicas``, ``max-nodes``,
+  ``elastic``) parsed, each bad value one line naming the key and value; rank order by
+  ``flowplan.io/rank``, by Kubernetes' index, by name (a replacement keeps its place); where each pod
+  goes for a placement, moving the fewest;
+- observe: a gang of 4 bound 2 + 2 on two nodes (``max-nodes: 2``) is running with that placement,
+  rank 0's node first; the same over more nodes than ``max-nodes`` is pending, with a note; bad
+  annotations (``min-replicas: x``, ``max-nodes: 0``, a rank claimed twice) make the gang unmanaged
+  with a note naming the key and the value;
+- start: a pending gang of 4 planned 3 + 1 is bound as planned (rank 0 and the next two on the
+  first node); a Binding that fails midway leaves no pod of a spread start bound;
+- migrate: a spread gang moves to another placement, every pod re-created and bound where planned;
+- count: a Job's gang of 3 running on one node, planned at 4 over two nodes: the pods are asked to
+  checkpoint and re-created unbound, the Job's ``spec.parallelism`` goes 3 → 4, and the outcome says
+  it is in progress; the gang waits for its fourth pod; once the test makes it (as the controller
+  would), the next start binds all four as planned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from k8s_env import NAMESPACE, core, create_owner, create_pod, get_pod, owned_pod, pod_body, pods, wait_for
+
+from adapters.base import Change
+from adapters.kubernetes.annotations import AnnotationError, gang_bounds
+from adapters.kubernetes.pods import pod_view
+from adapters.kubernetes.spread import assign, ranked, shares_of
+from planner.snapshot import Share
+
+pytestmark = pytest.mark.usefixtures("k8s_no_pods")
+
+GANG = "flowplan.io/gang"
+BOUNDS = {"flowplan.io/min_cpu_millis": "1000", "flowplan.io/max_cpu_millis": "2000"}
+
+
+def gang_pod(name: str, gang: str, *, node: str | None = None, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    return pod_body(name, cpu="1", limit="2", node=node, annotations={**BOUNDS, **(extra or {})}, labels={GANG: gang})
+
+
+def adapter_for(info: Any) -> Any:
+    from adapters.kubernetes import KubernetesAdapter
+    from adapters.kubernetes.sandbox import api_client
+
+    return KubernetesAdapter(api_client(info), namespaces=[NAMESPACE], read_logs=False, checkpoint_timeout=20)
+
+
+def where(api: Any, prefix: str) -> dict[str, str | None]:
+    """Live pods whose name starts with ``prefix``: name -> node."""
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName")
+        for p in pods(api)
+        if p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+# -- without a server ----------------------------------------------------------------------------------
+
+
+BAD_BOUNDS = {
+    "min-replicas not a number": (
+        {"flowplan.io/min-replicas": "x"},
+        "annotation flowplan.io/min-replicas: must be a whole number from 1 to 1024 ('x')",
+    ),
+    "max-nodes zero": (
+        {"flowplan.io/max-nodes": "0"},
+        "annotation flowplan.io/max-nodes: must be a whole number from 1 to 1024 ('0')",
+    ),
+    "max-replicas huge": (
+        {"flowplan.io/max-replicas": "1e9"},
+        "annotation flowplan.io/max-replicas: must be a whole number from 1 to 1024 ('1e9')",
+    ),
+    "min above max": (
+        {"flowplan.io/min-replicas": "5", "flowplan.io/max-replicas": "4"},
+        "annotation flowplan.io/min-replicas: 5 exceeds flowplan.io/max-replicas 4 ('5')",
+    ),
+    "elastic not a boolean": (
+        {"flowplan.io/elastic": "maybe"},
+        "annotation flowplan.io/elastic: expected true or false ('maybe')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BOUNDS))
+def test_bad_gang_annotations_are_one_line_naming_key_and_value(case: str) -> None:
+    annotations, must = BAD_BOUNDS[case]
+    with pytest.raises(AnnotationError) as info:
+        gang_bounds(annotations)
+    assert str(info.value) == must
+
+
+def _view(name: str, node: str | None = None, **annotations: str) -> Any:
+    return pod_view(gang_pod(name, "g", node=node, extra=annotations))
+
+
+def test_bounds_ranks_and_assignment_without_a_server() -> None:
+    b = gang_bounds(
+        {
+            "flowplan.io/min-replicas": "2",
+            "flowplan.io/max-replicas": "8",
+            "flowplan.io/max-nodes": "3",
+            "flowplan.io/elastic": "True",
+        }
+    )
+    assert (b.min_replicas, b.max_replicas, b.max_nodes, b.elastic) == (2, 8, 3, True)
+    assert gang_bounds({}) == type(b)()  # nothing declared: one node, not elastic
+    # by flowplan.io/rank first, then Kubernetes' index, then the name less a replacement's -r<n>
+    pods_ = [
+        _view("w-9"),
+        _view("w-10-r2"),
+        _view("z", **{"flowplan.io/rank": "0"}),
+        _view("a", **{"batch.kubernetes.io/job-completion-index": "1"}),
+    ]
+    assert [p.name for p in ranked("g", pods_)] == ["z", "a", "w-10-r2", "w-9"]
+    with pytest.raises(AnnotationError, match=r"pods x and y both claim annotation flowplan.io/rank \('0'\)"):
+        ranked("g", [_view("x", **{"flowplan.io/rank": "0"}), _view("y", **{"flowplan.io/rank": "0"})])
+    with pytest.raises(
+        AnnotationError, match=r"pod x: annotation flowplan.io/rank: must be a whole number from 0 to 1023 \('-1'\)"
+    ):
+        ranked("g", [_view("x", **{"flowplan.io/rank": "-1"})])
+    # where each pod goes: rank 0 to the first node; a bound pod stays while its node has room
+    gang = [_view("p0", "b"), _view("p1", "a"), _view("p2"), _view("p3", "c")]
+    target, astray = assign((("a", 2), ("b", 2)), gang)
+    assert target == {"p0": "a", "p1": "a", "p2": "b", "p3": "b"} and [p.name for p in astray] == ["p0", "p3"]
+    target, astray = assign((("b", 3), ("a", 1)), gang)
+    assert target == {"p0": "b", "p1": "a", "p2": "b", "p3": "b"} and [p.name for p in astray] == ["p3"]
+    assert shares_of(gang) == (("b", 1), ("a", 1), ("c", 1))
+
+
+# -- against the sandbox ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_spread_gang_runs_with_its_placement_moves_whole_and_bad_annotations_are_notes(k8s_sandbox: Any) -> None:
+    api = core(k8s_sandbox)
+    n0, n1, n2 = k8s_sandbox.nodes
+    two = {"flowplan.io/max-nodes": "2"}
+    for i, node in enumerate((n1, n0, n1, n0)):  # rank 0 (wide-0) on n1
+        create_pod(api, gang_pod(f"wide-{i}", "wide", node=node, extra=two))
+    for i, node in enumerate((n0, n1, n2)):  # three nodes, max-nodes 2: pending
+        create_pod(api, gang_pod(f"three-{i}", "three", node=node, extra=two))
+    create_pod(api, gang_pod("badmin-0", "badmin", extra={"flowplan.io/min-replicas": "x"}))
+    create_pod(api, gang_pod("badmin-1", "badmin", extra={"flowplan.io/min-replicas": "x"}))
+    create_pod(api, gang_pod("badnodes-0", "badnodes", node=n2, extra={"flowplan.io/max-nodes": "0"}))
+    ad = adapter_for(k8s_sandbox)
+    jobs = {j.id: j for j in ad.observe().jobs}
+    assert set(jobs) == {"wide", "three"}, jobs
+    wide = jobs["wide"]
+    assert (wide.status, wide.node, wide.replicas, wide.max_nodes) == ("running", n1, 4, 2)
+    assert wide.placement == [Share(node=n1, replicas=2), Share(node=n0, replicas=2)]
+    assert wide.allocation is not None and wide.allocation.cpu_millis == 1000
+    assert (
+        jobs["three"].status == "pending"
+        and "over 3 nodes, more than annotation flowplan.io/max-nodes 2" in ad.last.waiting["three"]
+    )
+    assert (
+        ad.last.unmanaged["default/badmin-0"]
+        == "annotation flowplan.io/min-replicas: must be a whole number from 1 to 1024 ('x')"
+    )
+    assert (
+        ad.last.unmanaged["default/badnodes-0"] == "annotation flowplan.io/max-nodes: must be a whole number from 1 to 1024 ('0')"
+    )
+    node_labels = {n.name: n.labels for n in ad.observe().nodes}
+    assert "flowplan.io/max-nodes" in node_labels[n2]["flowplan.io/unmanaged.badnodes-0"]
+
+    # migrate 2 + 2 on (n1, n0) -> 3 + 1 on (n2, n1): every pod re-created, bound where planned
+    [out] = ad.apply([Change("wide", "migrate", n2, 1000, 0, replicas=4, from_node=n1, placement=((n2, 3), (n1, 1)))])
+    assert out.ok and "re-created 4 pods" in out.message and f"bound at 3 on {n2}, 1 on {n1}" in out.message, out
+    wait_for(lambda: sorted(where(api, "wide")) == [f"wide-{i}-r1" for i in range(4)], 30, "old pods gone")
+    assert where(api, "wide") == {"wide-0-r1": n2, "wide-1-r1": n2, "wide-2-r1": n2, "wide-3-r1": n1}
+    wide = next(j for j in ad.observe().jobs if j.id == "wide")
+    assert (wide.status, wide.node, wide.placement) == ("running", n2, [Share(node=n2, replicas=3), Share(node=n1, replicas=1)])
+    [again] = ad.apply([Change("wide", "migrate", n2, 1000, 0, replicas=4, from_node=n2, placement=((n2, 3), (n1, 1)))])
+    assert again.ok and again.message.startswith("already at"), again  # idempotent
+    ad.close()
+
+
+@pytest.mark.slow
+def test_a_pending_gang_is_started_where_planned_all_or_none(k8s_sandbox: Any) -> None:
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    two = {"flowplan.io/max-nodes": "2"}
+    for i in range(4):
+        create_pod(api, gang_pod(f"sp-{i}", "sp", extra={**two, "flowplan.io/rank": str(3 - i)}))  # sp-3 is rank 0
+    for i in range(4):
+        create_pod(api, gang_pod(f"fr-{i}", "fr", extra=two))
+    ad = adapter_for(k8s_sandbox)
+    jobs = {j.id: j for j in ad.observe().jobs}
+    assert (jobs["sp"].status, jobs["sp"].replicas, jobs["sp"].placement) == ("pending", 4, None)
+
+    [out] = ad.apply([Change("sp", "start", n1, 1000, 0, replicas=4, placement=((n1, 3), (n0, 1)))])
+    assert out.ok, out
+    assert where(api, "sp") == {"sp-3": n1, "sp-2": n1, "sp-1": n1, "sp-0": n0}  # by rank: 3 on n1, then 1 on n0
+    sp = next(j for j in ad.observe().jobs if j.id == "sp")
+    assert (sp.status, sp.node, sp.placement) == ("running", n1, [Share(node=n1, replicas=3), Share(node=n0, replicas=1)])
+
+    real = ad.api.create_namespaced_pod_binding
+    calls: list[str] = []
+
+    def bind(name: str, namespace: str, body: Any, **kw: Any) -> Any:
+        calls.append(name)
+        if len(calls) == 4:  # the last pod goes away just before its Binding: the server answers 404
+            api.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
+            wait_for(lambda: get_pod(api, name) is None, 30, f"{name} deleted")
+        return real(name, namespace, body, **kw)
+
+    ad.api.create_namespaced_pod_binding = bind
+    [failed] = ad.apply([Change("fr", "start", n0, 1000, 0, replicas=4, placement=((n0, 2), (n1, 2)))])
+    assert (failed.ok, failed.error) == (False, "not_found"), failed
+    assert f"binding fr-3 to {n1} failed" in failed.message and "re-created unbound" in failed.message, failed
+    assert calls == ["fr-0", "fr-1", "fr-2", "fr-3"]
+    assert set(where(api, "fr").values()) == {None}  # none bound: all or nothing, over both nodes
+    ad.close()
+
+
+def _apis(info: Any) -> tuple[Any, Any]:
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    return client.BatchV1Api(api_client(info)), client.AppsV1Api(api_client(info))
+
+
+@pytest.mark.slow
+def test_a_jobs_gang_grows_through_spec_parallelism(k8s_sandbox: Any) -> None:
+    """A Job's gang of 3 pending pods (``max-replicas: 4``) planned at 4 over two nodes: FlowPlan
+    raises ``spec.parallelism`` 3 -> 4, binds nothing yet, and the outcome says the change is in
+    progress; the gang waits for its fourth pod. The test then makes it, as the Job controller would
+    (none runs in the sandbox); the next start binds all four as planned. (kwok completes a Job's
+    pod once it runs, so the pods' nodes are checked, not the job's state after.)"""
+    batch, _ = _apis(k8s_sandbox)
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    annotations = {**BOUNDS, "flowplan.io/min-replicas": "2", "flowplan.io/max-replicas": "4", "flowplan.io/max-nodes": "2"}
+    job = create_owner(k8s_sandbox, "Job", "grow", 3, pod_body("template", cpu="1", limit="2", annotations=annotations))
+    for i in range(3):
+        create_pod(api, owned_pod(job, f"grow-{i}"))
+    ad = adapter_for(k8s_sandbox)
+    [gang] = ad.observe().jobs
+    assert (gang.id, gang.status, gang.replicas, gang.min_replicas, gang.max_nodes) == ("job/grow", "pending", 4, 2, 2)
+
+    change = Change("job/grow", "start", n0, 1000, 0, replicas=4, placement=((n0, 2), (n1, 2)))
+    [out] = ad.apply([change])
+    assert (out.ok, out.error) == (False, "transient"), out
+    assert "scaled Job default/grow spec.parallelism 3 -> 4" in out.message and "in progress" in out.message, out
+    assert batch.read_namespaced_job("grow", NAMESPACE).spec.parallelism == 4
+    assert set(where(api, "grow").values()) == {None}  # nothing bound before the gang is whole
+    assert ad.observe().jobs == [] and "3 of 4 pods exist (Job grow spec.parallelism)" in ad.last.waiting["job/grow"]
+
+    create_pod(api, owned_pod(job, "grow-3"))  # as the Job controller would, for parallelism 4
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.replicas) == ("pending", 4)
+    [start] = ad.apply([change])
+    assert start.ok, start
+    assert where(api, "grow") == {"grow-0": n0, "grow-1": n0, "grow-2": n1, "grow-3": n1}
+    ad.close()
+
+
+@pytest.mark.slow
+def test_a_running_statefulsets_gang_shrinks_by_restart_through_spec_replicas(k8s_sandbox: Any) -> None:
+    """A StatefulSet's gang of 3 runs on n0 (not elastic). The plan asks 2: the pods are asked to
+    checkpoint and re-created unbound (a restart, as a migration), ``spec.replicas`` goes 3 -> 2, and
+    the outcome says the change is in progress. The test removes the highest-ranked pod, as the
+    StatefulSet controller would (none runs in the sandbox); the next start binds the two."""
+    _, apps = _apis(k8s_sandbox)
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    annotations = {**BOUNDS, "flowplan.io/min-replicas": "1", "flowplan.io/max-nodes": "2"}
+    sts = create_owner(k8s_sandbox, "StatefulSet", "st", 3, pod_body("template", cpu="1", limit="2", annotations=annotations))
+    for i in range(3):
+        create_pod(api, owned_pod(sts, f"st-{i}", node=n0))
+    wait_for(
+        lambda: all((get_pod(api, f"st-{i}") or {}).get("status", {}).get("phase") == "Running" for i in range(3)), 30, "Running"
+    )
+    ad = adapter_for(k8s_sandbox)
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.node, gang.replicas, gang.min_replicas, gang.placement) == ("running", n0, 3, 1, None)
+
+    [out] = ad.apply([Change("statefulset/st", "migrate", n0, 1000, 0, replicas=2, from_node=n0)])
+    assert (out.ok, out.error) == (False, "transient"), out
+    assert "re-created 3 pods" in out.message and "StatefulSet default/st spec.replicas 3 -> 2" in out.message, out
+    assert json_of(apps.read_namespaced_stateful_set("st", NAMESPACE, _preload_content=False))["spec"]["replicas"] == 2
+    wait_for(lambda: sorted(where(api, "st")) == ["st-0-r1", "st-1-r1", "st-2-r1"], 30, "old pods gone")
+    assert set(where(api, "st").values()) == {None}
+    assert ad.observe().jobs == [] and "waiting for its controller to remove the rest" in ad.last.waiting["statefulset/st"]
+
+    api.delete_namespaced_pod("st-2-r1", NAMESPACE, grace_period_seconds=0, _preload_content=False)  # as the controller would
+    wait_for(lambda: "st-2-r1" not in where(api, "st"), 30, "st-2-r1 removed")
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.replicas) == ("pending", 2)
+    [start] = ad.apply([Change("statefulset/st", "start", n1, 1000, 0, replicas=2)])
+    assert start.ok, start
+    assert where(api, "st") == {"st-0-r1": n1, "st-1-r1": n1}
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.node, gang.replicas, gang.placement) == ("running", n1, 2, None)
+    ad.close()
+
+
+def json_of(resp: Any) -> Any:
+    import json
+
+    return json.loads(resp.data)
