@@ -4,7 +4,11 @@ What it assumes (read before relying on it):
 
 - **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
   label, or else the same controller owner, e.g. a Job's pods: one job with a replica per pod, placed
-  on one node all or nothing; :mod:`adapters.kubernetes.gangs` says how each change treats them). FlowPlan's pods are those with
+  all or nothing, on one node or spread over several, its count changed through its owner;
+  :mod:`adapters.kubernetes.gangs` says how each change treats them). A change list this adapter
+  can never carry out (a new count for a gang whose count cannot change, a single pod asked for
+  several replicas, a placement that is not the change's replicas) is refused whole, before
+  anything is applied, with one line naming the job and the values. FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.

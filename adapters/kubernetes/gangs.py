@@ -1,8 +1,9 @@
 """Gangs on Kubernetes: the pods sharing a ``flowplan.io/gang`` label, or an owner, are one job, all or nothing.
 
-A *gang* is the snapshot's job with ``replicas`` > 1: identical containers placed together on one
-node (a gang spanning nodes is another issue). On Kubernetes it is every FlowPlan pod of a
-namespace whose label ``flowplan.io/gang`` has the same value:
+A *gang* is the snapshot's job with ``replicas`` > 1: identical containers placed all or none, on
+one node or, up to its ``max_nodes``, over several (its ``placement``: pods per node, rank 0's node
+first; :mod:`adapters.kubernetes.spread` ranks the pods and says which goes where). On Kubernetes it
+is every FlowPlan pod of a namespace whose label ``flowplan.io/gang`` has the same value:
 
 - **The job id is the label's value**; ``replicas`` is the number of the gang's pods. A
   ``flowplan.io/job`` label on a gang pod does not change the id. A single pod (no gang label) that
@@ -15,7 +16,15 @@ namespace whose label ``flowplan.io/gang`` has the same value:
   once per owner per observe: a Job's ``spec.parallelism`` (at most its ``spec.completions``), a
   StatefulSet's or ReplicaSet's ``spec.replicas``. An owner of another kind, or one that cannot be
   read (forbidden, not found, the server failing), leaves the gang the pods seen, and
-  ``Observation.owner_fallback`` and the log say why. FlowPlan never changes the owner's count.
+  ``Observation.owner_fallback`` and the log say why. FlowPlan changes the count of a Job,
+  StatefulSet or ReplicaSet owner (below; :mod:`adapters.kubernetes.owners`), never of another kind,
+  of a ReplicaSet a Deployment controls, or of a gang with ``flowplan.io/gang-size``.
+- **Bounds** (:func:`~adapters.kubernetes.annotations.gang_bounds`): ``flowplan.io/max-nodes`` is the
+  job's ``max_nodes``, ``flowplan.io/elastic`` its ``elastic``; for a gang whose count FlowPlan can
+  change, ``flowplan.io/min-replicas`` is its ``min_replicas`` and ``flowplan.io/max-replicas`` its
+  ``replicas`` (at least the pods it has; default: those). Any other gang's ``replicas`` is its pods
+  and the two are not used (``Observation.fixed_count`` and the log say why). A bad value makes the
+  gang unmanaged, with a note naming the key and the value.
 - **The size may be declared**: the annotation ``flowplan.io/gang-size: "4"`` on the pods (the same
   on each) says how many pods the gang has. Until that many exist, the gang *waits*: it is not a job
   in the snapshot, so nothing plans for half a gang (``Observation.waiting`` and the log say why).
@@ -26,11 +35,12 @@ namespace whose label ``flowplan.io/gang`` has the same value:
   differ, the gang is unmanaged, with a note naming both pods, the key and the two values (in
   ``Observation.unmanaged``, the node labels and the log), never an exception. Bounds are parsed from
   the first pod by name; ``target.tier1.within`` counts from the earliest pod's creation.
-- **State**: every pod unbound → ``pending``; every pod bound to one node → ``running`` there, with
+- **State**: every pod unbound → ``pending``; every pod bound, on at most ``max_nodes`` nodes →
+  ``running`` on rank 0's node, with its ``placement`` when spread (or below its ``replicas``), and
   the smallest CPU request of its pods (a resize half done shows, and is repeated for the rest); any
-  pod ``Failed``, or all ``Succeeded`` → ``finished``. Pods bound to different nodes, or some bound
-  and some not (a start or an undo interrupted by a crash): ``pending`` with a note, so the plan
-  starts it again and the start gathers it (below).
+  pod ``Failed``, or all ``Succeeded`` → ``finished``. Pods on more nodes than ``max_nodes``, or some
+  bound and some not (a start or an undo interrupted by a crash, an elastic gang's new pod):
+  ``pending`` with a note, so the plan starts it again and the start places it (below).
 - **Replacements**: a replacement pod keeps the old pod's labels (the gang label with them) and
   its ``ownerReferences`` (its owner with them), and names the pod it replaces
   (``flowplan.io/replaces``). A pod that a live pod of its gang replaces is not a
@@ -39,25 +49,37 @@ namespace whose label ``flowplan.io/gang`` has the same value:
 
 How each change is carried out (:class:`GangOps`; every change first lists the gang's pods afresh,
 one call with a label selector (an owner's gang: the labels its pods share, then their owner), and
-refuses as ``conflict`` when their number is not the plan's ``replicas``):
+refuses as ``conflict`` when their number is not what observe saw):
 
-- ``start``: a ``Binding`` of each unbound pod to the planned node, in name order; then, when any
-  pod was not at the planned CPU, the gang's pods listed again and the CPU of each such pod set in
-  place. **All or none**: if a Binding fails midway, the
-  gang's pods bound to that node (by this start, or by an earlier one cut short) are deleted and
-  re-created unbound (a bound pod cannot be unbound: Kubernetes has no call for it), so the gang is
-  pending again, and the outcome is the Binding's error and what was undone. Pods of
-  the gang found bound to another node (a split gang) are re-created unbound first, then bound with
-  the others. A gang already running there as planned: ok; running anywhere else: ``conflict``.
-- ``resize``: every pod's CPU in place, each as a single pod's; a pod already at the figure is left
-  alone, so a resize that failed halfway is finished by the next one. Re-created (as a migration to
-  the same node) when the GPUs change, the job is not resizable, or the kubelet found any pod's
-  last resize ``Infeasible``.
+- a new **count** (a ``start``, ``migrate`` or ``resize`` whose ``replicas`` is not the gang's pods),
+  through the owner: a running gang that is not elastic, or whose change is a ``migrate``, is asked
+  to checkpoint and re-created unbound first, as a pause (a restart); then the owner's count is
+  patched (:func:`~adapters.kubernetes.owners.scale`). FlowPlan never makes or removes an owner's
+  pods itself: its controller does, and until it has, the gang waits (no job). So the outcome is
+  ``transient``, saying the change is in progress; once the pods are there, the gang is pending at
+  its new count and the next plan's ``start`` binds it as planned. A gang whose count cannot change
+  is never asked to (its ``replicas`` is its pods); a plan that asks anyway is refused whole by the
+  adapter, before anything is applied, naming the job and both counts.
+- ``start``: a ``Binding`` of each unbound pod to its planned node
+  (:func:`~adapters.kubernetes.spread.assign`: rank 0 to the first planned node, a pod already bound
+  where a planned replica is left stays, the rest fill the planned nodes in rank order); then, when
+  any pod was not at the planned CPU, the gang's pods listed again and the CPU of each such pod set
+  in place. **All or none**: if a Binding fails midway, the gang's bound pods (by this start, or by
+  an earlier one cut short) are deleted and re-created unbound (a bound pod cannot be unbound:
+  Kubernetes has no call for it), so the gang is pending again, and the outcome is the Binding's
+  error and what was undone. Pods of the gang found bound where no replica is planned (a split
+  gang) are re-created unbound first, then bound with the others. A gang already running as
+  planned: ok; running otherwise: ``conflict``.
+- ``resize``: (the pods must run as planned; a new spread is a migration) every pod's CPU in
+  place, each as a single pod's; a pod already at the figure is left alone, so a resize that
+  failed halfway is finished by the next one. Re-created (as a migration to the same nodes) when
+  the GPUs change, the job is not resizable, or the kubelet found any pod's last resize
+  ``Infeasible``.
 - ``migrate`` / ``pause``: every (bound) pod gets ``flowplan.io/checkpoint-requested``; then all the
   replacements are created, unbound; only when every one exists are the old pods deleted. If a
   replacement cannot be created, those already created are deleted, the requests withdrawn, and the
-  gang keeps running where it was. For a migration, the replacements are bound to the target once
-  every old pod has ended (its checkpoint written; within the adapter's checkpoint timeout, shared
+  gang keeps running where it was. For a migration, the replacements are bound as planned (as a
+  start places them) once every old pod has ended (its checkpoint written; within the adapter's checkpoint timeout, shared
   by the gang), as for a single pod: no replacement starts while an old pod still trains. Past the
   timeout they wait unbound (the job is pending) and a later ``start`` binds them.
 - ``deliver``: ``flowplan.io/deliver-requested`` on every pod that lacks it; the job is reported
