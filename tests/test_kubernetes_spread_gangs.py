@@ -314,3 +314,38 @@ def json_of(resp: Any) -> Any:
     import json
 
     return json.loads(resp.data)
+
+
+@pytest.mark.slow
+def test_an_elastic_gang_grows_live_and_keeps_its_running_pods(k8s_sandbox: Any) -> None:
+    """A StatefulSet's elastic gang of 2 runs on n0. The plan resizes it to 3 (2 on n0, 1 on n1):
+    no checkpoint, no pod re-created, ``spec.replicas`` 2 -> 3, in progress. Once the test makes the
+    third pod (as the StatefulSet controller would; none runs in the sandbox), the gang is pending
+    (partly bound) and the next start binds only the new pod, to n1; the two running pods stay."""
+    _, apps = _apis(k8s_sandbox)
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    annotations = {**BOUNDS, "flowplan.io/max-replicas": "3", "flowplan.io/max-nodes": "2", "flowplan.io/elastic": "true"}
+    sts = create_owner(k8s_sandbox, "StatefulSet", "el", 2, pod_body("template", cpu="1", limit="2", annotations=annotations))
+    uids = {create_pod(api, owned_pod(sts, f"el-{i}", node=n0))["metadata"]["uid"] for i in range(2)}
+    ad = adapter_for(k8s_sandbox)
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.replicas, gang.elastic, gang.placement) == ("running", 3, True, [Share(node=n0, replicas=2)])
+
+    change = Change("statefulset/el", "resize", n0, 1000, 0, replicas=3, from_node=n0, placement=((n0, 2), (n1, 1)))
+    [out] = ad.apply([change])
+    assert (out.ok, out.error) == (False, "transient") and "re-created" not in out.message, out
+    assert "StatefulSet default/el spec.replicas 2 -> 3" in out.message, out
+    assert json_of(apps.read_namespaced_stateful_set("el", NAMESPACE, _preload_content=False))["spec"]["replicas"] == 3
+    assert ad.observe().jobs == [] and "2 of 3 pods exist" in ad.last.waiting["statefulset/el"]
+
+    create_pod(api, owned_pod(sts, "el-2"))  # as the StatefulSet controller would
+    [gang] = ad.observe().jobs
+    assert gang.status == "pending" and "some pods unbound" in ad.last.waiting["statefulset/el"]
+    [start] = ad.apply([Change("statefulset/el", "start", n0, 1000, 0, replicas=3, placement=((n0, 2), (n1, 1)))])
+    assert start.ok and "re-created" not in start.message, start
+    assert where(api, "el") == {"el-0": n0, "el-1": n0, "el-2": n1}
+    assert {(get_pod(api, f"el-{i}") or {})["metadata"]["uid"] for i in range(2)} == uids  # never re-created
+    [gang] = ad.observe().jobs
+    assert (gang.status, gang.node, gang.placement) == ("running", n0, [Share(node=n0, replicas=2), Share(node=n1, replicas=1)])
+    ad.close()

@@ -22,7 +22,8 @@ is every FlowPlan pod of a namespace whose label ``flowplan.io/gang`` has the sa
 - **Bounds** (:func:`~adapters.kubernetes.annotations.gang_bounds`): ``flowplan.io/max-nodes`` is the
   job's ``max_nodes``, ``flowplan.io/elastic`` its ``elastic``; for a gang whose count FlowPlan can
   change, ``flowplan.io/min-replicas`` is its ``min_replicas`` and ``flowplan.io/max-replicas`` its
-  ``replicas`` (at least the pods it has; default: those). Any other gang's ``replicas`` is its pods
+  ``replicas`` (at least the pods it has; default: those; with more, ``min_replicas`` defaults to the
+  pods it has: a gang never shrinks below them unless told). Any other gang's ``replicas`` is its pods
   and the two are not used (``Observation.fixed_count`` and the log say why). A bad value makes the
   gang unmanaged, with a note naming the key and the value.
 - **The size may be declared**: the annotation ``flowplan.io/gang-size: "4"`` on the pods (the same
@@ -307,6 +308,8 @@ class GangOps:
         count, most, fewest = len(members), len(members), bounds.min_replicas
         if fixed is None:
             most = max(count, bounds.max_replicas or count)
+            if fewest is None and most > count:  # it may grow; it never shrinks below what it has unless told
+                fewest = count
         elif bounds.min_replicas is not None or bounds.max_replicas is not None:
             obs.fixed_count[job_id] = f"its count stays {count}: {fixed}"  # the bounds cannot be used
             log.warning("gang %s: annotations %s/%s not used: %s", job_id, MIN_REPLICAS, MAX_REPLICAS, obs.fixed_count[job_id])
