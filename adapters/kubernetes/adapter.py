@@ -108,6 +108,7 @@ from adapters.kubernetes.annotations import (
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
+from adapters.kubernetes.gang_changes import GangChanges
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.owners import OwnerCount
@@ -168,7 +169,7 @@ class Observation:
     owner_fallback: dict[str, str] = field(default_factory=dict)  # owner gang -> why its size is the pods seen
 
 
-class KubernetesAdapter(GangOps, Adapter):
+class KubernetesAdapter(GangOps, GangChanges, Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(
