@@ -20,13 +20,18 @@ Case matrix:
   rank 0's node first; the same over more nodes than ``max-nodes`` is pending, with a note; bad
   annotations (``min-replicas: x``, ``max-nodes: 0``, a rank claimed twice) make the gang unmanaged
   with a note naming the key and the value;
-- start: a pending gang of 4 planned 3 + 1 is bound as planned (rank 0 and the next two on the
+- start: a change list with a placement that is not its change's replicas is refused whole, nothing
+  applied; a pending gang of 4 planned 3 + 1 is bound as planned (rank 0 and the next two on the
   first node); a Binding that fails midway leaves no pod of a spread start bound;
 - migrate: a spread gang moves to another placement, every pod re-created and bound where planned;
-- count: a Job's gang of 3 running on one node, planned at 4 over two nodes: the pods are asked to
-  checkpoint and re-created unbound, the Job's ``spec.parallelism`` goes 3 → 4, and the outcome says
-  it is in progress; the gang waits for its fourth pod; once the test makes it (as the controller
-  would), the next start binds all four as planned.
+- count: a Job's gang of 3 pending pods planned at 4 over two nodes: ``spec.parallelism`` goes
+  3 → 4, nothing is bound, the outcome says it is in progress and the gang waits for its fourth
+  pod; once the test makes it (as the controller would), the next start binds all four as planned.
+  A StatefulSet's running gang of 3 (not elastic) planned at 2: its pods are asked to checkpoint and
+  re-created unbound, ``spec.replicas`` goes 3 → 2; once the test removes one pod (as the controller
+  would), the next start binds the two. An elastic StatefulSet gang of 2 resized to 3 over two
+  nodes: no checkpoint, nothing re-created, ``spec.replicas`` 2 → 3; the start after the third pod
+  appears binds only it, the two running pods untouched (their UIDs kept).
 """
 
 from __future__ import annotations
@@ -201,6 +206,17 @@ def test_a_pending_gang_is_started_where_planned_all_or_none(k8s_sandbox: Any) -
     ad = adapter_for(k8s_sandbox)
     jobs = {j.id: j for j in ad.observe().jobs}
     assert (jobs["sp"].status, jobs["sp"].replicas, jobs["sp"].placement) == ("pending", 4, None)
+
+    # a placement that is not the change's replicas: the list is refused whole, nothing applied
+    bad = [
+        Change("fr", "start", n0, 1000, 0, replicas=4),
+        Change("sp", "start", n1, 1000, 0, replicas=4, placement=((n1, 3), (n0, 2))),
+    ]
+    refused = ad.apply(bad)
+    must = f"job sp: placement 3 on {n1}, 2 on {n0} is not its 4 replicas with rank 0 on {n1}"
+    assert [(o.ok, o.error) for o in refused] == [(False, "invalid")] * 2 and refused[1].message == must, refused
+    assert refused[0].message == f"job fr: not applied, the plan was refused: {must}"
+    assert set(where(api, "fr").values()) == {None}
 
     [out] = ad.apply([Change("sp", "start", n1, 1000, 0, replicas=4, placement=((n1, 3), (n0, 1)))])
     assert out.ok, out

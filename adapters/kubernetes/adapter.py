@@ -5,10 +5,9 @@ What it assumes (read before relying on it):
 - **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
   label, or else the same controller owner, e.g. a Job's pods: one job with a replica per pod, placed
   all or nothing, on one node or spread over several, its count changed through its owner;
-  :mod:`adapters.kubernetes.gangs` says how each change treats them). A change list this adapter
-  can never carry out (a new count for a gang whose count cannot change, a single pod asked for
-  several replicas, a placement that is not the change's replicas) is refused whole, before
-  anything is applied, with one line naming the job and the values. FlowPlan's pods are those with
+  :mod:`adapters.kubernetes.gangs` says how each change treats them). A change list with a
+  placement that is not its change's replicas (rank 0 on the change's node) is refused whole,
+  before anything is applied, with one line naming the job and the placement. FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
@@ -446,6 +445,10 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         gang = self.last.gangs.get(ch.job)
         if gang is not None:
             return self._apply_gang(ch, gang)
+        if ch.replicas != 1 and ch.job in self.last.placed:
+            why = f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
+            why += f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
+            raise KubernetesAdapterError("invalid", why)
         placed = self.last.placed.get(ch.job)
         if placed is None:
             raise KubernetesAdapterError("not_found", f"job {ch.job}: no pod seen for it")
@@ -467,24 +470,16 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
 
     def _unsupported(self, ch: Change) -> str | None:
-        """Why this adapter cannot carry ``ch`` out as planned, ever (``None``: it can try): the plan
-        is then refused whole, before anything is applied. One line naming the job and the values."""
+        """Why ``ch`` cannot be carried out as written, ever (``None``: it can be tried): a placement
+        that is not its replicas with rank 0 on its node. The plan is then refused whole, before
+        anything is applied (a half-placed gang is what all or none forbids). One line naming the
+        job and the values."""
         if ch.node is None:
             return None
         shares = ch.placement if ch.placement is not None else ((ch.node, ch.replicas),)
         if shares[0][0] != ch.node or sum(k for _, k in shares) != ch.replicas or any(k < 1 for _, k in shares):
             where = ", ".join(f"{k} on {n}" for n, k in shares)
             return f"job {ch.job}: placement {where} is not its {ch.replicas} replicas with rank 0 on {ch.node}"
-        gang = self.last.gangs.get(ch.job)
-        if gang is None:
-            if ch.replicas != 1 and ch.job in self.last.placed:
-                return (
-                    f"job {ch.job}: one pod, not a gang (replicas={ch.replicas}); "
-                    f"a gang is pods sharing the label {GANG_LABEL} or a controller owner"
-                )
-            return None
-        if ch.replicas != gang.size and gang.fixed is not None and ch.kind in ("start", "migrate", "resize"):
-            return f"job {ch.job}: the plan asks {ch.replicas} replicas, the gang has {gang.size} pods; {gang.fixed}"
         return None
 
     def _fresh(self, pod: PodView) -> PodView:

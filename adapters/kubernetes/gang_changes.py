@@ -115,10 +115,10 @@ class GangChanges:
         count is patched. The pods the plan places exist only once the owner's controller has made
         (or removed) the difference: until then the outcome is ``transient`` and says so, and the
         next ``start`` binds the new set as planned."""
-        if gang.owner is None or gang.fixed is not None:
+        if gang.owner is None or gang.fixed is not None:  # its snapshot said so: a plan for another state
             why = gang.fixed or "no owner"
             raise KubernetesAdapterError(
-                "invalid", f"job {ch.job}: the plan asks {ch.replicas} replicas, the gang has {gang.size} pods; {why}"
+                "conflict", f"job {ch.job}: the plan asks {ch.replicas} replicas, the gang has {gang.size} pods; {why}"
             )
         said = []
         bound = [p for p in pods if p.node is not None]

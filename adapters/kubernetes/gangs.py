@@ -60,8 +60,8 @@ observe saw):
   pods itself: its controller does, and until it has, the gang waits (no job). So the outcome is
   ``transient``, saying the change is in progress; once the pods are there, the gang is pending at
   its new count and the next plan's ``start`` binds it as planned. A gang whose count cannot change
-  is never asked to (its ``replicas`` is its pods); a plan that asks anyway is refused whole by the
-  adapter, before anything is applied, naming the job and both counts.
+  is never asked to by a plan of its snapshot (its ``replicas`` is its pods); a change that asks
+  anyway is refused as ``conflict``, naming the job and both counts, and changes nothing.
 - ``start``: a ``Binding`` of each unbound pod to its planned node
   (:func:`~adapters.kubernetes.spread.assign`: rank 0 to the first planned node, a pod already bound
   where a planned replica is left stays, the rest fill the planned nodes in rank order); then, when
