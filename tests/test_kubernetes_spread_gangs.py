@@ -365,3 +365,119 @@ def test_an_elastic_gang_grows_live_and_keeps_its_running_pods(k8s_sandbox: Any)
     [gang] = ad.observe().jobs
     assert (gang.status, gang.node, gang.placement) == ("running", n0, [Share(node=n0, replicas=2), Share(node=n1, replicas=1)])
     ad.close()
+
+
+PYTORCH_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org",
+        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob", "listKind": "PyTorchJobList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            }
+        ],
+    },
+}
+
+
+def _pytorch_pods(api: Any, owner: dict[str, Any], names: list[str]) -> None:
+    """The pods the training operator would make for ``owner``: a controller ``ownerReference`` to it."""
+    ref = {k: owner[k] for k in ("apiVersion", "kind")} | {
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+    }
+    annotations = {**BOUNDS, "flowplan.io/max-replicas": "4", "flowplan.io/max-nodes": "2"}
+    for name in names:
+        body = pod_body(name, cpu="1", limit="2", annotations=annotations)
+        body["metadata"]["ownerReferences"] = [ref]
+        create_pod(api, body)
+
+
+@pytest.mark.slow
+def test_a_pytorchjobs_gang_grows_its_workers_only_where_the_crd_exists(k8s_sandbox: Any) -> None:
+    """Pods owned by a PyTorchJob: with no PyTorchJob CRD on the server, the owner cannot be read
+    (404), so the gang is the pods seen, its count fixed. With the CRD (a real CustomResourceDefinition
+    on the real server; no training operator runs, so the test makes the job's pods as it would),
+    the count is Master + Worker replicas, and a plan for 4 raises ``Worker`` 2 -> 3, Master kept."""
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    admin = api_client(k8s_sandbox)
+    ext, custom = client.ApiextensionsV1Api(admin), client.CustomObjectsApi(admin)
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    ghost = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "uid": "00000000-0000-0000-0000-0000000000aa"},
+    }
+    _pytorch_pods(api, ghost, ["pt-master-0", "pt-worker-0"])
+    ad = adapter_for(k8s_sandbox)
+    [gang] = ad.observe().jobs
+    assert (gang.id, gang.replicas, gang.min_replicas) == ("pytorchjob/pt", 2, None)
+    assert "no PyTorchJob CRD on the server" in ad.last.owner_fallback["pytorchjob/pt"]
+    assert "its count stays 2" in ad.last.fixed_count["pytorchjob/pt"]
+    [refused] = ad.apply([Change("pytorchjob/pt", "start", n0, 1000, 0, replicas=3)])
+    assert (refused.ok, refused.error) == (
+        False,
+        "conflict",
+    ) and "the plan asks 3 replicas, the gang has 2 pods" in refused.message
+    for p in ("pt-master-0", "pt-worker-0"):
+        api.delete_namespaced_pod(p, NAMESPACE, grace_period_seconds=0, _preload_content=False)
+
+    ext.create_custom_resource_definition(PYTORCH_CRD, _preload_content=False)
+    try:
+        wait_for(lambda: _served(custom), 30, "the PyTorchJob CRD served")
+        template = {"spec": pod_body("t")["spec"]}
+        body = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": NAMESPACE},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": template},
+                    "Worker": {"replicas": 2, "template": template},
+                }
+            },
+        }
+        owner = json_of(
+            custom.create_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "pytorchjobs", body, _preload_content=False)
+        )
+        wait_for(lambda: sorted(where(api, "pt")) == [], 30, "the first pods gone")
+        _pytorch_pods(api, owner, ["pt-master-0", "pt-worker-0", "pt-worker-1"])
+        [gang] = ad.observe().jobs
+        assert (gang.id, gang.status, gang.replicas, gang.min_replicas) == ("pytorchjob/pt", "pending", 4, 3)
+        assert ad.last.owner_fallback == {} and ad.last.fixed_count == {}
+        [out] = ad.apply([Change("pytorchjob/pt", "start", n0, 1000, 0, replicas=4, placement=((n0, 2), (n1, 2)))])
+        assert (out.ok, out.error) == (False, "transient"), out
+        assert "PyTorchJob default/pt spec.pytorchReplicaSpecs.Worker.replicas 2 -> 3" in out.message, out
+        specs = json_of(
+            custom.get_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "pytorchjobs", "pt", _preload_content=False)
+        )
+        assert {r: s["replicas"] for r, s in specs["spec"]["pytorchReplicaSpecs"].items()} == {"Master": 1, "Worker": 3}
+        assert (
+            ad.observe().jobs == []
+            and "3 of 4 pods exist (PyTorchJob pt spec.pytorchReplicaSpecs)" in ad.last.waiting["pytorchjob/pt"]
+        )
+    finally:
+        ext.delete_custom_resource_definition("pytorchjobs.kubeflow.org", _preload_content=False)
+    ad.close()
+
+
+def _served(custom: Any) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        custom.list_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "pytorchjobs", _preload_content=False)
+        return True
+    except ApiException:
+        return False

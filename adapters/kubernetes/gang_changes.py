@@ -45,8 +45,7 @@ class GangChanges:
 
         fence: Callable[[], None] | None
         checkpoint_timeout: float
-        batch: Any
-        apps: Any
+        owner_apis: dict[str, Any]
 
     # -- apply -----------------------------------------------------------------------------------
 
@@ -124,7 +123,7 @@ class GangChanges:
         bound = [p for p in pods if p.node is not None]
         if bound and (ch.kind != "resize" or not gang.elastic):  # a restart: the checkpoint first
             said.append(self._gang_replace(ch, gang, bound, place=False))
-        said.append("scaled " + scale(gang.owner, ch.replicas, self._json, {"batch": self.batch, "apps": self.apps}))
+        said.append("scaled " + scale(gang.owner, ch.replicas, self._json, self.owner_apis))
         verb = "make" if ch.replicas > len(pods) else "remove"
         raise KubernetesAdapterError(
             "transient",

@@ -233,8 +233,7 @@ class GangOps:
         def _job(self, job_id: str, pod: PodView, parsed: JobLabels, obs: Observation) -> Job: ...
         def _unmanaged(self, obs: Observation, notes: dict[str, dict[str, str]], pod: PodView, why: str) -> None: ...
 
-        batch: Any
-        apps: Any
+        owner_apis: dict[str, Any]
 
     # -- observe ---------------------------------------------------------------------------------
 
@@ -356,7 +355,7 @@ class GangOps:
         the gang is then the pods seen."""
         key = (owner.namespace, owner.kind, owner.name)
         if key not in obs.owner_sizes:
-            obs.owner_sizes[key] = read_count(owner, self._json, {"batch": self.batch, "apps": self.apps})
+            obs.owner_sizes[key] = read_count(owner, self._json, self.owner_apis)
         got = obs.owner_sizes[key]
         if got.count is None:
             why = f"owner {owner}: {got.why}; the gang is the {len(members)} pods seen"
