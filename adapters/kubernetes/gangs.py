@@ -35,7 +35,7 @@ is every FlowPlan pod of a namespace whose label ``flowplan.io/gang`` has the sa
   such as ``flowplan.io/checkpoint-requested`` aside), the same GPUs and memory. Where two pods
   differ, the gang is unmanaged, with a note naming both pods, the key and the two values (in
   ``Observation.unmanaged``, the node labels and the log), never an exception. Bounds are parsed from
-  the first pod by name; ``target.tier1.within`` counts from the earliest pod's creation.
+  the rank 0 pod; ``target.tier1.within`` counts from the earliest pod's creation.
 - **State**: every pod unbound → ``pending``; every pod bound, on at most ``max_nodes`` nodes →
   ``running`` on rank 0's node, with its ``placement`` when spread (or below its ``replicas``), and
   the smallest CPU request of its pods (a resize half done shows, and is repeated for the rest); any
@@ -128,7 +128,7 @@ class GangError(ValueError):
 
 @dataclass
 class Gang:
-    """A gang as last observed: its pods (by name), what they declare, and superseded pods to delete."""
+    """A gang as last observed: its pods (in rank order), what they declare, and superseded pods to delete."""
 
     job: str
     namespace: str
