@@ -161,9 +161,9 @@ def refuse_fractions(changes: Sequence[Change], adapter: str, why: str, log: log
 
 
 def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
-    """For an adapter that runs a gang on one node only (Docker places a gang's replicas on several
-    hosts, :mod:`adapters.docker.gangs`; Kubernetes binds its pods to several nodes,
-    :mod:`adapters.kubernetes.gangs`): ``None`` when no change spreads a job's
+    """For an adapter that runs a gang on one node only (none here now: Docker places a gang's
+    replicas on several hosts, :mod:`adapters.docker.gangs`, and Kubernetes binds its pods to several
+    nodes, :mod:`adapters.kubernetes.gangs`): ``None`` when no change spreads a job's
     replicas over several nodes, else every change refused as ``invalid`` before anything is applied,
     each message one line naming the job and its placement (logged once)."""
     spread = next((c for c in changes if c.placement is not None and len(c.placement) > 1 and c.node is not None), None)

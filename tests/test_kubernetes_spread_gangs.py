@@ -277,8 +277,21 @@ def test_a_jobs_gang_grows_through_spec_parallelism(k8s_sandbox: Any) -> None:
     assert set(where(api, "grow").values()) == {None}  # nothing bound before the gang is whole
     assert ad.observe().jobs == [] and "3 of 4 pods exist (Job grow spec.parallelism)" in ad.last.waiting["job/grow"]
 
+    # a Job that may run only 3 pods at once (spec.completions 3): never more replicas than that,
+    # and a change asking more is refused, naming the cap, with nothing done
+    template = pod_body("template", cpu="1", limit="2", annotations=annotations)
+    capped = create_owner(k8s_sandbox, "Job", "cap", 3, template, completions=3)
+    for i in range(3):
+        create_pod(api, owned_pod(capped, f"cap-{i}"))
+    assert {j.id: j.replicas for j in ad.observe().jobs} == {"job/cap": 3}  # job/grow waits for its 4th pod
+    [no] = ad.apply([Change("job/cap", "start", n0, 1000, 0, replicas=4, placement=((n0, 2), (n1, 2)))])
+    assert (no.ok, no.error) == (False, "invalid"), no
+    cap = "Job default/cap: spec.completions 3 caps its pods at 3; the plan asks 4"
+    assert no.message == f"job job/cap: Job default/cap not scaled to 4 ({cap})", no
+    assert batch.read_namespaced_job("cap", NAMESPACE).spec.parallelism == 3 and set(where(api, "cap").values()) == {None}
+
     create_pod(api, owned_pod(job, "grow-3"))  # as the Job controller would, for parallelism 4
-    [gang] = ad.observe().jobs
+    gang = next(j for j in ad.observe().jobs if j.id == "job/grow")
     assert (gang.status, gang.replicas) == ("pending", 4)
     [start] = ad.apply([change])
     assert start.ok, start

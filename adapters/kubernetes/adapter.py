@@ -107,7 +107,7 @@ from adapters.kubernetes.annotations import (
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
-from adapters.kubernetes.gang_changes import GangChanges
+from adapters.kubernetes.gang_changes import GangChanges, planned
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.owners import OwnerCount
@@ -124,6 +124,7 @@ from adapters.kubernetes.pods import (
     requested,
 )
 from adapters.kubernetes.pool import DEFAULT_SIZE, CallPool, widen_connections
+from adapters.kubernetes.spread import placement_text
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 from planner.transitions import diff_order
 
@@ -476,12 +477,14 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         that is not its replicas with rank 0 on its node. The plan is then refused whole, before
         anything is applied (a half-placed gang is what all or none forbids). One line naming the
         job and the values."""
-        if ch.node is None:
+        shares = planned(ch)
+        if not shares:
             return None
-        shares = ch.placement if ch.placement is not None else ((ch.node, ch.replicas),)
+        where = placement_text(shares)
         if shares[0][0] != ch.node or sum(k for _, k in shares) != ch.replicas or any(k < 1 for _, k in shares):
-            where = ", ".join(f"{k} on {n}" for n, k in shares)
             return f"job {ch.job}: placement {where} is not its {ch.replicas} replicas with rank 0 on {ch.node}"
+        if len({n for n, _ in shares}) != len(shares):
+            return f"job {ch.job}: placement {where} lists a node twice"
         return None
 
     def _fresh(self, pod: PodView) -> PodView:

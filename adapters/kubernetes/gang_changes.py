@@ -123,7 +123,13 @@ class GangChanges:
         bound = [p for p in pods if p.node is not None]
         if bound and (ch.kind != "resize" or not gang.elastic):  # a restart: the checkpoint first
             said.append(self._gang_replace(ch, gang, bound, place=False))
-        said.append("scaled " + scale(gang.owner, ch.replicas, self._json, self.owner_apis))
+        try:
+            said.append("scaled " + scale(gang.owner, ch.replicas, self._json, self.owner_apis))
+        except KubernetesAdapterError as exc:
+            why = f"job {ch.job}: {gang.owner} not scaled to {ch.replicas} ({exc.message})"
+            if said:  # the restart happened: say so, and what the gang is now
+                why += f"; {'; '.join(said)}; the gang waits unbound at its {len(pods)} pods, started again by the next plan"
+            raise KubernetesAdapterError(exc.kind, why) from exc
         verb = "make" if ch.replicas > len(pods) else "remove"
         raise KubernetesAdapterError(
             "transient",

@@ -276,9 +276,10 @@ class GangOps:
         fixed: str | None = f"a gang by label {GANG_LABEL}: its count is its pods"
         if owner is not None:
             fixed = f"annotation {GANG_SIZE} declares its count" if size is not None else None
+        cap = None  # the most pods the owner can have (a Job's spec.completions)
         if size is None and owner is not None:
             got = self._owner_size(job_id, members, owner, obs)
-            size, said_by, fixed = got.count, f"{owner.kind} {owner.name} {owner.count_field}", got.fixed
+            size, said_by, fixed, cap = got.count, f"{owner.kind} {owner.name} {owner.count_field}", got.fixed, got.most
         if size is not None and len(members) != size:
             if len(members) > size and fixed is not None:
                 raise GangError(f"gang {job_id}: {len(members)} pods, but {said_by} says {size}")
@@ -295,7 +296,7 @@ class GangOps:
         status, node, note = gang_status(members, bounds.max_nodes)
         count, most, fewest = len(members), len(members), bounds.min_replicas
         if fixed is None:
-            most = max(count, bounds.max_replicas or count)
+            most = max(count, min(bounds.max_replicas or count, cap or MAX_GANG))
             if fewest is None and most > count:  # it may grow; it never shrinks below what it has unless told
                 fewest = count
         elif bounds.min_replicas is not None or bounds.max_replicas is not None:

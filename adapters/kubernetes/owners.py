@@ -76,12 +76,14 @@ class Owner:
 
 @dataclass(frozen=True)
 class OwnerCount:
-    """What an owner says: its desired ``count`` (``None``: not known, ``why``), and ``fixed``: why
-    FlowPlan cannot change it (``None``: it can)."""
+    """What an owner says: its desired ``count`` (``None``: not known, ``why``), ``fixed``: why
+    FlowPlan cannot change it (``None``: it can), and ``most``: the most pods it can have (a Job's
+    ``spec.completions``; ``None``: no bound)."""
 
     count: int | None
     why: str | None = None
     fixed: str | None = None
+    most: int | None = None
 
 
 def _read(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> Any:
@@ -136,7 +138,7 @@ def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]
         return OwnerCount(None, why, why)
     boss = next((r for r in ((body.get("metadata") or {}).get("ownerReferences") or []) if r.get("controller")), None)
     fixed = f"{owner.kind} {owner.name} is controlled by {boss['kind']} {boss['name']}, which sets its count" if boss else None
-    return OwnerCount(count, None, fixed)
+    return OwnerCount(count, None, fixed, completions if isinstance(completions, int) else None)
 
 
 def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
