@@ -47,8 +47,6 @@ from adapters.kubernetes.pods import pod_view
 from adapters.kubernetes.spread import assign, ranked, shares_of
 from planner.snapshot import Share
 
-pytestmark = pytest.mark.usefixtures("k8s_no_pods")
-
 GANG = "flowplan.io/gang"
 BOUNDS = {"flowplan.io/min_cpu_millis": "1000", "flowplan.io/max_cpu_millis": "2000"}
 
@@ -150,6 +148,7 @@ def test_bounds_ranks_and_assignment_without_a_server() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_a_spread_gang_runs_with_its_placement_moves_whole_and_bad_annotations_are_notes(k8s_sandbox: Any) -> None:
     api = core(k8s_sandbox)
     n0, n1, n2 = k8s_sandbox.nodes
@@ -195,6 +194,7 @@ def test_a_spread_gang_runs_with_its_placement_moves_whole_and_bad_annotations_a
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_a_pending_gang_is_started_where_planned_all_or_none(k8s_sandbox: Any) -> None:
     api = core(k8s_sandbox)
     n0, n1, _ = k8s_sandbox.nodes
@@ -252,6 +252,7 @@ def _apis(info: Any) -> tuple[Any, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_a_jobs_gang_grows_through_spec_parallelism(k8s_sandbox: Any) -> None:
     """A Job's gang of 3 pending pods (``max-replicas: 4``) planned at 4 over two nodes: FlowPlan
     raises ``spec.parallelism`` 3 -> 4, binds nothing yet, and the outcome says the change is in
@@ -300,6 +301,7 @@ def test_a_jobs_gang_grows_through_spec_parallelism(k8s_sandbox: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_a_running_statefulsets_gang_shrinks_by_restart_through_spec_replicas(k8s_sandbox: Any) -> None:
     """A StatefulSet's gang of 3 runs on n0 (not elastic). The plan asks 2: the pods are asked to
     checkpoint and re-created unbound (a restart, as a migration), ``spec.replicas`` goes 3 -> 2, and
@@ -346,6 +348,7 @@ def json_of(resp: Any) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_an_elastic_gang_grows_live_and_keeps_its_running_pods(k8s_sandbox: Any) -> None:
     """A StatefulSet's elastic gang of 2 runs on n0. The plan resizes it to 3 (2 on n0, 1 on n1):
     no checkpoint, no pod re-created, ``spec.replicas`` 2 -> 3, in progress. Once the test makes the
@@ -415,6 +418,7 @@ def _pytorch_pods(api: Any, owner: dict[str, Any], names: list[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
 def test_a_pytorchjobs_gang_grows_its_workers_only_where_the_crd_exists(k8s_sandbox: Any) -> None:
     """Pods owned by a PyTorchJob: with no PyTorchJob CRD on the server, the owner cannot be read
     (404), so the gang is the pods seen, its count fixed. With the CRD (a real CustomResourceDefinition
