@@ -12,6 +12,8 @@ Nothing of the API is mocked (tests/k8s_env.py). Two parts are stood in for, eac
 
 Case matrix:
 
+- the daemon (the real planner): a gang of 4 that no node can hold (``max-nodes: 2``) is started 2 + 2
+  in one interval, and the next interval changes nothing;
 - without a server: the gang annotations (``min-replicas``, ``max-replicas``, ``max-nodes``,
   ``elastic``) parsed, each bad value one line naming the key and value; rank order by
   ``flowplan.io/rank``, by Kubernetes' index, by name (a replacement keeps its place); where each pod
@@ -498,3 +500,35 @@ def _served(custom: Any) -> bool:
         return True
     except ApiException:
         return False
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
+def test_the_daemon_spreads_a_gang_no_node_can_hold(k8s_sandbox: Any, tmp_path: Any) -> None:
+    """The real planner and daemon: a gang of 4 pods at 12 cores each (``max-nodes: 2``) fits on no
+    32-core node; one interval starts it 2 + 2 on two nodes, and the next changes nothing."""
+    from adapters.base import WallClock
+    from adapters.daemon import Daemon
+    from planner.policies import make_policy
+    from store import StateStore
+
+    api = core(k8s_sandbox)
+    big = {"flowplan.io/min_cpu_millis": "12000", "flowplan.io/max_cpu_millis": "12000", "flowplan.io/max-nodes": "2"}
+    for i in range(4):
+        create_pod(api, pod_body(f"big-{i}", cpu="12", limit="12", annotations=big, labels={GANG: "big"}))
+    store = StateStore(str(tmp_path / "state.db"))
+    ad = adapter_for(k8s_sandbox)
+    ad.store = store
+    daemon = Daemon(ad, make_policy("flowplan", time_limit=2.0), WallClock(), store, interval=0.2)
+    _, tick = daemon.run(max_ticks=1)
+    assert tick is not None and all(o.ok for o in tick.outcomes), tick and tick.outcomes
+    [start] = tick.changes
+    assert (start.kind, start.replicas, len(start.placement or ())) == ("start", 4, 2), start
+    (n_a, k_a), (n_b, k_b) = start.placement or ()
+    assert (k_a, k_b) == (2, 2) and where(api, "big") == {"big-0": n_a, "big-1": n_a, "big-2": n_b, "big-3": n_b}
+    _, again = daemon.run(max_ticks=1)
+    assert again is not None and again.changes == [], again and again.changes
+    [job] = again.snapshot.jobs
+    assert (job.status, job.node, job.placement) == ("running", n_a, [Share(node=n_a, replicas=2), Share(node=n_b, replicas=2)])
+    store.close()
+    ad.close()
