@@ -157,12 +157,13 @@ def refuse_fractions(changes: Sequence[Change], adapter: str, why: str, log: log
     if frac is None:
         return None
     what = f"job {frac.job}: gpu_milli {frac.gpu_milli} (a shared GPU) cannot be enforced on {adapter} ({why})"
-    return _refuse_whole(changes, frac, what, log)
+    return refuse_whole(changes, frac, what, log)
 
 
 def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
-    """For an adapter that runs a gang on one node only (Kubernetes, so far; Docker places a gang's
-    replicas on several hosts, :mod:`adapters.docker.gangs`): ``None`` when no change spreads a job's
+    """For an adapter that runs a gang on one node only (none here now: Docker places a gang's
+    replicas on several hosts, :mod:`adapters.docker.gangs`, and Kubernetes binds its pods to several
+    nodes, :mod:`adapters.kubernetes.gangs`): ``None`` when no change spreads a job's
     replicas over several nodes, else every change refused as ``invalid`` before anything is applied,
     each message one line naming the job and its placement (logged once)."""
     spread = next((c for c in changes if c.placement is not None and len(c.placement) > 1 and c.node is not None), None)
@@ -171,10 +172,12 @@ def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger
     where = ", ".join(f"{k} on {n}" for n, k in spread.placement or ())
     count = len(spread.placement or ())
     what = f"job {spread.job}: replicas on {count} nodes ({where}) cannot be placed by {adapter} yet (one node per job)"
-    return _refuse_whole(changes, spread, what, log)
+    return refuse_whole(changes, spread, what, log)
 
 
-def _refuse_whole(changes: Sequence[Change], culprit: Change, what: str, log: logging.Logger) -> list[Outcome]:
+def refuse_whole(changes: Sequence[Change], culprit: Change, what: str, log: logging.Logger) -> list[Outcome]:
+    """Every change refused as ``invalid`` (the plan refused whole, before anything is applied):
+    ``culprit``'s outcome says ``what``, the others that the plan was refused (logged once)."""
     log.warning("plan refused: %s", what)
     return [
         Outcome(c, False, "invalid", what if c is culprit else f"job {c.job}: not applied, the plan was refused: {what}")

@@ -116,11 +116,13 @@ def free_node_and_start(api: Any, daemon: Any, node: str, job: str, replicas: in
 OWNER_KINDS = {"Job": ("batch/v1", "parallelism"), "StatefulSet": ("apps/v1", "replicas"), "ReplicaSet": ("apps/v1", "replicas")}
 
 
-def create_owner(info: Any, kind: str, name: str, count: int, template: dict[str, Any]) -> dict[str, Any]:
-    """A Job (``parallelism`` = ``count``), StatefulSet or ReplicaSet (``replicas``) whose pod template
-    is ``template`` (a :func:`pod_body`), as the server returns it. There is no controller-manager in
-    the sandbox: nothing makes its pods (:func:`owned_pod` does, as the controller would). One of
-    that name left by an earlier test is replaced."""
+def create_owner(
+    info: Any, kind: str, name: str, count: int, template: dict[str, Any], completions: int | None = None
+) -> dict[str, Any]:
+    """A Job (``parallelism`` = ``count``, and ``completions`` if given), StatefulSet or ReplicaSet
+    (``replicas``) whose pod template is ``template`` (a :func:`pod_body`), as the server returns it.
+    There is no controller-manager in the sandbox: nothing makes its pods (:func:`owned_pod` does, as
+    the controller would). One of that name left by an earlier test is replaced."""
     import json
 
     from kubernetes import client
@@ -137,6 +139,8 @@ def create_owner(info: Any, kind: str, name: str, count: int, template: dict[str
     if kind == "Job":
         spec["restartPolicy"] = "Never"
         body["spec"] = {"parallelism": count, "template": tmpl}
+        if completions is not None:
+            body["spec"]["completions"] = completions
     else:
         body["spec"] = {count_field: count, "selector": {"matchLabels": labels}, "template": tmpl}
         if kind == "StatefulSet":

@@ -11,9 +11,10 @@ placement whose sum is not the count · more nodes than max_nodes · a node list
 node · a second node over its GPUs · a replica arriving on a cordoned node · a non-elastic gang
 whose count changes named ``resize`` · a gang that cannot checkpoint restarted with a new count.
 
-Adapters: Kubernetes refuses a plan that spreads a gang, whole, before applying anything
-(``adapters.base.refuse_spanning``, tested here on the function it calls). Docker places spread
-gangs (``tests/test_docker_gangs.py``).
+Adapters: ``adapters.base.refuse_spanning`` refuses a plan that spreads a gang, whole, before
+applying anything, for an adapter that runs gangs on one node (tested here on the function). Docker
+(``tests/test_docker_gangs.py``) and Kubernetes (``tests/test_kubernetes_spread_gangs.py``) place
+spread gangs.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ Case matrix:
 - observe: a gang of 4 is one job with 4 replicas; a gang that declares more pods than exist waits
   (no job) and its bound pods come off their node; pods that disagree on a bound make the gang
   unmanaged with a note naming both pods and the annotation; a single pod with the gang's id too;
+  a change asking a gang by label for another count is a ``conflict`` naming both counts;
 - the daemon: a gang of 4 that fits on no node stays pending, all 4 pods unbound, while a single
   job beside it is placed; once a node has room, one daemon interval binds all 4 to it;
 - all or none: a Binding that fails on the third pod leaves no pod of the gang bound (the two bound
@@ -142,6 +143,8 @@ def test_observe_groups_a_gang_and_names_what_is_wrong(k8s_sandbox: Any, api: An
 
     outcomes = ad.apply([Change("half", "start", n0, 1000, 0, replicas=3), Change("four", "start", n0, 1000, 0, replicas=3)])
     assert [(o.ok, o.error) for o in outcomes] == [(False, "not_found"), (False, "conflict")], outcomes
+    must = "job four: the plan asks 3 replicas, the gang has 4 pods; a gang by label flowplan.io/gang: its count is its pods"
+    assert outcomes[1].message == must, outcomes
     assert nodes_of(api, "four") == [None] * 4
 
 

@@ -18,7 +18,7 @@ Case matrix:
   one "unreachable" line however many rounds fail);
 - RBAC: a ServiceAccount bound to exactly ``deploy/kubernetes/rbac.yaml`` (token from the
   TokenRequest API) can do everything the adapter and the election do (bind, resize in place,
-  migrate, deliver, read the owners of gangs: a Job, a StatefulSet, a ReplicaSet, the Lease); for
+  migrate, deliver, read the owners of gangs and raise their counts: a Job, a StatefulSet, a ReplicaSet, the Lease); for
   each of its verbs, without that one verb something fails as
   forbidden with the server naming that verb (none granted for nothing); a daemon process without
   ``pods/binding create`` says so on the interval's line, without ``leases update`` it stops with
@@ -222,7 +222,7 @@ def test_the_service_account_needs_every_verb_and_no_other(
     k8s_sandbox: Any, tmp_path: Path, drop: tuple[str, str, str] | None
 ) -> None:
     """With ``deploy/kubernetes/rbac.yaml`` the adapter binds, resizes, migrates, delivers, reads the
-    owners of gangs and holds the Lease; without any one of its verbs, something it does is forbidden
+    owners of gangs and changes their counts, and holds the Lease; without any one of its verbs, something it does is forbidden
     (so none is granted for nothing)."""
     from adapters.kubernetes import KubernetesAdapter, KubernetesAdapterError
     from adapters.kubernetes.leader import LeaderElectionError
@@ -262,6 +262,10 @@ def test_the_service_account_needs_every_verb_and_no_other(
             ]
         )
         refused += [f"{o.change.kind}: {o.error}: {o.message}" for o in outcomes if not o.ok or "forbidden" in o.message]
+        # each owner's count raised 2 -> 3 (a patch): in progress (transient) until its controller makes the pod
+        grow = [Change(job=j, kind="start", node=n1, cpu_millis=500, gpus=0, replicas=3) for j in sorted(owners)]
+        scaled = adapter.apply(grow)
+        refused += [f"scale: {o.error}: {o.message}" for o in scaled if o.error != "transient" or "-> 3" not in o.message]
         refused += [f"log: {why}" for why in adapter.last.log_failed.values() if why.startswith("forbidden")]
     from adapters.kubernetes.watch import PodWatch
 

@@ -4,7 +4,10 @@ What it assumes (read before relying on it):
 
 - **A job is one pod, or a gang of pods** (the pods of a namespace sharing a ``flowplan.io/gang``
   label, or else the same controller owner, e.g. a Job's pods: one job with a replica per pod, placed
-  on one node all or nothing; :mod:`adapters.kubernetes.gangs` says how each change treats them). FlowPlan's pods are those with
+  all or nothing, on one node or spread over several, its count changed through its owner;
+  :mod:`adapters.kubernetes.gangs` says how each change treats them). A change list with a
+  placement that is not its change's replicas (rank 0 on the change's node) is refused whole,
+  before anything is applied, with one line naming the job and the placement. FlowPlan's pods are those with
   ``spec.schedulerName: flowplan`` or the label ``flowplan.io/job``; their bounds and targets are in
   ``flowplan.io/*`` annotations (:mod:`adapters.kubernetes.annotations`). Job ids must be unique
   across the namespaces watched; a second pod of another namespace claiming an id is unmanaged.
@@ -87,7 +90,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_spanning
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_whole
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -100,11 +103,14 @@ from adapters.kubernetes.annotations import (
     REPLACES,
     SCHEDULER_NAME,
     AnnotationError,
+    one_replica,
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
+from adapters.kubernetes.gang_changes import GangChanges, planned
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
+from adapters.kubernetes.owners import OwnerCount
 from adapters.kubernetes.pods import (
     GPU,
     NodeView,
@@ -118,6 +124,7 @@ from adapters.kubernetes.pods import (
     requested,
 )
 from adapters.kubernetes.pool import DEFAULT_SIZE, CallPool, widen_connections
+from adapters.kubernetes.spread import placement_text
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 from planner.transitions import diff_order
 
@@ -157,11 +164,12 @@ class Observation:
     failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod failed
     log_failed: dict[str, str] = field(default_factory=dict)  # job -> why its pod's log was not read
     terminating: dict[str, list[PodView]] = field(default_factory=dict)  # job -> its pods being deleted
-    owner_sizes: dict[tuple[str, str, str], int | str] = field(default_factory=dict)  # (ns, kind, name) -> count or why not read
+    owner_sizes: dict[tuple[str, str, str], OwnerCount] = field(default_factory=dict)  # (ns, kind, name) -> what it says
+    fixed_count: dict[str, str] = field(default_factory=dict)  # gang declaring count bounds -> why its count cannot change
     owner_fallback: dict[str, str] = field(default_factory=dict)  # owner gang -> why its size is the pods seen
 
 
-class KubernetesAdapter(GangOps, Adapter):
+class KubernetesAdapter(GangOps, GangChanges, Adapter):
     """Observe and change FlowPlan's pods through the API server (see the module docstring)."""
 
     def __init__(
@@ -184,9 +192,11 @@ class KubernetesAdapter(GangOps, Adapter):
         self.pool = CallPool(workers)
         widen_connections(api_client, workers)
         self.api = client.CoreV1Api(api_client)
-        #: Owners of gangs (Job; StatefulSet, ReplicaSet): one read per owner per observe, for its desired count.
+        #: Owners of gangs (Job; StatefulSet, ReplicaSet; PyTorchJob): one read per owner per observe, for its desired count.
         self.batch = client.BatchV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        #: The owners' APIs by name (:mod:`adapters.kubernetes.owners`): a PyTorchJob is a custom object.
+        self.owner_apis = {"batch": self.batch, "apps": self.apps, "custom": client.CustomObjectsApi(api_client)}
         self.namespaces = list(namespaces) if namespaces else None  # None: every namespace
         self.store: ProgressStore = store if store is not None else MemoryStore()
         self.clock = clock or WallClock()
@@ -300,6 +310,7 @@ class KubernetesAdapter(GangOps, Adapter):
             primary, *others = sorted(found[job_id], key=_rank, reverse=True)
             try:
                 parsed = self._parse(job_id, primary)
+                one_replica(primary.annotations)
             except (AnnotationError, ValueError) as exc:
                 self._unmanaged(obs, node_notes, primary, str(exc))
                 continue
@@ -389,9 +400,13 @@ class KubernetesAdapter(GangOps, Adapter):
         count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
         does not configure."""
         why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
-        refused = refuse_fractions(changes, "Kubernetes", why, log) or refuse_spanning(changes, "Kubernetes", log)
+        refused = refuse_fractions(changes, "Kubernetes", why, log)
         if refused is not None:
             return refused
+        for ch in changes:
+            problem = self._unsupported(ch)
+            if problem is not None:
+                return refuse_whole(changes, ch, problem, log)
         outcomes: dict[int, Outcome] = {}
         for phase in self._phases(changes):
             by_job: dict[str, list[tuple[int, Change]]] = {}
@@ -456,6 +471,21 @@ class KubernetesAdapter(GangOps, Adapter):
             self._annotate(placed.pod, {DELIVER_REQUESTED: _now_text()})
             return "asked to deliver (annotation flowplan.io/deliver-requested)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
+
+    def _unsupported(self, ch: Change) -> str | None:
+        """Why ``ch`` cannot be carried out as written, ever (``None``: it can be tried): a placement
+        that is not its replicas with rank 0 on its node. The plan is then refused whole, before
+        anything is applied (a half-placed gang is what all or none forbids). One line naming the
+        job and the values."""
+        shares = planned(ch)
+        if not shares:
+            return None
+        where = placement_text(shares)
+        if shares[0][0] != ch.node or sum(k for _, k in shares) != ch.replicas or any(k < 1 for _, k in shares):
+            return f"job {ch.job}: placement {where} is not its {ch.replicas} replicas with rank 0 on {ch.node}"
+        if len({n for n, _ in shares}) != len(shares):
+            return f"job {ch.job}: placement {where} lists a node twice"
+        return None
 
     def _fresh(self, pod: PodView) -> PodView:
         return pod_view(self._json(self.api.read_namespaced_pod, pod.name, pod.namespace))

@@ -18,11 +18,30 @@ One parser for both adapters: the annotations are renamed to the Docker label ke
 :func:`adapters.docker.labels.parse_labels`; its messages are renamed back, so an error names the
 annotation as the user wrote it. Parsing is all or nothing, as for Docker: one bad annotation makes
 the pod *unmanaged* (left alone, reported in the node's labels and the log).
+
+A gang's count and spread (:mod:`adapters.kubernetes.gangs`) are Kubernetes' own annotations, not
+Docker's ``replicas`` / ``min_replicas`` / ``max_nodes`` labels (a gang's count is its pods here, and
+an elastic gang can change it live), parsed by :func:`gang_bounds`:
+
+=================================  ===================================================================
+annotation                         meaning
+=================================  ===================================================================
+``flowplan.io/min-replicas``       ``Job.min_replicas``: the fewest pods the gang trains with (1-1024)
+``flowplan.io/max-replicas``       the most pods its owner may be scaled to: ``Job.replicas`` (1-1024;
+                                   default: the pods it has)
+``flowplan.io/max-nodes``          ``Job.max_nodes``: the most nodes its pods may spread over (1-1024;
+                                   default 1)
+``flowplan.io/elastic``            ``true`` / ``false`` (default): the gang survives a change of its
+                                   count (torchrun's elastic rendezvous), so no checkpoint comes first
+``flowplan.io/rank``               per pod, ``0`` .. ``1023``: the pod's rank (rank 0's node is the
+                                   job's ``node``); the pods of a gang need not agree on it
+=================================  ===================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from adapters.docker.errors import LabelError
 from adapters.docker.labels import JOB as DOCKER_JOB
@@ -44,10 +63,73 @@ WRITTEN = {CHECKPOINT_REQUESTED, DELIVER_REQUESTED, REPLACES, BOUND_BY}
 #: gang has (it waits until all exist). Neither is a bound: the parser skips the annotation.
 GANG_LABEL = "flowplan.io/gang"
 GANG_SIZE = "flowplan.io/gang-size"
+#: A gang's bounds (:func:`gang_bounds`) and a pod's rank in its gang.
+MIN_REPLICAS = "flowplan.io/min-replicas"
+MAX_REPLICAS = "flowplan.io/max-replicas"
+MAX_NODES = "flowplan.io/max-nodes"
+ELASTIC = "flowplan.io/elastic"
+RANK = "flowplan.io/rank"
+GANG_KEYS = {MIN_REPLICAS, MAX_REPLICAS, MAX_NODES, ELASTIC, RANK}
+#: Docker's gang labels, as annotations: refused here, they name Kubernetes' keys instead.
+_DOCKER_GANG = {
+    "flowplan.io/replicas": MAX_REPLICAS,
+    "flowplan.io/min_replicas": MIN_REPLICAS,
+    "flowplan.io/max_nodes": MAX_NODES,
+}
+#: The largest gang (the snapshot's bound on ``replicas``).
+MAX_GANG = 1024
 
 
 class AnnotationError(ValueError):
     """A ``flowplan.io/*`` annotation has a value that cannot be used (the message names it and its value)."""
+
+
+@dataclass(frozen=True)
+class GangBounds:
+    """What a gang's pods declare about its count and spread (``None``: not declared)."""
+
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    max_nodes: int = 1
+    elastic: bool = False
+
+
+def whole(key: str, value: str, lo: int, hi: int) -> int:
+    """``value`` of annotation ``key`` as a whole number in ``[lo, hi]``; raises :class:`AnnotationError`."""
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = lo - 1
+    if not lo <= number <= hi:
+        raise AnnotationError(f"annotation {key}: must be a whole number from {lo} to {hi} ({value!r})")
+    return number
+
+
+def gang_bounds(annotations: Mapping[str, str]) -> GangBounds:
+    """The gang bounds a pod's annotations declare (module docstring). Raises :class:`AnnotationError`
+    naming the annotation and its value."""
+    keys = (MIN_REPLICAS, MAX_REPLICAS, MAX_NODES)
+    ints = {key: whole(key, annotations[key], 1, MAX_GANG) for key in keys if key in annotations}
+    lo, hi = ints.get(MIN_REPLICAS), ints.get(MAX_REPLICAS)
+    if lo is not None and hi is not None and lo > hi:
+        raise AnnotationError(f"annotation {MIN_REPLICAS}: {lo} exceeds {MAX_REPLICAS} {hi} ({annotations[MIN_REPLICAS]!r})")
+    elastic = False
+    if ELASTIC in annotations:
+        text = annotations[ELASTIC].strip().lower()
+        if text not in ("true", "false"):
+            raise AnnotationError(f"annotation {ELASTIC}: expected true or false ({annotations[ELASTIC]!r})")
+        elastic = text == "true"
+    return GangBounds(lo, hi, ints.get(MAX_NODES, 1), elastic)
+
+
+def one_replica(annotations: Mapping[str, str]) -> None:
+    """A single pod's gang bounds, checked: a pod without a gang is one replica. Raises
+    :class:`AnnotationError` naming the annotation and its value."""
+    bounds = gang_bounds(annotations)
+    for key, value in ((MIN_REPLICAS, bounds.min_replicas), (MAX_REPLICAS, bounds.max_replicas)):
+        if value is not None and value > 1:
+            why = f"a pod without a gang is one replica (a gang is pods sharing the label {GANG_LABEL} or an owner)"
+            raise AnnotationError(f"annotation {key}: {why} ({annotations[key]!r})")
 
 
 def parse_annotations(
@@ -63,8 +145,10 @@ def parse_annotations(
     for key, value in (spec_defaults or {}).items():
         renamed[DOCKER_PREFIX + key] = value
     for key, value in annotations.items():
-        if not key.startswith(PREFIX) or key in WRITTEN or key in (JOB_LABEL, GANG_SIZE):
+        if not key.startswith(PREFIX) or key in WRITTEN or key in (JOB_LABEL, GANG_SIZE) or key in GANG_KEYS:
             continue
+        if key in _DOCKER_GANG:
+            raise AnnotationError(f"annotation {key}: a Docker label; on Kubernetes use {_DOCKER_GANG[key]} ({value!r})")
         renamed[DOCKER_PREFIX + key[len(PREFIX) :]] = value
     try:
         parsed = parse_labels(renamed, created=created)
