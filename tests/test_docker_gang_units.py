@@ -18,7 +18,8 @@ Cases:
 - ``examples/jobs/train_gang.py`` as real processes over real sockets on this machine: the loss
   after 30 epochs is the same with 1 and 3 replicas; a 2-replica run stopped by SIGTERM on rank 0
   exits 75 on both ranks and resumes with 3 replicas from its checkpoint's epoch to the loss of an
-  uninterrupted run.
+  uninterrupted run; a SIGUSR1 to rank 0 of a running 2-replica gang delivers its weights once
+  (``<job>.delivered.npz``, a ``delivered`` event) and training goes on to the uninterrupted loss.
 """
 
 from __future__ import annotations
@@ -257,6 +258,30 @@ def test_sigterm_checkpoints_the_gang_and_it_resumes_with_another_size(tmp_path:
     assert resumed["epoch"] == checkpoint["epoch"]
     assert [r["epoch"] for r in _records(outs[0]) if "loss" in r][0] == checkpoint["epoch"] + 1
     assert _last_loss(outs[0]) == pytest.approx(_last_loss(reference), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_sigusr1_delivers_the_model_and_training_goes_on(tmp_path: Path) -> None:
+    import numpy as np
+
+    reference = _gang(1, tmp_path / "ref", "--epochs", "30", "--work", "1")[0].communicate(timeout=120)[0]
+    two = _gang(2, tmp_path / "ckpt", "--epochs", "30", "--work", "2000")
+    assert two[0].stdout is not None
+    seen, deadline = 0, time.time() + 120
+    while seen < 3 and time.time() < deadline:
+        line = two[0].stdout.readline()
+        if line.startswith('{"epoch"'):
+            seen = json.loads(line)["epoch"]
+    assert seen >= 3
+    os.kill(two[0].pid, signal.SIGUSR1)
+    rest = two[0].communicate(timeout=120)[0]
+    two[1].wait(timeout=60)
+    assert [two[0].returncode, two[1].returncode] == [0, 0]
+    (delivered,) = [r for r in _records(rest) if r.get("event") == "delivered"]
+    assert 3 <= delivered["epoch"] < 30
+    with np.load(tmp_path / "ckpt" / "g.delivered.npz") as z:
+        assert z["w"].shape == (65, 10) and np.isfinite(z["w"]).all()
+    assert _last_loss(rest) == pytest.approx(_last_loss(reference), rel=1e-9)
 
 
 def test_each_replica_gets_its_own_gpus_and_the_rendezvous() -> None:
