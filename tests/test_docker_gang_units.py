@@ -18,7 +18,8 @@ Cases:
 - ``examples/jobs/train_gang.py`` as real processes over real sockets on this machine: the loss
   after 30 epochs is the same with 1 and 3 replicas; a 2-replica run stopped by SIGTERM on rank 0
   exits 75 on both ranks and resumes with 3 replicas from its checkpoint's epoch to the loss of an
-  uninterrupted run.
+  uninterrupted run; a SIGUSR1 to rank 0 of a running 2-replica gang delivers its weights once
+  (``<job>.delivered.npz``, a ``delivered`` event) and training goes on to the uninterrupted loss.
 """
 
 from __future__ import annotations
@@ -216,6 +217,24 @@ def _records(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def _signalled_after_3_epochs(tmp: Path, sig: int, epochs: int, *args: str) -> tuple[str, str, list[int]]:
+    """One process run to the end (the reference), and a 2-replica run whose rank 0 is sent ``sig`` once
+    it has reported 3 epochs: the reference's output, rank 0's output after the signal, both ranks' exit codes."""
+    reference = _gang(1, tmp / "ref", "--epochs", str(epochs), "--work", "1")[0].communicate(timeout=120)[0]
+    two = _gang(2, tmp / "ckpt", "--epochs", str(epochs), "--work", "2000", *args)
+    assert two[0].stdout is not None
+    seen, deadline = 0, time.time() + 120
+    while seen < 3 and time.time() < deadline:
+        line = two[0].stdout.readline()
+        if line.startswith('{"epoch"'):
+            seen = json.loads(line)["epoch"]
+    assert seen >= 3
+    os.kill(two[0].pid, sig)
+    rest = two[0].communicate(timeout=120)[0]
+    two[1].wait(timeout=60)
+    return reference, rest, [two[0].returncode, two[1].returncode]
+
+
 def _last_loss(out: str) -> float:
     return float([r for r in _records(out) if "loss" in r][-1]["loss"])
 
@@ -234,20 +253,8 @@ def test_the_job_trains_to_the_same_loss_with_any_world_size(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_gang_and_it_resumes_with_another_size(tmp_path: Path) -> None:
-    reference = _gang(1, tmp_path / "ref", "--epochs", "40", "--work", "1")[0].communicate(timeout=120)[0]
-    two = _gang(2, tmp_path / "ckpt", "--epochs", "40", "--work", "2000", "--checkpoint-every", "0")
-    seen = 0
-    assert two[0].stdout is not None
-    deadline = time.time() + 120
-    while seen < 3 and time.time() < deadline:
-        line = two[0].stdout.readline()
-        if line.startswith('{"epoch"'):
-            seen = json.loads(line)["epoch"]
-    assert seen >= 3
-    os.kill(two[0].pid, signal.SIGTERM)
-    rest = two[0].communicate(timeout=60)[0]
-    two[1].wait(timeout=60)
-    assert [two[0].returncode, two[1].returncode] == [75, 75]
+    reference, rest, codes = _signalled_after_3_epochs(tmp_path, signal.SIGTERM, 40, "--checkpoint-every", "0")
+    assert codes == [75, 75]
     (checkpoint,) = [r for r in _records(rest) if r.get("event") == "checkpoint"]
     assert 3 <= checkpoint["epoch"] < 40
     three = _gang(3, tmp_path / "ckpt", "--epochs", "40", "--work", "1")
@@ -257,6 +264,19 @@ def test_sigterm_checkpoints_the_gang_and_it_resumes_with_another_size(tmp_path:
     assert resumed["epoch"] == checkpoint["epoch"]
     assert [r["epoch"] for r in _records(outs[0]) if "loss" in r][0] == checkpoint["epoch"] + 1
     assert _last_loss(outs[0]) == pytest.approx(_last_loss(reference), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_sigusr1_delivers_the_model_and_training_goes_on(tmp_path: Path) -> None:
+    import numpy as np
+
+    reference, rest, codes = _signalled_after_3_epochs(tmp_path, signal.SIGUSR1, 30)
+    assert codes == [0, 0]
+    (delivered,) = [r for r in _records(rest) if r.get("event") == "delivered"]
+    assert 3 <= delivered["epoch"] < 30
+    with np.load(tmp_path / "ckpt" / "g.delivered.npz") as z:
+        assert z["w"].shape == (65, 10) and np.isfinite(z["w"]).all()
+    assert _last_loss(rest) == pytest.approx(_last_loss(reference), rel=1e-9)
 
 
 def test_each_replica_gets_its_own_gpus_and_the_rendezvous() -> None:

@@ -21,7 +21,9 @@ where ``loss`` is the training loss over the whole set, from the forward pass th
 gradient, and ``metric`` the held-out accuracy after its step) and hears
 it: on ``SIGTERM`` (the Docker adapter's pause, migration and rescale) it finishes the epoch in
 progress, writes ``<checkpoint dir>/<job>.gang.npz``, tells the other ranks to stop, and exits 75.
-On start it resumes from that file. The other ranks exit 75 when told to stop, 0 when training is
+On start it resumes from that file. On ``SIGUSR1`` (the adapter's ``deliver``, when the job's tier 1
+is reached) rank 0 writes the weights to ``<checkpoint dir>/<job>.delivered.npz``, prints
+``{"event": "delivered"}``, and training goes on. The other ranks exit 75 when told to stop, 0 when training is
 done, and 1 when rank 0 goes away. A rank that loses a peer mid-step exits too (rank 0 with 75, so
 the job can be started again from its last checkpoint; ``--checkpoint-every`` bounds what is lost).
 
@@ -289,6 +291,10 @@ def train(
             acc = float((z.argmax(axis=1) == val[1]).mean())
             run.log(epoch, loss=float(loss), metric=acc)
             print(f"epoch {epoch} world {group.world} loss {loss:.12f} train_acc {correct:.4f}", file=sys.stderr, flush=True)
+            if run.should_deliver():  # SIGUSR1: rank 0 holds the whole model; training goes on
+                delivered = ckpt.with_name(f"{args.job}.delivered.npz")
+                np.savez(delivered, w=w)
+                run.delivered(delivered, metric=acc)
             if args.checkpoint_every and epoch % args.checkpoint_every == 0:
                 save()
     if run is not None:
