@@ -6,10 +6,12 @@ Tier epochs are read at the snapshot's ``deadline_confidence`` (the median by de
 values take the pessimistic side of the curve's band, so a deadline counts as met only with that
 confidence).
 
-A job's finish is the first of: ``max_epochs``; reaching tier 2 (when it has one the curve can
-reach; a tier 2 the curve cannot reach means training runs to ``max_epochs`` when it has one);
-otherwise the curve's convergence (improvement per epoch below the snapshot's
-``convergence_tolerance``). It is never before tier 1 when tier 1 is reachable.
+A job's finish is the first of ``max_epochs`` and reaching tier 2 (when it has one the curve can
+reach): a job that declares ``max_epochs`` trains until then unless its tier 2 stops it sooner,
+whatever the curve says about convergence (training scripts run their epochs). Only a job that
+declares neither a reachable tier 2 nor ``max_epochs`` is predicted to finish at the curve's
+convergence (improvement per epoch below the snapshot's ``convergence_tolerance``). It is never
+before tier 1 when tier 1 is reachable.
 
 A job that declares its learning-rate ``schedule`` is fitted with the schedule-aware curve
 (:mod:`models.schedule_curve`): a plateau before a declared drop is not convergence, and a rate
@@ -205,16 +207,17 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     if target is not None and target.tier2 is not None:
         r2 = 0.0 if t2_reached else left_to(target.tier2.value)
 
-    # Finish: tier 2 if reachable, else convergence, else the configured guess; capped by max_epochs.
+    # Finish: tier 2 if reachable, else max_epochs, else convergence, else the configured guess.
     finish_high: float | None = None
     if r2 is not None:
         finish = r2
         if not t2_reached and target is not None and target.tier2 is not None:
             high = left_to(target.tier2.value, TAIL_Z)
             finish_high = high if high is not None else (max_left if max_left is not None else None)
-    elif max_left is not None and target is not None and target.tier2 is not None:
-        # Training towards a tier 2 the curve says it will not reach: it runs until max_epochs
-        # (a job does not stop because the planner thinks it has converged).
+    elif max_left is not None:
+        # A job that declares max_epochs runs until then unless it reaches a tier 2 first (one the
+        # curve says it will not reach, or none at all): a job does not stop because the planner
+        # thinks it has converged. Convergence is the finish only of a job that declares neither.
         finish = max_left
     elif curve is not None:
         finish = max(curve.convergence_epoch(settings.convergence_tolerance) - epoch, 0.0)
