@@ -9,7 +9,7 @@ import pytest
 
 from adapters.sim.truth import TraceLibrary
 from planner import PlannerConfig
-from planner.outlook import build_outlook
+from planner.outlook import JobOutlook, build_outlook
 from planner.snapshot import Job, QoETarget, Settings, Tier
 
 SEEN = 60
@@ -21,7 +21,7 @@ def _job(target: QoETarget | None) -> Job:
     return Job.model_validate({"id": "j", "status": "pending", "history": history, "target": target})
 
 
-def _outlook(target: QoETarget | None):  # type: ignore[no-untyped-def]
+def _outlook(target: QoETarget | None) -> JobOutlook:
     return build_outlook(_job(target), Settings(), PlannerConfig())
 
 
