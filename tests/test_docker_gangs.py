@@ -152,7 +152,7 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
     held = max(p.epoch for p in ad.store.history("gang"))
     assert held >= 5, held
     resumed = wait_for(
-        lambda: [e for e in log_events(main, now["0"]["Id"]) if e["event"] == "resumed"], 60, "the new rank 0 to resume"
+        lambda: [e for e in log_events(main, now["0"]["Id"]) if e["event"] == "resumed"], 180, "the new rank 0 to resume"
     )
     assert resumed[0]["epoch"] == held  # from the checkpoint, not from 0
     assert [e["world_size"] for e in log_events(main, now["0"]["Id"]) if e["event"] == "rendezvous"] == [3]

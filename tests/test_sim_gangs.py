@@ -110,7 +110,8 @@ def test_one_node_is_unchanged_and_unmeasured_spreads_are_finite(library: TraceL
     for p in [(4, 4, 4, 4, 4), (3, 3, 3, 3, 3, 3, 3), (2, 1, 1, 1, 1, 1)]:  # 5 and 7 nodes, 6 x 7: not measured
         t = g.epoch_seconds(1000, 1, p)
         assert math.isfinite(t) and t > 0
-        assert t == GroundTruth(fresh, "cifar10", 2048, "gpu").epoch_seconds(1000, 1, p)  # bundle = data
+        # bundle = data (to the ninth digit: the fits behind unmeasured spreads move with the BLAS)
+        assert t == pytest.approx(GroundTruth(fresh, "cifar10", 2048, "gpu").epoch_seconds(1000, 1, p), rel=1e-7)
 
 
 # -- the cluster ------------------------------------------------------------------------------------
