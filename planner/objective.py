@@ -154,14 +154,24 @@ def _tier1_open(m: JobMenu) -> bool:
     return o.job.target is not None and not o.tier1_reached
 
 
+def _best_seconds_done(m: JobMenu, left_s: float) -> float:
+    """The job's epochs done, in seconds at its best rate now (``left_s`` over the epochs left)."""
+    o = m.outlook
+    if o.remaining_finish <= 0 or o.epoch <= 0:
+        return 0.0
+    return o.epoch * left_s / o.remaining_finish
+
+
 def _completion_weights(menus: Sequence[JobMenu], tilt: float, now: float | None = None, age_exponent: float = 0.0) -> list[int]:
     """Integer completion weights: the priority weight leaned towards jobs with less work left.
 
     A job's work left is its fastest predicted finish over its options; the lean is
     ``(median / own) ** tilt`` clipped to [1/8, 8] (``LEAN_CLIP``). A GPU job priced with the phase
-    model is also aged: times ``(1 + time in the system / work left) ** age_exponent``, at most
-    ``LEAN_CLIP ** 2``, so that a long job that has waited long enough weighs as much as the
-    shortest new job (a cap of ``LEAN_CLIP`` left it at most at the median job's weight for ever).
+    model is also aged: times ``slowdown ** age_exponent``, at most ``LEAN_CLIP ** 2``, where the
+    slowdown is ``(time in the system + work left) / (work done + work left)``, the work in seconds
+    at the job's best rate, so that a long job that has waited long enough weighs as much as the
+    shortest new job (a cap of ``LEAN_CLIP`` left it at most at the median job's weight for ever),
+    while one that has been served at its best all along is not aged at all.
     """
     if tilt <= 0 or not menus:
         return [m.weight for m in menus]
@@ -178,9 +188,14 @@ def _completion_weights(menus: Sequence[JobMenu], tilt: float, now: float | None
         lean = 1.0 if not math.isfinite(x) else min(LEAN_CLIP, max(1.0 / LEAN_CLIP, (mid / max(x, 1e-9)) ** tilt))
         sub = m.outlook.job.submitted
         if age_exponent > 0 and m.phase_seconds > 0 and now is not None and sub is not None and math.isfinite(x):
-            # Ageing (the response ratio of highest-response-ratio-next): a job that has been in
-            # the system long against the work it has left gains weight, so shortest-first
-            # does not starve it.
-            lean *= min(LEAN_CLIP**2, (1.0 + max(now - sub, 0.0) / max(x, 1e-9)) ** age_exponent)
+            # Ageing: a job that has been slowed down (kept waiting, or served below its best) gains
+            # weight, so shortest-first does not starve it. The ratio is the job's slowdown if it
+            # ran at its best from now: time in the system plus work left, over the work done and
+            # left at the best rate. A job that waited all along has the response ratio of
+            # highest-response-ratio-next, ``1 + time in the system / work left``; one that has
+            # run at its best has 1 however long it has been in the system.
+            done = _best_seconds_done(m, x)
+            ratio = (max(now - sub, 0.0) + x) / max(done + x, 1e-9)
+            lean *= min(LEAN_CLIP**2, max(ratio, 1.0) ** age_exponent)
         out.append(max(1, int(round(m.weight * lean))))
     return out

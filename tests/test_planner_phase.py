@@ -210,3 +210,36 @@ def test_the_round_trip_never_makes_waiting_beat_a_free_gpu() -> None:
     got = _gpus(_snap([*busy, new], gpus=64), _config())
     assert sum(got[f"r{i}"] for i in range(7)) == 63
     assert got["new"] == 1
+
+
+def test_ageing_counts_the_slowdown_not_the_time_in_the_system() -> None:
+    """The ageing ratio is the job's slowdown if it ran at its best from now, (time in the system +
+    work left) / (work done + work left): a job that has run at its best since it arrived is not
+    aged however long ago that was, and the same job that has done little in that time is. (With
+    ``1 + time in the system / work left`` a long job near its end weighed up to 64 times more
+    for having run long, and on Pollux workload 4 with curve priors short jobs waited behind it.)"""
+    from planner.build import build_problem
+
+    best = 105.0  # seconds per epoch at 4 GPUs
+    since = 10_000.0 - 100 * best
+
+    def weights(done: float, exponent: float) -> int:
+        history = [{"time": since + best * e, "epoch": e, "loss": 2.0 / e} for e in (1.0, done / 2, done)]
+        job = _job(
+            "job",
+            20.0,
+            status="running",
+            node="n0",
+            allocation={"cpu_millis": 4000, "gpus": 4},
+            submitted=since,
+            history=history,
+            target={"metric": "loss", "direction": "lower", "tier1": {"value": 1e-9}, "max_epochs": done + 20.0},
+        )
+        snap = _snap([job, SHORT])
+        config = _config(gpu_age_exponent=exponent)
+        problem, _ = build_problem(snap, _outlooks(snap, config), config)
+        assert problem.menus[0].phase_seconds > 0  # contended: priced with the phase model
+        return problem.menus[0].completion_weight
+
+    assert weights(100.0, 4.0) == weights(100.0, 0.0)  # served at its best all along: not aged
+    assert weights(4.0, 4.0) > weights(4.0, 0.0)  # the same time in the system, little done: aged
