@@ -207,7 +207,9 @@ def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_e
     from docker_env import api
 
     main = docker_engines.engines[0]
-    cid = template(docker_engines, "fp-alone", "alone")
+    # Many epochs: the job must still be training when reconcile stops it (60 short epochs alone
+    # ended before the reconcile on a loaded machine, and it exited 0, not 75).
+    cid = template(docker_engines, "fp-alone", "alone", args=["--epochs", "100000", "--work", "300", "--checkpoint-every", "0"])
     api(main.url).start(cid)  # by hand: one process, WORLD_SIZE unset
     ad = adapter_for(docker_engines)
     wait_for(lambda: any(e["event"] == "rendezvous" for e in log_events(main, cid)), 60, "the job to start")
@@ -243,7 +245,7 @@ def test_a_rescale_that_cannot_make_its_new_set_starts_the_old_one_again(docker_
     after = {c["Id"]: c for e in (main, e0) for c in containers(e, "back")}
     assert set(after) == before and all(c["State"] == "running" for c in after.values()), after
     (rank0,) = [cid for cid, c in after.items() if c["Labels"][RANK] == "0"]
-    wait_for(lambda: [e for e in log_events(main, rank0) if e["event"] == "resumed"], 60, "the old rank 0 to resume")
+    wait_for(lambda: [e for e in log_events(main, rank0) if e["event"] == "resumed"], 180, "the old rank 0 to resume")
     back = wait_for(lambda: (j := job_of(ad, "back")) and j.status == "running" and j, 30, "the old gang running")
     assert [(s.node, s.replicas) for s in back.placement] == [("main", 1), ("extra0", 1)]
 
