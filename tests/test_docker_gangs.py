@@ -46,8 +46,15 @@ from adapters.docker.ranks import MASTER_PORT, RANK
 
 pytestmark = pytest.mark.slow
 
-EPOCHS = 60
-ARGS = ["--epochs", str(EPOCHS), "--work", "300", "--checkpoint-every", "0"]
+#: 300 epochs of ~0.05 s (work 3000) on an idle machine: the gang must still be training when the
+#: test rescales it, and 60 epochs of 0.006 s (work 300) were often over before the rescale came
+#: (the new rank 0 then had nothing to resume).
+EPOCHS = 300
+ARGS = ["--epochs", str(EPOCHS), "--work", "3000", "--checkpoint-every", "0"]
+#: For the tests that act on a gang while it trains and never need it to finish: 60 short epochs can
+#: end before the pause, the rescale or the reconcile comes (then the job exits 0, not 75, and a
+#: rank restarted from its checkpoint has nothing left to resume).
+LONG = ["--epochs", "100000", "--work", "300", "--checkpoint-every", "0"]
 GANG = {"flowplan.replicas": "3", "flowplan.min_replicas": "2", "flowplan.max_nodes": "2"}
 
 
@@ -188,7 +195,7 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
 
 def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) -> None:
     main, e0, _ = docker_engines.engines
-    template(docker_engines, "fp-pause", "pause")
+    template(docker_engines, "fp-pause", "pause", args=LONG)
     ad = adapter_for(docker_engines)
     ad.observe()
     (out,) = ad.apply([Change("pause", "start", "extra0", 500, 0, replicas=2)])  # both on extra0
@@ -207,9 +214,7 @@ def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_e
     from docker_env import api
 
     main = docker_engines.engines[0]
-    # Many epochs: the job must still be training when reconcile stops it (60 short epochs alone
-    # ended before the reconcile on a loaded machine, and it exited 0, not 75).
-    cid = template(docker_engines, "fp-alone", "alone", args=["--epochs", "100000", "--work", "300", "--checkpoint-every", "0"])
+    cid = template(docker_engines, "fp-alone", "alone", args=LONG)
     api(main.url).start(cid)  # by hand: one process, WORLD_SIZE unset
     ad = adapter_for(docker_engines)
     wait_for(lambda: any(e["event"] == "rendezvous" for e in log_events(main, cid)), 60, "the job to start")
@@ -228,7 +233,7 @@ def test_a_rescale_that_cannot_make_its_new_set_starts_the_old_one_again(docker_
     main, e0, e1 = docker_engines.engines
     for engine in (main, e0):  # not on extra1
         api(engine.url).tag(IMAGE, "flowplan/not-on-extra1", "1")
-    template(docker_engines, "fp-back", "back", image="flowplan/not-on-extra1:1")
+    template(docker_engines, "fp-back", "back", image="flowplan/not-on-extra1:1", args=LONG)
     ad = adapter_for(docker_engines)
     ad.observe()
     ok = ad.apply([Change("back", "start", "main", 500, 0, replicas=2, placement=(("main", 1), ("extra0", 1)))])
