@@ -83,6 +83,10 @@ ChangeKind = Literal["start", "resize", "migrate", "pause", "deliver"]
 ErrorKind = Literal["not_found", "conflict", "transient", "engine_down", "invalid", "forbidden"]
 
 
+#: Replicas per node, ``(node, replicas)``, rank 0's node first.
+Shares = tuple[tuple[str, int], ...]
+
+
 @dataclass(frozen=True)
 class Change:
     """One thing to do to the cluster, per job (figures per replica).
@@ -108,7 +112,7 @@ class Change:
     gpu_device: int | None = None
     #: A gang spread over nodes (the plan's ``placement``): ``(node, replicas)`` per node, rank 0's
     #: first; ``None``: all ``replicas`` on ``node``. See :func:`refuse_spanning`.
-    placement: tuple[tuple[str, int], ...] | None = None
+    placement: Shares | None = None
 
     def key(self) -> str:
         """Identifies the change, so that applying it twice can be recognised (idempotency)."""
@@ -132,6 +136,15 @@ class Change:
             **({"gpu_milli": self.gpu_milli, "gpu_device": self.gpu_device} if self.gpu_milli is not None else {}),
             **({"placement": [list(s) for s in self.placement]} if self.placement is not None else {}),
         }
+
+
+def change_shares(ch: Change) -> Shares:
+    """Where ``ch`` puts the job's replicas, rank 0's node first (``()`` for a pause)."""
+    if ch.node is None:
+        return ()
+    if ch.placement is None:
+        return ((ch.node, ch.replicas),)
+    return tuple(ch.placement)
 
 
 @dataclass(frozen=True)

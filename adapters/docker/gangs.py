@@ -59,7 +59,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Change
+from adapters.base import Change, Shares, change_shares
 from adapters.docker.engine import DEFAULT_SHARES, ContainerView, effective_cap, recreate_spec, shares_for
 from adapters.docker.errors import DockerAdapterError
 from adapters.docker.gpu import gpu_request
@@ -69,9 +69,7 @@ from adapters.docker.ranks import (
     RANK,
     WORLD_SIZE,
     WRITTEN_LABELS,
-    Shares,
     broken,
-    change_shares,
     choose_port,
     member_of,
     rank_layout,

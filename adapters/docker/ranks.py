@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import Change, ErrorKind
+from adapters.base import ErrorKind, Shares
 from adapters.docker.engine import ContainerView
 from adapters.docker.errors import DockerAdapterError, LabelError
 from adapters.docker.labels import PREFIX
@@ -24,8 +24,6 @@ WRITTEN_LABELS = (RANK, GENERATION, WORLD_SIZE, MASTER_PORT)
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 PORT_BASE = 29500  # torchrun's default MASTER_PORT
 PORT_SPAN = 20000
-
-Shares = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -64,15 +62,6 @@ def member_of(labels: Mapping[str, str]) -> Member:
 def is_gang(fields: Mapping[str, Any]) -> bool:
     """A job whose labels declare more than one replica."""
     return int(fields.get("replicas", 1)) > 1
-
-
-def change_shares(ch: Change) -> Shares:
-    """Where ``ch`` puts the job's replicas, rank 0's host first (``()`` for a pause)."""
-    if ch.node is None:
-        return ()
-    if ch.placement is None:
-        return ((ch.node, ch.replicas),)
-    return tuple(ch.placement)
 
 
 def shares_problem(fields: Mapping[str, Any], shares: Shares, hosts: Iterable[str]) -> tuple[ErrorKind, str] | None:

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from adapters.base import Shares
 from adapters.kubernetes.annotations import CHECKPOINT_REQUESTED, DELIVER_REQUESTED, GANG_LABEL
 from adapters.kubernetes.errors import KubernetesAdapterError
 from adapters.kubernetes.gangs import Gang, gang_status, split_superseded
 from adapters.kubernetes.owners import scale
 from adapters.kubernetes.pods import PodView, is_flowplan_pod, job_id_of, pod_view
-from adapters.kubernetes.spread import Shares, assign, placement_text, ranked, shares_of
+from adapters.kubernetes.spread import assign, placement_text, ranked, shares_of
 
 if TYPE_CHECKING:
     from adapters.base import Change

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from adapters.base import Shares
 from adapters.kubernetes.annotations import MAX_GANG, RANK, AnnotationError, whole
 from adapters.kubernetes.pods import PodView
 
@@ -36,8 +37,6 @@ from adapters.kubernetes.pods import PodView
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"
 _REPLACED = re.compile(r"(-r\d+)+$")
-
-Shares = tuple[tuple[str, int], ...]
 
 
 def rank_of(pod: PodView) -> int | None:

@@ -52,8 +52,8 @@ from typing import cast
 
 import numpy as np
 
-from adapters.base import Adapter, Change, Outcome
-from adapters.sim.gangs import Shares, change_shares, could_start, shares_problem, snapshot_placement
+from adapters.base import Adapter, Change, Outcome, Shares, change_shares
+from adapters.sim.gangs import could_start, shares_problem, snapshot_placement
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth

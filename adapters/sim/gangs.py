@@ -15,20 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from adapters.base import Change
+from adapters.base import Shares
 from adapters.sim.scenario import JobSpec
 from planner.snapshot import Share
-
-Shares = tuple[tuple[str, int], ...]
-
-
-def change_shares(c: Change) -> Shares:
-    """Where ``c`` puts the job's replicas, rank 0's node first."""
-    if c.node is None:
-        return ()
-    if c.placement is None:
-        return ((c.node, c.replicas),)
-    return tuple(c.placement)
 
 
 def shares_problem(spec: JobSpec, shares: Shares, known: Iterable[str]) -> str | None:
