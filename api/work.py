@@ -9,6 +9,7 @@ before returning it, so a plan leaves the worker checked.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -58,13 +59,16 @@ _FITS = FitCache()
 
 def warm_up(fit_cache_jobs: int = FIT_CACHE_JOBS, nice: int = 0) -> None:
     """A worker's initializer: the imports above are done by now (this module is loaded to call it);
-    its fit cache keeps ``fit_cache_jobs`` jobs, and it runs ``nice`` steps below the service process
+    what they loaded is frozen out of the garbage collector's full collections (``gc.freeze``, as in
+    ``flowplan serve``); its fit cache keeps ``fit_cache_jobs`` jobs, and it runs ``nice`` steps below the service process
     (``os.nice``), so that a CPU shared with plans serves health, metrics and ingestion first.
 
     Ctrl-C in a terminal reaches the whole process group: ignored here, the service shuts its workers
     down itself. A service killed outright (SIGKILL, the OOM killer) cannot: the worker then exits as
     soon as its parent is gone, instead of waiting forever on a queue whose writing end it holds too."""
     _FITS.limit = fit_cache_jobs
+    gc.collect()
+    gc.freeze()  # the imports live as long as the worker: kept out of every full collection (as the service)
     if nice > 0:
         os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import ipaddress
 import socket
 import sys
@@ -109,6 +110,11 @@ def _serve(args: argparse.Namespace) -> int:
             flush=True,
         )
         config = uvicorn.Config(create_app(store, settings), log_level=args.log_level, access_log=False)
+        # What is loaded by now (FastAPI, pydantic, the planner's NumPy, SciPy and OR-Tools) lives as long as
+        # the process: out of the collector's reach, so that its full collections, about one a second under
+        # planning load, stop walking it (each stalled the event loop 40-75 ms: docs/benchmarks.md).
+        gc.collect()
+        gc.freeze()
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         store.close()
