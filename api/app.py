@@ -237,7 +237,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         config = PlannerConfig(solver=solver or settings.solver, time_limit=time_limit or settings.time_limit)
         with pool.admit():
             snap, snap_json = await run_in_threadpool(parse)
-            plan_obj, hits, misses = await pool.run(plan_snapshot, snap_json, config)
+            plan_obj, hits, misses = await pool.run(plan_snapshot, snap_json, config, jobs=[j.id for j in snap.jobs])
             plan_id = await run_in_threadpool(store.save_plan, plan_obj, snap)
         metrics.plans.labels(solver=plan_obj.solver.name, status=plan_obj.solver.status).inc()
         metrics.solve_seconds.observe(plan_obj.solver.seconds)
@@ -333,7 +333,7 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         like plans: 429 with `Retry-After` when every worker is busy and the queue is full)."""
         with pool.admit():
             record, history, target = await run_in_threadpool(_job_state, job_id)
-            predictions = await pool.run(predict_job, job_id, history, target, record.spec)
+            predictions = await pool.run(predict_job, job_id, history, target, record.spec, jobs=[job_id])
         times = [p.time for p in history]
         summary = HistorySummary(
             points=len(history),

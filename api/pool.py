@@ -9,10 +9,15 @@ two snapshots at once (threads could not: the fits and the model build hold the 
   imports the planner once at start-up, ignores Ctrl-C (the service stops it), runs ``nice`` steps
   below the service process (on a busy CPU the event loop comes first), and keeps the model fits of
   the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
-  warm start of later plans of the same job inputs. A request takes the idle worker that finished
-  most recently, so a lone client that plans one cluster again and again (the daemon) keeps meeting
-  its own warm fits; under concurrent clients a cluster is fitted once in each worker that plans it.
-  Warm fits never change a plan (``planner.plan``).
+  warm start of later plans of the same job inputs. Warm fits never change a plan (``planner.plan``).
+- **Routing by the jobs a worker planned.** The pool remembers which worker last planned each job id
+  (``jobs=`` of :meth:`WorkerPool.run`). An arriving request takes the idle worker that last planned
+  most of its jobs (ties: the one that finished most recently, so a lone client, the daemon, keeps
+  meeting its own warm fits); a freed worker goes to the waiting request that it planned most of
+  (ties: the one waiting longest). A worker is never left idle while a request waits; the routing
+  only chooses among what is free, so that under concurrent clients a cluster is fitted again in
+  another worker less often (a plan that fits 50 jobs takes about twice a warm one, and the plans
+  queued behind it wait for that).
 - **The bounded queue.** At most ``workers + queue`` requests are admitted at once (running, or
   waiting for a worker). One more is refused at once with **429** and ``Retry-After``: the service is
   healthy but busy, the client should back off (a load balancer must not take a 429 for a dead
@@ -31,7 +36,8 @@ import asyncio
 import math
 import multiprocessing
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -93,7 +99,11 @@ class WorkerPool:
         self.closing = False
         self.mean_seconds = 1.0  # until something has run: a guess of one solve at the default limit
         self._all: list[_Worker] = []
-        self._idle: asyncio.LifoQueue[_Worker] | None = None
+        self._started = False
+        self._idle: list[_Worker] = []  # the most recently freed last
+        self._waiting: list[tuple[tuple[str, ...], asyncio.Future[_Worker]]] = []  # the longest waiting first
+        self._home: OrderedDict[str, int] = OrderedDict()  # job id -> the worker that last planned it
+        self._home_limit = max(fit_cache_jobs, 1000) * workers
         metrics.workers.set(workers)
 
     @property
@@ -108,14 +118,14 @@ class WorkerPool:
     def start(self) -> None:
         """Create the workers (idempotent; the first request calls it when no lifespan did) and let each
         import the planner now rather than at its first request."""
-        if self._idle is not None:
+        if self._started:
             return
-        self._idle = asyncio.LifoQueue()
+        self._started = True
         for i in range(self.workers):
             worker = _Worker(i, self.fit_cache_jobs, self.nice)
             worker.executor.submit(int)  # starts the process: its initializer imports the planner
             self._all.append(worker)
-            self._idle.put_nowait(worker)
+            self._idle.append(worker)
 
     def _shutting_down(self) -> ApiError:
         return self._refuse(Unavailable, "shutting_down", "the service is shutting down; retry on another replica or later")
@@ -144,16 +154,54 @@ class WorkerPool:
             self.admitted -= 1
             self.metrics.in_flight.set(self.admitted)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker process, once one is free (call it inside :meth:`admit`). ``fn`` and
-        its arguments must pickle (``spawn``)."""
+    async def run(self, fn: Callable[..., T], *args: Any, jobs: Sequence[str] = ()) -> T:
+        """``fn(*args)`` in a worker process, once one is free (call it inside :meth:`admit`); ``jobs``:
+        the job ids it works on, which route it (see the module). ``fn`` and its arguments must pickle
+        (``spawn``)."""
         self.start()
-        assert self._idle is not None
-        worker = await self._idle.get()
-        if self.closing:  # woken by close(): pass the wake-up on to the next waiter
-            self._idle.put_nowait(worker)
+        if self.closing:
             raise self._shutting_down()
+        wanted = tuple(jobs)
+        worker = self._take(wanted)
+        if worker is None:
+            entry = (wanted, asyncio.get_running_loop().create_future())
+            self._waiting.append(entry)
+            try:
+                worker = await entry[1]
+            except asyncio.CancelledError:
+                if entry in self._waiting:
+                    self._waiting.remove(entry)
+                elif entry[1].done() and not entry[1].cancelled() and entry[1].exception() is None:
+                    self._hand_on(entry[1].result())  # given a worker as it was cancelled: pass it on
+                raise
+        for job in wanted:
+            self._home[job] = worker.index
+            self._home.move_to_end(job)
+        while len(self._home) > self._home_limit:
+            self._home.popitem(last=False)
         return await self._on(worker, fn, args)
+
+    def _planned(self, worker: _Worker, jobs: tuple[str, ...]) -> int:
+        """How many of ``jobs`` ``worker`` planned last."""
+        home = self._home
+        return sum(1 for job in jobs if home.get(job) == worker.index)
+
+    def _take(self, jobs: tuple[str, ...]) -> _Worker | None:
+        """The idle worker that planned most of ``jobs`` (ties: the most recently freed), taken; None: none is idle."""
+        if not self._idle:
+            return None
+        best = max(range(len(self._idle)), key=lambda i: (self._planned(self._idle[i], jobs), i))
+        return self._idle.pop(best)
+
+    def _hand_on(self, worker: _Worker) -> None:
+        """A free ``worker`` to the waiting request it planned most of (ties: the longest waiting), or idle."""
+        self._waiting = [(jobs, f) for jobs, f in self._waiting if not f.done()]
+        if not self._waiting:
+            self._idle.append(worker)
+            return
+        best = max(range(len(self._waiting)), key=lambda i: (self._planned(worker, self._waiting[i][0]), -i))
+        _, future = self._waiting.pop(best)
+        future.set_result(worker)
 
     async def _on(self, worker: _Worker, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         loop = asyncio.get_running_loop()
@@ -181,8 +229,8 @@ class WorkerPool:
 
     def _free(self, worker: _Worker, seconds: float) -> None:
         self.mean_seconds += _EWMA * (seconds - self.mean_seconds)
-        if self._idle is not None:
-            self._idle.put_nowait(worker)
+        if not self.closing:
+            self._hand_on(worker)
 
     def _restart(self, worker: _Worker, broken: ProcessPoolExecutor) -> None:
         if not self.closing and worker.executor is broken:  # not restarted already by another request
@@ -193,8 +241,10 @@ class WorkerPool:
         """Refuse new work, cancel what waits, let running work end, join the processes."""
         self.closing = True
         workers, self._all = self._all, []
-        if self._idle is not None and workers:
-            self._idle.put_nowait(workers[0])  # wakes a request waiting for a worker: it answers 503
+        waiting, self._waiting = self._waiting, []
+        for _, future in waiting:  # each request waiting for a worker answers 503
+            if not future.done():
+                future.set_exception(self._shutting_down())
 
         def shutdown() -> None:
             for worker in workers:
