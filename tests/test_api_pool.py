@@ -11,6 +11,10 @@ Cases:
   gets 429 with ``Retry-After`` in the error body's shape, counted in ``flowplan_rejected_total``;
   released, the waiting plan is the planner's;
 - **the lifespan**: stopping the server ends its worker processes; a pool that is closing answers 503;
+- **routing by the jobs a worker planned**: two workers; cluster A is planned while the other worker
+  is held, then cluster B (no job id in common) with both idle goes to the worker freed last (the one
+  that was held), then A again, with both idle, goes back to the worker that planned it: it fits no
+  model (the rule before, the worker freed last, refitted all of A there);
 - **warm fits across clusters**: one worker plans cluster A, then B, then A again: the third plan fits
   no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
   but the measured seconds); a new point refits that one job only, a changed CPU measurement none;
@@ -302,3 +306,36 @@ def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore, 
             hits = sum(_active(s) - fitted for s, fitted in posts)
             assert metric(http, 'flowplan_plan_fits_total{result="hit"}') == hits
             assert metric(http, 'flowplan_plan_fits_total{result="miss"}') == sum(fitted for _, fitted in posts)
+
+
+def test_a_plan_goes_back_to_the_worker_that_planned_its_jobs(store: StateStore, tmp_path: Path) -> None:
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    a = (REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes()
+    b_doc = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
+    for job in b_doc["jobs"]:
+        job["id"] = "b-" + job["id"]  # no job id in common with A
+    b = json.dumps(b_doc).encode()
+    app = held_app(store, ApiSettings(plan_workers=2, plan_queue=0))
+    with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+
+        def fitted(body: bytes) -> int:
+            resp = http.post("/v1/plan", content=body, params=NO_FILL)
+            assert resp.status_code == 200, resp.text
+            return int(resp.headers["FlowPlan-Fitted-Jobs"])
+
+        with ThreadPoolExecutor(1) as background:
+            held = background.submit(http.post, "/test/hold", json={"fifo": str(fifo)})
+            released = False
+            try:
+                wait_for(http, "flowplan_work_in_flight", 1)  # one worker held: A goes to the other
+                assert fitted(a) == _active(json.loads(a))
+                release(fifo)
+                released = True
+                assert held.result().status_code == 200
+            finally:
+                if not released:
+                    release(fifo)
+        wait_for(http, "flowplan_work_in_flight", 0)
+        assert fitted(b) == _active(b_doc)  # neither worker planned B: the one freed last (the held one)
+        assert fitted(a) == 0  # both idle: A goes back to the worker that planned it, not the one freed last
