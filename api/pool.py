@@ -174,6 +174,8 @@ class WorkerPool:
                 elif entry[1].done() and not entry[1].cancelled() and entry[1].exception() is None:
                     self._hand_on(entry[1].result())  # given a worker as it was cancelled: pass it on
                 raise
+            if self.closing:  # given a worker just before close(): the executors are shutting down
+                raise self._shutting_down()
         for job in wanted:
             self._home[job] = worker.index
             self._home.move_to_end(job)
@@ -205,8 +207,6 @@ class WorkerPool:
 
     async def _on(self, worker: _Worker, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         loop = asyncio.get_running_loop()
-        idle = self._idle
-        assert idle is not None
         t0 = time.perf_counter()
         try:
             future: Future[T] = worker.executor.submit(fn, *args)

@@ -63,6 +63,8 @@ def scenario_doc(
     pods_file: str,
     span_hours: float,
     max_epochs: int,
+    interval: float = 60.0,
+    replan_on_events: bool = True,
 ) -> tuple[dict[str, Any], int]:
     """The replay as a scenario document, and how many pods of the window were left out (too big)."""
     rng = np.random.default_rng(seed)
@@ -111,7 +113,8 @@ def scenario_doc(
         "description": f"{len(node_list)} nodes, {len(jobs)} GPU pods of openb_pod_list_{pods_file} over {span_hours:g} h",
         "metric": "makespan",
         "baseline": "kubernetes",
-        "interval_seconds": 60,
+        "interval_seconds": interval,
+        "replan_on_events": replan_on_events,
         "migration_budget": 8,
         "max_hours": 96,
         "nodes": node_list,
@@ -135,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods-file", choices=POD_FILES, default="gpushare40", help="pod list (default gpushare40)")
     ap.add_argument("--span-hours", type=float, default=2.0, help="the window's arrivals compressed into this (default 2)")
     ap.add_argument("--max-epochs", type=int, default=3, help="epochs each pod trains at most (default 3)")
+    ap.add_argument("--interval", type=float, default=60.0, help="control interval in seconds (default 60)")
+    ap.add_argument(
+        "--replan-on-events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also re-plan at every arrival and finish (default); --no-replan-on-events: at the interval only",
+    )
     ap.add_argument(
         "--policies", default="flowplan,kubernetes,tiresias", help="comma-separated (default flowplan,kubernetes,tiresias)"
     )
@@ -144,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         if value < 1:
             print(f"error: {name}: {value} (at least 1)", file=sys.stderr)
             return 2
+    if not args.interval > 0:
+        print(f"error: --interval: {args.interval} (must be > 0)", file=sys.stderr)
+        return 2
     if not args.span_hours > 0:
         print(f"error: --span-hours: {args.span_hours} (must be > 0)", file=sys.stderr)
         return 2
@@ -155,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     library = TraceLibrary.from_dir(data)
     doc, left_out = scenario_doc(
         library, trace, nodes=args.nodes, pods=args.pods, seed=args.seed, pods_file=args.pods_file,
-        span_hours=args.span_hours, max_epochs=args.max_epochs,
+        span_hours=args.span_hours, max_epochs=args.max_epochs, interval=args.interval,
+        replan_on_events=args.replan_on_events,
     )  # fmt: skip
     try:
         scenario = parse_scenario(doc)
@@ -167,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"alibaba-gpu-v2023 ({args.pods_file}), seed {args.seed}: {len(doc['nodes'])} nodes ({gpus} GPUs), "
         f"{len(doc['jobs'])} GPU pods ({fractional} fractional; {left_out} left out: larger than every sampled node or 4 GPUs), "
-        f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each"
+        f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each; re-planned every {args.interval:g} s"
+        + (" and at every arrival and finish" if args.replan_on_events else "")
     )
     priors = history_priors(library)
     policies = []
