@@ -20,14 +20,16 @@ not model interference between the pods sharing a device). ``gpu_spec`` is not u
 format has no per-job GPU type).
 
 Printed per policy: makespan, mean and p95 JCT, GPU utilisation (milli-GPUs held over capacity and
-time), planning time per interval (median, p99, max), idle waits and checker failures. The trace's
-full 1,523 nodes and 8,152 pods are out of reach on a 2-core machine in one sitting (a FlowPlan
-interval at 10,000 × 1,000 is ~20 s); this replays a sample of the same data.
+time), planning time per interval (median, p99, max), idle waits and checker failures. ``--nodes``
+and ``--pods`` above the trace's take all of it (1,213 GPU nodes, 7,064 GPU pods; the CPU-only
+nodes and pods are not replayed); ``--interval`` and ``--no-replan-on-events`` set the control loop
+(``docs/benchmarks.md``, "The whole GPU trace").
 
 Usage::
 
     python benchmarks/alibaba_replay.py [--nodes 32] [--pods 300] [--seed 0] [--pods-file gpushare40]
                                         [--span-hours 2] [--max-epochs 3] [--policies flowplan,kubernetes,tiresias]
+                                        [--interval 60] [--no-replan-on-events]
 """
 
 from __future__ import annotations
