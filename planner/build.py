@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.config import PlannerConfig
+from planner.devices import best_fit
 from planner.gangs import (
     Shares,
     current_shares,
@@ -536,7 +537,13 @@ def _hint_of(problem: Problem, g: GreedyChoice) -> np.ndarray:
     return hint
 
 
-def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: int) -> tuple[Problem, np.ndarray]:
+def widen(
+    nodes: Sequence[Node],
+    problem: Problem,
+    choice: np.ndarray,
+    extra: int,
+    devices: Sequence[tuple[int, Sequence[int]]] = (),
+) -> tuple[Problem, np.ndarray]:
     """``problem`` with options for the room ``choice`` leaves idle, and ``choice`` in its indices.
 
     A job's candidate nodes are chosen before the solve, from the room the greedy plan leaves; a solve
@@ -546,6 +553,13 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     has none yet; every gang it leaves without a node gets its counts packed into that room
     (:func:`_gangs_into`). Existing options keep their order (new ones go before each job's wait
     option); the answer is the same problem when no such node exists.
+
+    ``devices`` (per node: devices no job uses, milli-GPUs used on each device by fractions; from
+    :func:`planner.devices.pack_devices`): the room is then read device by device too, where the
+    node's pool cannot tell. A job is offered only nodes where one device holds its fraction (or
+    enough devices are free for its whole GPUs), and, job after job, the room and the device its
+    first node offers it are counted as taken, so that the jobs the packing left out are offered
+    different nodes rather than all the same few with the most room.
     """
     cap = problem.capacity()
     on = problem.opt_node[choice]
@@ -570,14 +584,35 @@ def widen(nodes: Sequence[Node], problem: Problem, choice: np.ndarray, extra: in
     eligible = _eligibility(nodes, sub_menus, cap)
     cand: list[list[int]] = []
     jobs: list[int] = []
+    free_devices = [free for free, _ in devices]  # per node: devices no job uses
+    loads = [list(load) for _, load in devices]  # per node: milli-GPUs of fractions on each device
+    dev = bool(devices)
+    if dev:
+        room = room.copy()  # taken job after job below
     for k, j in enumerate(left_out.tolist()):
         el = np.intersect1d(eligible[k], hot, assume_unique=True)
         el = el[(least[k, :, None] <= room[:, el]).all(axis=0)]
+        milli = sub_menus[k].outlook.job.gpu_milli
+        whole = int(least[k, 1]) * sub_menus[k].gpu_unit // MILLI_PER_GPU if milli is None else 0
+        if dev and el.size:
+            fits = [
+                best_fit(loads[n], milli, free_devices[n]) is not None if milli else free_devices[n] >= whole for n in el.tolist()
+            ]
+            el = el[np.array(fits, dtype=bool)]
         if el.size:
             el = el[~np.isin(el, problem.opt_node[problem.options_of(j)])]
         if el.size:
             jobs.append(j)
             cand.append(_ranked(el, room.astype(np.float64), sub_menus[k], min(extra, el.size)))
+            if dev:
+                n = cand[-1][0]
+                room[:, n] -= least[k]
+                d = best_fit(loads[n], milli, free_devices[n]) if milli else None
+                if milli and d is not None:
+                    free_devices[n] -= loads[n][d] == 0
+                    loads[n][d] += milli
+                else:
+                    free_devices[n] -= whole
     if not jobs:
         return problem, choice
     sel = np.asarray(jobs, dtype=np.int64)

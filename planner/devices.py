@@ -74,6 +74,9 @@ class Packing:
     choice: np.ndarray
     device: dict[int, int]
     why: dict[int, str]
+    #: Per node after packing: (devices no job uses, milli-GPUs used on each device by fractional
+    #: jobs). Empty when no job is fractional (nothing was packed).
+    devices: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 def _gpus(problem: Problem, j: int, option: int) -> int:
@@ -185,7 +188,7 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], re
         why.update({j: r for j, r in retry.items() if problem.opt_node[choice[j]] < 0})
     if why:
         _fill(problem, choice, set(why), fit)
-    return Packing(choice, device, why)
+    return Packing(choice, device, why, tuple((max(d.free_whole(), 0), tuple(d.load)) for d in devs))
 
 
 def _stay_put(

@@ -14,6 +14,9 @@ Cases (each with CP-SAT and PuLP, every plan through the independent checker):
 - the room a packed-out job leaves goes to a pending job the solver left waiting (hand-made choice);
 - a packed-out job whose options are all on its node gets other nodes from ``widen`` and starts
   there on the retry (hand-made choice);
+- ``widen`` given the packing's devices offers a fraction only nodes where one device holds it: two
+  600s beside a 2-GPU node whose devices running 500s half fill (1,000 milli free in its pool, no
+  device with 600) are offered that node by the pool alone, and the two 1-GPU nodes with it;
 - a snapshot without fractions gets no device anywhere (old snapshots plan as before), and its GPU
   row is in whole GPUs (the coefficients it had before fractions); with fractions, in their common
   unit;
@@ -216,3 +219,29 @@ def test_a_running_fraction_whose_move_does_not_pack_stays_on_its_device() -> No
     assert got.why == {}
     assert int(problem.opt_node[got.choice[0]]) == 0 and got.device[0] == 0
     assert [got.device[1], got.device[2]] == [0, 1]
+
+
+def test_widen_with_the_devices_offers_only_nodes_a_device_of_which_holds_the_fraction() -> None:
+    nodes = [{"name": "n0", "cpu_millis": 16000, "gpus": 2}] + [{"name": f"n{i}", "cpu_millis": 16000, "gpus": 1} for i in (1, 2)]
+    running = [
+        _job(f"r{d}", 500, status="running", node="n0", migratable=False, resizable=False,
+             allocation={"cpu_millis": 1000, "gpus": 1, "gpu_device": d})
+        for d in (0, 1)
+    ]  # fmt: skip
+    snap = Snapshot.model_validate({"time": 0.0, "nodes": nodes, "jobs": [*running, _job("p0", 600), _job("p1", 600)]})
+    config = PlannerConfig(time_limit=1, candidate_nodes=0)
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+    # The running 500s stay on n0's two devices; both 600s wait.
+    choice = np.array([min(problem.options_of(j), key=lambda o: (problem.opt_node[o] < 0, o)) for j in (0, 1)] + [
+        max(problem.options_of(j)) for j in (2, 3)
+    ])  # fmt: skip
+    packed = pack_devices(problem, choice, snap.nodes)
+    assert packed.devices == ((0, (500, 500)), (1, (0,)), (1, (0,)))
+
+    def offered(devices: tuple[tuple[int, tuple[int, ...]], ...]) -> set[str]:
+        wider, _ = widen(snap.nodes, problem, packed.choice, 2, devices=devices)
+        return {problem.node_names[int(wider.opt_node[o])] for j in (2, 3) for o in wider.options_of(j) if wider.opt_node[o] >= 0}
+
+    assert "n0" in offered(())  # the pool alone: 1,000 milli free on n0
+    assert offered(packed.devices) == {"n1", "n2"}
