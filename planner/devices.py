@@ -18,7 +18,9 @@ interval after interval); failing that, a running job that was to move stays whe
 device it holds, if that room is still free (a move the devices cannot take is no reason to pause
 it); otherwise it is set to its no-node option (wait, or pause), with a reason that names the
 fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
-waiting, where it fits a device and lowers the objective (:func:`_fill`).
+waiting, where it fits a device and lowers the objective (:func:`_fill`). ``Packing.devices`` says
+what every node's devices hold after this, for the widening that then offers the packed-out jobs
+other nodes (``planner.core._decode``, :func:`planner.build.widen`).
 """
 
 from __future__ import annotations
