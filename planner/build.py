@@ -16,7 +16,7 @@ Steps, each a function below:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -543,6 +543,7 @@ def widen(
     choice: np.ndarray,
     extra: int,
     devices: Sequence[tuple[int, Sequence[int]]] = (),
+    first: Collection[int] = (),
 ) -> tuple[Problem, np.ndarray]:
     """``problem`` with options for the room ``choice`` leaves idle, and ``choice`` in its indices.
 
@@ -557,9 +558,10 @@ def widen(
     ``devices`` (per node: devices no job uses, milli-GPUs used on each device by fractions; from
     :func:`planner.devices.pack_devices`): the room is then read device by device too, where the
     node's pool cannot tell. A job is offered only nodes where one device holds its fraction (or
-    enough devices are free for its whole GPUs), and, job after job, the room and the device its
-    first node offers it are counted as taken, so that the jobs the packing left out are offered
-    different nodes rather than all the same few with the most room.
+    enough devices are free for its whole GPUs). The jobs ``first`` (those the packing left out)
+    come first, largest fraction first, and for each the room and the device its first node offers
+    it are counted as taken, so that they are offered different nodes rather than all the same few
+    with the most room.
     """
     cap = problem.capacity()
     on = problem.opt_node[choice]
@@ -587,9 +589,12 @@ def widen(
     free_devices = [free for free, _ in devices]  # per node: devices no job uses
     loads = [list(load) for _, load in devices]  # per node: milli-GPUs of fractions on each device
     dev = bool(devices)
+    order = list(range(left_out.size))
     if dev:
         room = room.copy()  # taken job after job below
-    for k, j in enumerate(left_out.tolist()):
+        order.sort(key=lambda k: (int(left_out[k]) not in first, -(sub_menus[k].outlook.job.gpu_milli or 0), k))
+    for k in order:
+        j = int(left_out[k])
         el = np.intersect1d(eligible[k], hot, assume_unique=True)
         el = el[(least[k, :, None] <= room[:, el]).all(axis=0)]
         milli = sub_menus[k].outlook.job.gpu_milli
@@ -604,7 +609,7 @@ def widen(
         if el.size:
             jobs.append(j)
             cand.append(_ranked(el, room.astype(np.float64), sub_menus[k], min(extra, el.size)))
-            if dev:
+            if dev and j in first:
                 n = cand[-1][0]
                 room[:, n] -= least[k]
                 d = best_fit(loads[n], milli, free_devices[n]) if milli else None

@@ -375,7 +375,9 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
     packing = pack_devices(problem, outcome.choice, snapshot.nodes)
     if packing.why:
         # Jobs packed out of the node the solver chose: offer them the other nodes with room.
-        wider, again = widen(snapshot.nodes, problem, packing.choice, config.candidate_nodes, devices=packing.devices)
+        wider, again = widen(
+            snapshot.nodes, problem, packing.choice, config.candidate_nodes, devices=packing.devices, first=set(packing.why)
+        )
         if wider is not problem:
             problem, packing = wider, pack_devices(wider, again, snapshot.nodes, retry=packing.why)
     choice = packing.choice
