@@ -586,8 +586,10 @@ def widen(
     eligible = _eligibility(nodes, sub_menus, cap)
     cand: list[list[int]] = []
     jobs: list[int] = []
-    free_devices = [free for free, _ in devices]  # per node: devices no job uses
     loads = [list(load) for _, load in devices]  # per node: milli-GPUs of fractions on each device
+    free_devices = np.array([free for free, _ in devices], dtype=np.int64)  # per node: devices no job uses
+    # Per node: the largest fraction one device can take (what best_fit needs to find a device).
+    most = np.array([_most_milli(load, free) for load, free in zip(loads, free_devices.tolist(), strict=True)], dtype=np.int64)
     dev = bool(devices)
     order = list(range(left_out.size))
     if dev:
@@ -600,10 +602,7 @@ def widen(
         milli = sub_menus[k].outlook.job.gpu_milli
         whole = int(least[k, 1]) * sub_menus[k].gpu_unit // MILLI_PER_GPU if milli is None else 0
         if dev and el.size:
-            fits = [
-                best_fit(loads[n], milli, free_devices[n]) is not None if milli else free_devices[n] >= whole for n in el.tolist()
-            ]
-            el = el[np.array(fits, dtype=bool)]
+            el = el[most[el] >= milli] if milli else el[free_devices[el] >= whole]
         if el.size:
             el = el[~np.isin(el, problem.opt_node[problem.options_of(j)])]
         if el.size:
@@ -612,12 +611,13 @@ def widen(
             if dev and j in first:
                 n = cand[-1][0]
                 room[:, n] -= least[k]
-                d = best_fit(loads[n], milli, free_devices[n]) if milli else None
+                d = best_fit(loads[n], milli, int(free_devices[n])) if milli else None
                 if milli and d is not None:
                     free_devices[n] -= loads[n][d] == 0
                     loads[n][d] += milli
                 else:
                     free_devices[n] -= whole
+                most[n] = _most_milli(loads[n], int(free_devices[n]))
     if not jobs:
         return problem, choice
     sel = np.asarray(jobs, dtype=np.int64)
@@ -636,6 +636,13 @@ def widen(
     no_extras = {name: np.zeros(0, dtype=np.int64) for name in EXTRA_FIELDS}
     wider, position = merge_options(problem, arrays, sel[add.opt_job[new]], no_extras)
     return wider, position[choice]
+
+
+def _most_milli(load: Sequence[int], free: int) -> int:
+    """The largest fraction (milli-GPUs) one device of a node can take: a whole free device, else the
+    most room on a device fractions share; :func:`planner.devices.best_fit` finds a device exactly
+    for the fractions up to it."""
+    return MILLI_PER_GPU if free > 0 else max([MILLI_PER_GPU - x for x in load if 0 < x < MILLI_PER_GPU], default=0)
 
 
 def _gangs_into(nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, room: np.ndarray) -> tuple[Problem, np.ndarray]:
