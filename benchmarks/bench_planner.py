@@ -183,8 +183,9 @@ def profile_cold(snapshot: Any, config: PlannerConfig, top: int) -> None:
 
 def full_solve(snapshot: Any, config: PlannerConfig, cold: Any, limit: float) -> dict[str, Any]:
     """The long solve of ``--long full``: the planner's own steps up to its default-budget choice
-    (with the cold call's model fits; the solve, then the refill of the room it leaves idle, which
-    offers jobs nodes outside their candidates: ``planner.core._refilled``), then CP-SAT on that whole
+    (with the cold call's model fits; ``planner.core._solve_step``: the solve, then the refill of the
+    room it leaves idle, which offers jobs nodes outside their candidates, and the wider problem
+    solved again where the refill paid), then CP-SAT on that whole
     problem (never split into parts, even where the planner splits it) for ``limit`` seconds of
     deterministic time from that choice, then the refill again with the long limit; decoded and
     checked like a plan. Uses the planner's private steps (``planner.core``): this is a measurement,
@@ -192,16 +193,14 @@ def full_solve(snapshot: Any, config: PlannerConfig, cold: Any, limit: float) ->
     from planner.backends import CpSatBackend
     from planner.build import build_problem
     from planner.check import check_plan
-    from planner.core import _choose, _decode, _Outcome, _refilled
+    from planner.core import _decode, _Outcome, _refilled, _solve_step
 
     log(f"  full CP-SAT: {limit:g} s of deterministic time from the default-budget choice ...")
     t0 = time.perf_counter()
     ordered = [cold.outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
     problem, _ = build_problem(snapshot, ordered, config)
     parts = parts_needed(problem, config.max_jobs_per_subproblem) if problem.n_options > 0 else 1
-    fast = _choose(problem, config)
-    if fast.status in ("optimal", "feasible"):  # as planner.plan: not after a fallback to the greedy plan
-        problem, fast = _refilled(snapshot.nodes, problem, fast, config)
+    problem, fast = _solve_step(snapshot.nodes, problem, config)  # the 1-s plan's choice, as planner.plan makes it
     got = CpSatBackend(workers=config.cpsat_workers).solve(
         replace(problem, hint=fast.choice), time_limit=limit, wall_limit=config.wall_clock_factor * limit + 1.0
     )

@@ -317,6 +317,17 @@ def _choose(problem: Problem, config: PlannerConfig) -> _Outcome:
     return _Outcome(problem.hint, result.backend, "fallback", gap, result.bound, message, parts)
 
 
+def _solve_step(nodes: Sequence[Node], problem: Problem, config: PlannerConfig) -> tuple[Problem, _Outcome]:
+    """The solve step of :func:`plan`: the configured solver, then (not after the greedy plan, asked for
+    or fallen back to) the refill of the room it leaves idle and, where that lowered the objective, the
+    wider problem solved again. Returns the problem the choice indexes (the wider one after a refill)."""
+    outcome = _choose(problem, config)
+    if config.solver == "greedy" or outcome.status not in ("optimal", "feasible"):
+        return problem, outcome
+    wider, refilled = _refilled(nodes, problem, outcome, config)
+    return _solved_again(wider, refilled, config) if wider is not problem else (wider, refilled)
+
+
 def plan(
     snapshot: Snapshot,
     config: PlannerConfig | None = None,
@@ -347,13 +358,7 @@ def plan(
     timings["build"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    outcome = _choose(problem, config)
-    if config.solver != "greedy" and outcome.status in (
-        "optimal",
-        "feasible",
-    ):  # not the greedy plan (asked for, or fallen back to)
-        wider, refilled = _refilled(snapshot.nodes, problem, outcome, config)
-        problem, outcome = _solved_again(wider, refilled, config) if wider is not problem else (wider, refilled)
+    problem, outcome = _solve_step(snapshot.nodes, problem, config)
     timings["solve"] = time.perf_counter() - t
 
     t = time.perf_counter()
