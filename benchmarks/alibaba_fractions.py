@@ -53,9 +53,10 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def sample_nodes(rng: np.random.Generator, n_nodes: int, data: Path = DATA) -> list[dict[str, Any]]:
-    """``n_nodes`` GPU nodes of the trace drawn with ``rng``, as they are (in the node list's order)."""
-    nodes = _rows(data / "openb_node_list_gpu_node.csv")
+def sample_nodes(rng: np.random.Generator, n_nodes: int, data: Path = DATA, listing: str = "gpu_node") -> list[dict[str, Any]]:
+    """``n_nodes`` nodes of the trace's ``openb_node_list_{listing}.csv`` (GPU nodes; ``all_node``:
+    the CPU-only ones too) drawn with ``rng``, as they are (in the node list's order)."""
+    nodes = _rows(data / f"openb_node_list_{listing}.csv")
     pick = sorted(rng.choice(len(nodes), size=min(n_nodes, len(nodes)), replace=False).tolist())
     return [
         {

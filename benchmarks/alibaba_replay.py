@@ -19,17 +19,30 @@ epochs, so its run time is a measured one; a fraction trains at its 1-GPU speed 
 not model interference between the pods sharing a device). ``gpu_spec`` is not used (the scenario
 format has no per-job GPU type).
 
-Printed per policy: makespan, mean and p95 JCT, GPU utilisation (milli-GPUs held over capacity and
-time), planning time per interval (median, p99, max), idle waits and checker failures. ``--nodes``
-and ``--pods`` above the trace's take all of it (1,213 GPU nodes, 7,064 GPU pods; the CPU-only
-nodes and pods are not replayed); ``--interval`` and ``--no-replan-on-events`` set the control loop
-(``docs/benchmarks.md``, "The whole GPU trace").
+``--lifetimes`` replays the trace as it ran instead: every node of ``openb_node_list_all_node.csv``
+(the CPU-only ones too) and every pod of the window, CPU-only pods included, each arriving at its
+creation time (not compressed: ``--span-hours`` is not read) and running for its own lifetime, from
+its scheduled time to its deletion time (a pod the trace never scheduled: from creation to deletion,
+the time its owner kept it; a lifetime of 0 s: 1 s), at its request, whatever its share (the
+scenario's ``duration_seconds``); its model gives only the curve it reports. Pods of up to 8 GPUs
+are kept (no measured speed-up is read). ``--nodes`` and ``--pods`` sample as above; above the
+trace's they take all of it (1,523 nodes, 8,152 pods of the default list, over 149 days).
+
+In both modes a ``gpu_spec`` naming one GPU model becomes the pod's ``gpu_type``; one naming several
+(``V100M16|V100M32``) cannot be said in the contract and is dropped (counted).
+
+Printed per policy: makespan, mean and p95 JCT, mean wait (first start minus arrival), GPU
+utilisation (milli-GPUs held over capacity and time), planning time per interval (median, p99,
+max), idle waits and checker failures. ``--nodes`` and ``--pods`` above the trace's take all of it
+(1,213 GPU nodes, 7,064 GPU pods; with ``--lifetimes`` 1,523 nodes and 8,152 pods);
+``--interval`` and ``--no-replan-on-events`` set the control loop (``docs/benchmarks.md``, "The
+whole GPU trace" and "The whole trace with its own lifetimes").
 
 Usage::
 
     python benchmarks/alibaba_replay.py [--nodes 32] [--pods 300] [--seed 0] [--pods-file gpushare40]
                                         [--span-hours 2] [--max-epochs 3] [--policies flowplan,kubernetes,tiresias]
-                                        [--interval 60] [--no-replan-on-events]
+                                        [--interval 60] [--no-replan-on-events] [--lifetimes]
 """
 
 from __future__ import annotations
@@ -67,38 +80,43 @@ def scenario_doc(
     max_epochs: int,
     interval: float = 60.0,
     replan_on_events: bool = True,
-) -> tuple[dict[str, Any], int]:
-    """The replay as a scenario document, and how many pods of the window were left out (too big)."""
+    lifetimes: bool = False,
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """The replay as a scenario document, and what of the window was not replayed as the trace
+    says: ``left_out`` pods (too big), ``gpu_spec_dropped`` (a choice of several GPU models)."""
     rng = np.random.default_rng(seed)
-    node_list = sample_nodes(rng, nodes, trace)
+    node_list = sample_nodes(rng, nodes, trace, "all_node" if lifetimes else "gpu_node")
+    most_gpus = max(n["gpus"] for n in node_list)
     biggest = (
         max(n["cpu_millis"] for n in node_list),
         max(n["memory_mib"] for n in node_list),
-        max(n["gpus"] for n in node_list),
+        most_gpus if lifetimes else min(most_gpus, MAX_GPUS),
     )
-    gpu_pods = [r for r in _rows(trace / f"openb_pod_list_{pods_file}.csv") if int(r["num_gpu"]) >= 1]
-    gpu_pods.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
-    start = int(rng.integers(0, max(len(gpu_pods) - pods, 1)))
-    window = gpu_pods[start : start + pods]
+    listed = _rows(trace / f"openb_pod_list_{pods_file}.csv")
+    chosen = listed if lifetimes else [r for r in listed if int(r["num_gpu"]) >= 1]
+    chosen.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
+    start = int(rng.integers(0, max(len(chosen) - pods, 1)))
+    window = chosen[start : start + pods]
     t0 = int(window[0]["creation_time"]) if window else 0
     length = max((int(window[-1]["creation_time"]) - t0) if window else 0, 1)
-    scale = span_hours * 3600.0 / length
+    scale = 1.0 if lifetimes else span_hours * 3600.0 / length
     jobs: list[dict[str, Any]] = []
-    left_out = 0
+    counts = {"left_out": 0, "gpu_spec_dropped": 0}
     for r in window:
         gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
         cpu, mem = max(int(r["cpu_milli"]), 1), int(r["memory_mib"])
-        if cpu > biggest[0] or mem > biggest[1] or gpus > min(biggest[2], MAX_GPUS):
-            left_out += 1
+        if cpu > biggest[0] or mem > biggest[1] or gpus > biggest[2]:
+            counts["left_out"] += 1
             continue
         model, batch = MIX[int(rng.integers(len(MIX)))]
+        epochs = min(max_epochs, library.curve(model, batch).epochs)
         job: dict[str, Any] = {
             "id": r["name"],
             "model": model,
             "batch_size": batch,
-            "kind": "gpu",
+            "kind": "gpu" if gpus >= 1 else "cpu",
             "arrival": round((int(r["creation_time"]) - t0) * scale, 1),
-            "epochs": min(max_epochs, library.curve(model, batch).epochs),
+            "epochs": epochs,
             "min_cpu_millis": cpu,
             "max_cpu_millis": cpu,
             "memory_mib": mem,
@@ -107,22 +125,35 @@ def scenario_doc(
             "checkpoint_seconds": 30,
             "restart_seconds": 60,
         }
+        if lifetimes:
+            began = int(r["scheduled_time"] or r["creation_time"])
+            job["duration_seconds"] = float(max(int(r["deletion_time"]) - began, 1))
+            job["checkpoint_seconds"] = job["restart_seconds"] = 10  # the scenario's defaults
         if gpus == 1 and 0 < milli < 1000:
             job["gpu_milli"] = milli
+        spec = r.get("gpu_spec") or ""
+        if gpus >= 1 and spec:
+            if "|" in spec:
+                counts["gpu_spec_dropped"] += 1
+            else:
+                job["gpu_type"] = spec
         jobs.append(job)
+    what = "pods" if lifetimes else "GPU pods"
+    over = "with their own lifetimes" if lifetimes else f"over {span_hours:g} h"
     doc = {
         "name": f"alibaba-{pods_file}-replay",
-        "description": f"{len(node_list)} nodes, {len(jobs)} GPU pods of openb_pod_list_{pods_file} over {span_hours:g} h",
+        "description": f"{len(node_list)} nodes, {len(jobs)} {what} of openb_pod_list_{pods_file} {over}",
         "metric": "makespan",
         "baseline": "kubernetes",
         "interval_seconds": interval,
         "replan_on_events": replan_on_events,
         "migration_budget": 8,
-        "max_hours": 96,
+        "max_hours": 24 * 365 if lifetimes else 96,
+        "stop_at_target": not lifetimes,  # a pod runs its lifetime, not until its curve's last value
         "nodes": node_list,
         "jobs": jobs,
     }
-    return doc, left_out
+    return doc, counts
 
 
 def _fmt(seconds: float | None) -> str:
@@ -148,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also re-plan at every arrival and finish (default); --no-replan-on-events: at the interval only",
     )
     ap.add_argument(
+        "--lifetimes",
+        action="store_true",
+        help="every node and pod (CPU-only too) at their creation times, each running its own lifetime (module docstring)",
+    )
+    ap.add_argument(
         "--policies", default="flowplan,kubernetes,tiresias", help="comma-separated (default flowplan,kubernetes,tiresias)"
     )
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="measured data folder (default ../shared/data)")
@@ -168,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --data: {data} has no alibaba-gpu-v2023/openb_node_list_gpu_node.csv", file=sys.stderr)
         return 2
     library = TraceLibrary.from_dir(data)
-    doc, left_out = scenario_doc(
+    doc, counts = scenario_doc(
         library, trace, nodes=args.nodes, pods=args.pods, seed=args.seed, pods_file=args.pods_file,
         span_hours=args.span_hours, max_epochs=args.max_epochs, interval=args.interval,
-        replan_on_events=args.replan_on_events,
+        replan_on_events=args.replan_on_events, lifetimes=args.lifetimes,
     )  # fmt: skip
     try:
         scenario = parse_scenario(doc)
@@ -179,11 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the sample is not a valid scenario: {e}", file=sys.stderr)
         return 1
     fractional = sum(1 for j in doc["jobs"] if "gpu_milli" in j)
+    cpu_only = sum(1 for j in doc["jobs"] if j["kind"] == "cpu")
     gpus = sum(n["gpus"] for n in doc["nodes"])
+    bound = "every sampled node" if args.lifetimes else "every sampled node or 4 GPUs"
+    typed = sum(1 for j in doc["jobs"] if "gpu_type" in j)
+    if args.lifetimes:
+        end = max((j["arrival"] + j["duration_seconds"] for j in doc["jobs"]), default=0.0)
+        how = f"at their creation times, each for its own lifetime (the last ends at {end / 86400:.1f} days)"
+    else:
+        how = f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each"
     print(
         f"alibaba-gpu-v2023 ({args.pods_file}), seed {args.seed}: {len(doc['nodes'])} nodes ({gpus} GPUs), "
-        f"{len(doc['jobs'])} GPU pods ({fractional} fractional; {left_out} left out: larger than every sampled node or 4 GPUs), "
-        f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each; re-planned every {args.interval:g} s"
+        f"{len(doc['jobs'])} pods ({len(doc['jobs']) - cpu_only} GPU, {fractional} of them fractional, {typed} of one GPU model; "
+        f"{cpu_only} CPU-only; {counts['left_out']} left out: larger than {bound}; "
+        f"{counts['gpu_spec_dropped']} choices of several GPU models dropped), {how}; re-planned every {args.interval:g} s"
         + (" and at every arrival and finish" if args.replan_on_events else "")
     )
     priors = history_priors(library)
@@ -201,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         run = simulate(scenario, policy, name, 0, library, data=data, record_timeline=False)
         results.append((name, run, time.perf_counter() - t))
         print(f"  {name}: {results[-1][2]:.0f} s", file=sys.stderr, flush=True)
-    head = f"{'policy':<11} {'makespan':>9} {'mean JCT':>9} {'p95 JCT':>9} {'GPU util':>8} {'plan med/p99/max (s)':>22}"
+    head = f"{'policy':<11} {'makespan':>9} {'mean JCT':>9} {'p95 JCT':>9} {'mean wait':>9} {'GPU util':>8}"
+    head += f" {'plan med/p99/max (s)':>22}"
     head += f" {'idle':>5} {'checker':>7}"
     print(head)
     print("-" * len(head))
@@ -209,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         util = f"{r.gpu_utilisation:.1%}" if r.gpu_utilisation is not None else "-"
         plan_t = f"{r.plan_seconds_median:.2f}/{r.plan_seconds_p99:.2f}/{r.plan_seconds_max:.2f}"
         done = "" if r.finished else " (unfinished)"
+        waits = [j.start - j.arrival for j in r.jobs if j.start is not None]
+        wait = _fmt(sum(waits) / len(waits)) if waits else "-"
         print(
-            f"{name:<11} {_fmt(r.makespan):>9} {_fmt(r.mean_jct):>9} {_fmt(r.p95_jct):>9} {util:>8} {plan_t:>22} "
+            f"{name:<11} {_fmt(r.makespan):>9} {_fmt(r.mean_jct):>9} {_fmt(r.p95_jct):>9} {wait:>9} {util:>8} {plan_t:>22} "
             f"{r.idle_waits:>5} {r.checker_failures:>7}{done}"
         )
     print("GPU util: milli-GPUs held over GPUs x 1000 x the run; idle: intervals x pods left waiting while a node had room")

@@ -172,6 +172,21 @@ def test_a_job_alone_finishes_when_the_truth_says(library: TraceLibrary) -> None
     assert r.makespan >= r.makespan_lower_bound - 1e-6
 
 
+@pytest.mark.parametrize("cpu", [1000, 4000, None])
+def test_a_job_of_known_run_time_takes_it_at_any_share(library: TraceLibrary, cpu: int | None) -> None:
+    """``duration_seconds`` (a trace pod's lifetime): the same finish at 1 core and at 4, and a pause
+    (``None`` for two intervals, then 1 core) delays it by exactly the paused time."""
+    sc = parse_scenario(one_job(restart_seconds=10, duration_seconds=500.0))
+    steps: list[int | None] = [cpu] if cpu is not None else [None, None, 1000]
+    r = simulate(sc, Scripted(steps), "scripted", 0, library)
+    paused = 0 if cpu is not None else 2 * 30
+    assert sc.draw(0, library)[0].duration_seconds == 500.0
+    # The job stops at its last tier (reached at or before epoch 6): a share of the 500 s.
+    truth = GroundTruth(library, "cifar10", 512, "cpu")
+    epochs = min(6, truth.first_epoch_reaching(truth.curve.values[5]) or 6)
+    assert r.jobs[0].finish == pytest.approx(paused + 10 + 500.0 * epochs / 6)
+
+
 def test_policies_see_only_what_a_real_adapter_observes(library: TraceLibrary) -> None:
     sc = load_scenario(DEMO)
     spy = Scripted([1000])
@@ -310,6 +325,7 @@ def test_example_scenarios_load_and_draw(path: Path, library: TraceLibrary, data
         ({"trace": {"workload": "no/such.csv"}}, "trace.workload"),
         ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "epochs": 500}]}, "epochs"),
         ({"interval_seconds": float("nan")}, "interval_seconds"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "duration_seconds": 0}]}, "duration_seconds"),
     ],
 )
 def test_bad_scenarios_name_the_field(patch: dict, field: str, library: TraceLibrary, data_dir: Path) -> None:

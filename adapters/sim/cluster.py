@@ -219,7 +219,7 @@ class SimCluster(Adapter):
         self.nodes = {n.name: n for n in scenario.nodes}
         self.jobs: dict[str, SimJob] = {}
         for i, spec in enumerate(jobs):
-            truth = GroundTruth(library, spec.model, spec.batch_size, spec.kind, spec.cpu_scale)
+            truth = spec.truth(library)
             j = SimJob(spec, truth, np.random.default_rng([seed, i]), replicas=spec.replicas)
             self._draw(j)
             self.jobs[spec.id] = j
@@ -496,6 +496,7 @@ class SimCluster(Adapter):
                     if running
                     else None,
                     gpu_milli=s.gpu_milli,
+                    gpu_type=s.gpu_type,
                     replicas=s.replicas,
                     min_replicas=s.min_replicas,
                     max_nodes=s.max_nodes,

@@ -124,7 +124,7 @@ def makespan_lower_bound(
     cpu_work = gpu_work = 0.0
     cpu_jobs: list[tuple[float, _LeastCpuSeconds]] = []
     for s in jobs:
-        truth = GroundTruth(library, s.model, s.batch_size, s.kind, s.cpu_scale)
+        truth = s.truth(library)
         epochs = float(stop_epochs[s.id]) if stop_epochs and s.id in stop_epochs else _epochs_at_least(scenario, s, truth)
         if s.replicas > 1 or s.max_nodes > 1:  # a gang: its best count and spread
             shapes = _gang_shapes(scenario, s)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import csv
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,13 @@ class JobSpec:
     min_replicas: int | None = None  # the fewest it trains with (None: exactly ``replicas``)
     max_nodes: int = 1  # the most nodes its replicas may spread over
     elastic: bool = False  # its count/placement changes live (else by checkpoint-restart)
+    duration_seconds: float | None = None  # runs exactly this long at any allocation (a trace pod's lifetime)
+    gpu_type: str | None = None  # only nodes with this GPU model qualify
+
+    def truth(self, library: TraceLibrary) -> GroundTruth:
+        """The job's ground truth (its measured curve and speed, or its fixed run time)."""
+        epoch_time = None if self.duration_seconds is None else self.duration_seconds / self.epochs
+        return GroundTruth(library, self.model, self.batch_size, self.kind, self.cpu_scale, epoch_time)
 
     @property
     def fewest_replicas(self) -> int:
@@ -191,6 +198,9 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         raise ScenarioError(
             f"{where}.epochs: {epochs} is beyond the {curve.epochs}-epoch measured curve of {model} at batch {truth.batch}"
         )
+    duration = float(r["duration_seconds"]) if r.get("duration_seconds") is not None else None
+    if duration is not None:
+        truth = replace(truth, epoch_time=duration / epochs)
     gpu = r["kind"] == "gpu"
     min_cpu = int(r.get("min_cpu_millis", 1000 if gpu else 500))
     max_cpu = int(r.get("max_cpu_millis", min_cpu))
@@ -264,6 +274,8 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         min_replicas=min_replicas,
         max_nodes=max_nodes,
         elastic=bool(r.get("elastic", False)),
+        duration_seconds=duration,
+        gpu_type=str(r["gpu_type"]) if r.get("gpu_type") is not None else None,
     )
 
 
@@ -271,7 +283,7 @@ _JOB_KEYS = {
     "id", "model", "batch_size", "kind", "arrival", "count", "epochs", "min_cpu_millis", "max_cpu_millis", "min_gpus",
     "max_gpus", "memory_mib", "checkpoint_seconds", "restart_seconds", "priority", "resizable", "tier1",
     "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag", "gpu_milli", "replicas", "min_replicas",
-    "max_nodes", "elastic",
+    "max_nodes", "elastic", "duration_seconds", "gpu_type",
 }  # fmt: skip
 
 
@@ -293,9 +305,15 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     for key in ("min_cpu_millis", "max_cpu_millis"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=1, hi=10**7, integer=True)
+    # The measured speed-ups stop at 4 GPUs; a job of known run time (a trace's pod) may ask more.
+    most_gpus = 64 if "duration_seconds" in row else 4
     for key in ("min_gpus", "max_gpus"):
         if key in row:
-            _num(row[key], f"{where}.{key}", lo=0, hi=4, integer=True)
+            _num(row[key], f"{where}.{key}", lo=0, hi=most_gpus, integer=True)
+    if "gpu_type" in row and not (isinstance(row["gpu_type"], str) and row["gpu_type"]):
+        raise ScenarioError(f"{where}.gpu_type: expected a GPU model name, got {row['gpu_type']!r}")
+    if "gpu_type" in row and row["kind"] != "gpu":
+        raise ScenarioError(f"{where}.gpu_type: {row['gpu_type']!r}, but only a 'gpu' job asks for a GPU model")
     for key in ("replicas", "min_replicas", "max_nodes"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=1, hi=1024, integer=True)
@@ -316,6 +334,8 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
         _num(row["gpu_milli"], f"{where}.gpu_milli", lo=1, hi=999, integer=True)
     if "cpu_scale" in row:
         _num(row["cpu_scale"], f"{where}.cpu_scale", lo=0.001, hi=1000)
+    if "duration_seconds" in row:
+        _num(row["duration_seconds"], f"{where}.duration_seconds", lo=0.001, hi=10**9)
     for key in ("tier1", "tier2"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=0.01, hi=1.0)

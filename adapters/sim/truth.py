@@ -27,6 +27,8 @@ nodes (by node and worker count, with the throughput form fitted to all the rows
   *CPU jobs*: an Amdahl curve ``T1 · (s / min(c, 1) + (1 − s) / c)`` for ``c`` cores, where ``T1``
   is the measured one-replica epoch time times ``cpu_scale`` and the serial fraction ``s`` is
   fitted to the model's measured replica scaling at that batch.
+  *Jobs of known run time* (the scenario's ``duration_seconds``, e.g. a trace's pod lifetime):
+  ``duration / epochs`` per epoch at any allocation they can run at; the model gives their curve.
 
 The library reads the CSVs from a data folder (``../shared/data``) or, when none is given, from a
 compact copy bundled with the package (``adapters/sim/data/traces.json``, Apache-2.0, built by
@@ -250,6 +252,9 @@ class GroundTruth:
     batch: int
     kind: str  # "cpu" | "gpu"
     cpu_scale: float = 1.0
+    #: Seconds per epoch whatever the allocation (a job of known run time, e.g. a trace's pod that
+    #: ran ``duration_seconds``), once it can run at all; ``None``: the measured speed below.
+    epoch_time: float | None = None
 
     @cached_property
     def curve(self) -> Curve:
@@ -295,7 +300,12 @@ class GroundTruth:
         """Seconds for one epoch of the whole job at ``cpu_millis`` and ``gpus`` per replica (``inf``
         when it cannot run). ``placement``: the replicas on each node of a GPU job, each replica
         ``gpus`` workers; ``()`` is one replica on one node, as before gangs. CPU jobs run on one node
-        (the scenario refuses a spread CPU job); their ``placement`` is not read."""
+        (the scenario refuses a spread CPU job); their ``placement`` is not read. A job with an
+        ``epoch_time`` takes exactly that wherever it can run (a GPU job with a GPU, a CPU job with
+        some CPU)."""
+        if self.epoch_time is not None:
+            runs = gpus >= 1 if self.kind == "gpu" else cpu_millis > 0
+            return self.epoch_time if runs else math.inf
         if self.kind == "gpu":
             if gpus < 1:
                 return math.inf
