@@ -59,6 +59,7 @@ from alibaba_fractions import POD_FILES, _rows, sample_nodes
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import ScenarioError, parse_scenario
 from adapters.sim.truth import TraceLibrary, history_priors
+from flowplan.simprogress import SimProgress
 from planner.policies import make_policy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -241,11 +242,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --policies: {e}", file=sys.stderr)
             return 2
     results: list[tuple[str, RunResult, float]] = []
-    for name, policy in policies:
-        t = time.perf_counter()
-        run = simulate(scenario, policy, name, 0, library, data=data, record_timeline=False)
-        results.append((name, run, time.perf_counter() - t))
-        print(f"  {name}: {results[-1][2]:.0f} s", file=sys.stderr, flush=True)
+    progress = SimProgress([name for name, _ in policies], set())  # a bar per policy on a terminal, a line when piped
+    try:
+        for name, policy in policies:
+            t = time.perf_counter()
+            run = simulate(scenario, policy, name, 0, library, data=data, record_timeline=False, on_tick=progress.run(name))
+            results.append((name, run, time.perf_counter() - t))
+            progress.ended(name, f"  {name}: {results[-1][2]:.0f} s")
+    finally:
+        progress.close()
     head = f"{'policy':<11} {'makespan':>9} {'mean JCT':>9} {'p95 JCT':>9} {'mean wait':>9} {'GPU util':>8}"
     head += f" {'plan med/p99/max (s)':>22}"
     head += f" {'idle':>5} {'checker':>7}"
