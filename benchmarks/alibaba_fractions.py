@@ -11,8 +11,8 @@ What this loader makes of them (nothing else is invented):
 - ``--nodes`` GPU nodes drawn at random (seeded) from the node list, as they are;
 - ``--pods`` GPU pods: a window of consecutive pods (by creation time) from a random start, each a
   job that asks exactly its request (``min = max``: the trace has no elastic range) of CPU, memory
-  and ``num_gpu`` GPUs, or its ``gpu_milli`` of one GPU; a ``gpu_spec`` naming one model becomes
-  ``gpu_type`` (several models, ``V100M16|V100M32``, cannot be said in the contract: left out);
+  and ``num_gpu`` GPUs, or its ``gpu_milli`` of one GPU; its ``gpu_spec`` becomes ``gpu_type``
+  (one model, or a choice of several, ``V100M16|V100M32``, as a list);
   ``submitted`` is the creation time. As the paper's simulator replays the trace, pods arrive in
   creation order and none leaves (the trace's own concurrency is a few dozen pods on 1,213 nodes:
   a fraction of a sample would hold nothing). The jobs have no history (the trace has no learning curves),
@@ -46,6 +46,13 @@ from planner.policies import make_policy
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "alibaba-gpu-v2023"
 POD_FILES = ("default", "gpushare40", "gpuspec33", "multigpu50", "cpu050")
+
+
+def gpu_models(spec: str | None) -> str | list[str] | None:
+    """A pod's ``gpu_spec`` as the contract's ``gpu_type``: ``T4``; ``V100M16|V100M32|V100M32`` is
+    the choice ``["V100M16", "V100M32"]``; empty is ``None`` (any model)."""
+    models = sorted({m for m in (spec or "").split("|") if m})
+    return None if not models else models[0] if len(models) == 1 else models
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -82,7 +89,6 @@ def load_snapshot(n_nodes: int, n_pods: int, seed: int, pods_file: str = "defaul
     jobs: list[dict[str, Any]] = []
     for r in window:
         gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
-        spec = r.get("gpu_spec") or ""
         cpu = max(int(r["cpu_milli"]), 1)
         job: dict[str, Any] = {
             "id": r["name"],
@@ -96,8 +102,9 @@ def load_snapshot(n_nodes: int, n_pods: int, seed: int, pods_file: str = "defaul
         }
         if gpus == 1 and 0 < milli < 1000:
             job["gpu_milli"] = milli
-        if spec and "|" not in spec:
-            job["gpu_type"] = spec
+        models = gpu_models(r.get("gpu_spec"))
+        if models is not None:
+            job["gpu_type"] = models
         jobs.append(job)
     return Snapshot.model_validate({"time": float(last), "nodes": node_list, "jobs": jobs, "settings": {"migration_budget": 0}})
 

@@ -9,15 +9,14 @@ they do. From ``../shared/data/alibaba-gpu-v2023`` (as there, nothing else inven
 - ``--pods`` consecutive GPU pods (by creation time, from a seeded random start) of a pod list,
   each a job asking exactly its request (``min = max``): CPU, memory, ``num_gpu`` GPUs or its
   ``gpu_milli`` of one device; arrivals at their creation times, compressed so the window spans
-  ``--span-hours``. Pods asking more than the largest sampled node, or more than 4 GPUs (where the
-  measured speed-ups stop), are left out (counted).
+  ``--span-hours``. Pods no sampled node of their GPU models (``gpu_spec``, below) holds, or
+  asking more than 4 GPUs (where the measured speed-ups stop), are left out (counted).
 
 What the trace does not say, and how it is filled in: how long a pod trains. As in the
 philly-scale scenario, each pod is given a measured model from the Pollux traces (the same seeded
 mix: cifar10, yolov3, deepspeech2, imagenet, ncf, bert) trained for at most ``--max-epochs``
 epochs, so its run time is a measured one; a fraction trains at its 1-GPU speed (the simulator does
-not model interference between the pods sharing a device). ``gpu_spec`` is not used (the scenario
-format has no per-job GPU type).
+not model interference between the pods sharing a device).
 
 ``--lifetimes`` replays the trace as it ran instead: every node of ``openb_node_list_all_node.csv``
 (the CPU-only ones too) and every pod of the window, CPU-only pods included, each arriving at its
@@ -28,8 +27,8 @@ scenario's ``duration_seconds``); its model gives only the curve it reports. Pod
 are kept (no measured speed-up is read). ``--nodes`` and ``--pods`` sample as above; above the
 trace's they take all of it (1,523 nodes, 8,152 pods of the default list, over 149 days).
 
-In both modes a ``gpu_spec`` naming one GPU model becomes the pod's ``gpu_type``; one naming several
-(``V100M16|V100M32``) cannot be said in the contract and is dropped (counted).
+In both modes a pod's ``gpu_spec`` becomes its ``gpu_type``: one GPU model, or a choice of several
+(``V100M16|V100M32``) as a list; only nodes of those models qualify.
 
 Printed per policy: makespan, mean and p95 JCT, mean wait (first start minus arrival), GPU
 utilisation (milli-GPUs held over capacity and time), planning time per interval (median, p99,
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from alibaba_fractions import POD_FILES, _rows, sample_nodes
+from alibaba_fractions import POD_FILES, _rows, gpu_models, sample_nodes
 
 from adapters.sim.run import RunResult, simulate
 from adapters.sim.scenario import ScenarioError, parse_scenario
@@ -84,15 +83,9 @@ def scenario_doc(
     lifetimes: bool = False,
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """The replay as a scenario document, and what of the window was not replayed as the trace
-    says: ``left_out`` pods (too big), ``gpu_spec_dropped`` (a choice of several GPU models)."""
+    says: ``left_out`` pods (no sampled node of their GPU models holds them; more than 4 GPUs without ``lifetimes``)."""
     rng = np.random.default_rng(seed)
     node_list = sample_nodes(rng, nodes, trace, "all_node" if lifetimes else "gpu_node")
-    most_gpus = max(n["gpus"] for n in node_list)
-    biggest = (
-        max(n["cpu_millis"] for n in node_list),
-        max(n["memory_mib"] for n in node_list),
-        most_gpus if lifetimes else min(most_gpus, MAX_GPUS),
-    )
     listed = _rows(trace / f"openb_pod_list_{pods_file}.csv")
     chosen = listed if lifetimes else [r for r in listed if int(r["num_gpu"]) >= 1]
     chosen.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
@@ -102,11 +95,17 @@ def scenario_doc(
     length = max((int(window[-1]["creation_time"]) - t0) if window else 0, 1)
     scale = 1.0 if lifetimes else span_hours * 3600.0 / length
     jobs: list[dict[str, Any]] = []
-    counts = {"left_out": 0, "gpu_spec_dropped": 0}
+    counts = {"left_out": 0}
     for r in window:
         gpus, milli = int(r["num_gpu"]), int(r["gpu_milli"] or 0)
         cpu, mem = max(int(r["cpu_milli"]), 1), int(r["memory_mib"])
-        if cpu > biggest[0] or mem > biggest[1] or gpus > biggest[2]:
+        models = gpu_models(r.get("gpu_spec")) if gpus >= 1 else None
+        takes = None if models is None else {models} if isinstance(models, str) else set(models)
+        fits = any(
+            n["cpu_millis"] >= cpu and n["memory_mib"] >= mem and n["gpus"] >= gpus and (takes is None or n["gpu_type"] in takes)
+            for n in node_list
+        )
+        if not fits or (gpus > MAX_GPUS and not lifetimes):
             counts["left_out"] += 1
             continue
         model, batch = MIX[int(rng.integers(len(MIX)))]
@@ -132,12 +131,8 @@ def scenario_doc(
             job["checkpoint_seconds"] = job["restart_seconds"] = 10  # the scenario's defaults
         if gpus == 1 and 0 < milli < 1000:
             job["gpu_milli"] = milli
-        spec = r.get("gpu_spec") or ""
-        if gpus >= 1 and spec:
-            if "|" in spec:
-                counts["gpu_spec_dropped"] += 1
-            else:
-                job["gpu_type"] = spec
+        if models is not None:
+            job["gpu_type"] = models
         jobs.append(job)
     what = "pods" if lifetimes else "GPU pods"
     over = "with their own lifetimes" if lifetimes else f"over {span_hours:g} h"
@@ -218,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     fractional = sum(1 for j in doc["jobs"] if "gpu_milli" in j)
     cpu_only = sum(1 for j in doc["jobs"] if j["kind"] == "cpu")
     gpus = sum(n["gpus"] for n in doc["nodes"])
-    bound = "every sampled node" if args.lifetimes else "every sampled node or 4 GPUs"
-    typed = sum(1 for j in doc["jobs"] if "gpu_type" in j)
+    bound = "no sampled node of its GPU models holds it" + ("" if args.lifetimes else ", or more than 4 GPUs")
+    typed = sum(1 for j in doc["jobs"] if isinstance(j.get("gpu_type"), str))
+    choice = sum(1 for j in doc["jobs"] if isinstance(j.get("gpu_type"), list))
     if args.lifetimes:
         end = max((j["arrival"] + j["duration_seconds"] for j in doc["jobs"]), default=0.0)
         how = f"at their creation times, each for its own lifetime (the last ends at {end / 86400:.1f} days)"
@@ -227,10 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         how = f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each"
     print(
         f"alibaba-gpu-v2023 ({args.pods_file}), seed {args.seed}: {len(doc['nodes'])} nodes ({gpus} GPUs), "
-        f"{len(doc['jobs'])} pods ({len(doc['jobs']) - cpu_only} GPU, {fractional} of them fractional, {typed} of one GPU model; "
-        f"{cpu_only} CPU-only; {counts['left_out']} left out: larger than {bound}; "
-        f"{counts['gpu_spec_dropped']} choices of several GPU models dropped), {how}; re-planned every {args.interval:g} s"
-        + (" and at every arrival and finish" if args.replan_on_events else "")
+        f"{len(doc['jobs'])} pods ({len(doc['jobs']) - cpu_only} GPU: {fractional} fractional, {typed} asking one GPU model, "
+        f"{choice} a choice of models; {cpu_only} CPU-only; {counts['left_out']} left out: {bound}), "
+        f"{how}; re-planned every {args.interval:g} s" + (" and at every arrival and finish" if args.replan_on_events else "")
     )
     priors = history_priors(library)
     policies = []

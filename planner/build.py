@@ -49,14 +49,14 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
     """Indices of nodes each job may be placed on (before looking at what is free); a gang's, the
     nodes one of its replicas may go to."""
     schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
-    cache: dict[tuple[str | None, tuple[tuple[str, str], ...]], np.ndarray] = {}
+    cache: dict[tuple[tuple[str, ...] | None, tuple[tuple[str, str], ...]], np.ndarray] = {}
     # Jobs of one shape (constraints and smallest demand) share one read-only array: a pass over
     # every node per shape, not per job (jobs outnumber shapes many times over in large clusters).
     shapes: dict[tuple[object, ...], np.ndarray] = {}
     out: list[np.ndarray] = []
     for m in menus:
         job = m.outlook.job
-        key = (job.gpu_type, tuple(sorted(job.node_selector.items())))
+        key = (job.gpu_type_key, tuple(sorted(job.node_selector.items())))
         least = per_replica(m)[:, 0] if m.count is not None else (m.dem_cpu[0], m.dem_gpu[0], m.dem_mem)
         shape = (key, int(least[0]), int(least[1]), int(least[2]))
         got = shapes.get(shape)
@@ -65,7 +65,7 @@ def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarra
             if mask is None:
                 mask = schedulable.copy()
                 if job.gpu_type is not None:
-                    mask &= np.array([n.gpu_type == job.gpu_type for n in nodes], dtype=bool)
+                    mask &= np.array([job.takes_gpu_type(n.gpu_type) for n in nodes], dtype=bool)
                 for k, v in key[1]:
                     mask &= np.array([n.labels.get(k) == v for n in nodes], dtype=bool)
                 cache[key] = mask

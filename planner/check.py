@@ -136,8 +136,8 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             if arrives or name not in current:
                 if not there.schedulable:
                     bad.append(f"{a.job}: placed on unschedulable node {there.name}")
-                if job.gpu_type is not None and there.gpu_type != job.gpu_type:
-                    bad.append(f"{a.job}: needs GPU type {job.gpu_type}, node {there.name} has {there.gpu_type}")
+                if not job.takes_gpu_type(there.gpu_type):
+                    bad.append(f"{a.job}: needs GPU type {job.gpu_type_text()}, node {there.name} has {there.gpu_type}")
                 for k, v in job.node_selector.items():
                     if there.labels.get(k) != v:
                         bad.append(f"{a.job}: node {there.name} lacks label {k}={v}")

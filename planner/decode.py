@@ -208,7 +208,7 @@ def unserved_reason(
     if not eligible_any:
         reasons = []
         if job.gpu_type:
-            reasons.append(f"GPU type {job.gpu_type}")
+            reasons.append(f"GPU type {job.gpu_type_text()}")
         if job.node_selector:
             reasons.append("labels " + ",".join(f"{k}={v}" for k, v in sorted(job.node_selector.items())))
         what = " with " + " and ".join(reasons) if reasons else ""
@@ -237,7 +237,7 @@ def _fits_a_node(m: JobMenu, nodes: list[Node]) -> bool:
     cpu, gpu, mem = int(m.dem_cpu[0]) // per, int(m.dem_gpu[0]) * m.gpu_unit // per, int(m.dem_mem) // per
     return any(
         n.schedulable
-        and (job.gpu_type is None or n.gpu_type == job.gpu_type)
+        and job.takes_gpu_type(n.gpu_type)
         and all(n.labels.get(k) == v for k, v in job.node_selector.items())
         and n.cpu_millis >= cpu
         and n.gpus * MILLI_PER_GPU >= gpu

@@ -21,9 +21,9 @@ within ±1e12 s, loss and metric values within ±1e12.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models import Direction, LRSchedule
 
@@ -42,6 +42,8 @@ Time = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
 Finite = Annotated[float, Field(ge=-MAX_VALUE, le=MAX_VALUE, allow_inf_nan=False)]
 Millis = Annotated[int, Field(ge=0, le=10**9)]
 Count = Annotated[int, Field(ge=0, le=10**6)]
+#: Most GPU models one job may name as its choice (``Job.gpu_type`` as a list).
+MAX_GPU_MODELS = 64
 JobStatus = Literal["pending", "running", "finished"]
 
 
@@ -438,7 +440,11 @@ class Job(Input):
         "fractional jobs, whose gpu_milli on that device add up to at most 1000. Only with min_gpus = max_gpus = 1 "
         "and replicas = 1. Null: whole GPUs (min_gpus..max_gpus), as before.",
     )
-    gpu_type: str | None = Field(None, description="Only nodes with this GPU model qualify.")
+    gpu_type: str | list[str] | None = Field(
+        None,
+        description="Only nodes with this GPU model qualify; a list: any of these models (the Alibaba trace's "
+        "gpu_spec 'V100M16|V100M32'). Null: any node.",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Labels a node must carry.")
     resizable: bool = Field(True, description="CPU/GPU can change in place without a restart.")
     migratable: bool = Field(True, description="Can checkpoint, stop, and restart elsewhere (or be paused).")
@@ -466,6 +472,32 @@ class Job(Input):
         "cosine, warmup_cosine, warmup_linear (these three need target.max_epochs), plateau.",
     )
     delivered: bool = Field(False, description="The tier-1 model was already handed over.")
+
+    @field_validator("gpu_type", mode="before")
+    @classmethod
+    def _gpu_models(cls, v: Any) -> Any:
+        # One message for every wrong shape (a union's errors name its members: "gpu_type.str: ...").
+        ok = v is None or isinstance(v, str)
+        if isinstance(v, list):
+            ok = 1 <= len(v) <= MAX_GPU_MODELS and all(isinstance(x, str) and 1 <= len(x) <= 253 for x in v)
+        if not ok:
+            raise ValueError(f"expected a GPU model name or a list of 1-{MAX_GPU_MODELS} of them, got {v!r}"[:200])
+        return v
+
+    def takes_gpu_type(self, model: str | None) -> bool:
+        """Whether a node with GPU model ``model`` qualifies (``gpu_type``: one model, any of a list, or any)."""
+        want = self.gpu_type
+        return want is None or (model == want if isinstance(want, str) else model in want)
+
+    @property
+    def gpu_type_key(self) -> tuple[str, ...] | None:
+        """The GPU models the job takes, sorted, as one hashable key (None: any)."""
+        want = self.gpu_type
+        return None if want is None else ((want,) if isinstance(want, str) else tuple(sorted(set(want))))
+
+    def gpu_type_text(self) -> str:
+        """``T4``, or ``V100M16 or V100M32`` for a choice (empty when any qualifies)."""
+        return " or ".join(self.gpu_type_key or ())
 
     @property
     def fewest_replicas(self) -> int:

@@ -16,7 +16,7 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.checkpoint_seconds``           ``Job.checkpoint_seconds`` (default 10)
 ``flowplan.restart_seconds``              ``Job.restart_seconds`` (default 10)
 ``flowplan.checkpoint_every_seconds``     ``Job.checkpoint_every_seconds`` (default: at epoch ends only)
-``flowplan.gpu_type``                     ``Job.gpu_type``
+``flowplan.gpu_type``                     ``Job.gpu_type``: one GPU model, or a choice ``V100M16|V100M32``
 ``flowplan.task``                         ``Job.task``: what is trained; new jobs of the same task
                                           borrow its speed until their own is observed
 ``flowplan.target.metric``                ``QoETarget.metric`` (``loss`` or the JSON lines' ``metric``)
@@ -159,7 +159,10 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
             fields[key] = text in ("true", "1", "yes")
     _check_gang(own, fields)
     if "gpu_type" in own:
-        fields["gpu_type"] = own["gpu_type"]
+        models = [m.strip() for m in own["gpu_type"].split("|")]
+        if not all(models):
+            raise LabelError(f"label {PREFIX}gpu_type: expected a GPU model or models joined by '|' ({own['gpu_type']!r})")
+        fields["gpu_type"] = models[0] if len(models) == 1 else models
     if "task" in own:
         fields["task"] = own["task"].strip()
     if created is not None and math.isfinite(created):
@@ -249,5 +252,8 @@ def job_labels(job_id: str, **fields: Any) -> dict[str, str]:
         name = key.replace("__", ".")
         if name not in KNOWN:
             raise ValueError(f"{key}: not a FlowPlan label")
-        out[PREFIX + name] = str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(value, list | tuple):  # a choice of GPU models
+            out[PREFIX + name] = "|".join(str(v) for v in value)
+        else:
+            out[PREFIX + name] = str(value).lower() if isinstance(value, bool) else str(value)
     return out

@@ -496,7 +496,7 @@ class SimCluster(Adapter):
                     if running
                     else None,
                     gpu_milli=s.gpu_milli,
-                    gpu_type=s.gpu_type,
+                    gpu_type=list(s.gpu_type) if isinstance(s.gpu_type, tuple) else s.gpu_type,
                     replicas=s.replicas,
                     min_replicas=s.min_replicas,
                     max_nodes=s.max_nodes,
@@ -583,19 +583,26 @@ class SimCluster(Adapter):
     def idle_waits(self) -> int:
         """Pending (or paused) jobs that some node could hold now: its idle CPU (capacity minus what the
         placed jobs use under the water-fill, starting ones counted busy), free GPUs and free memory (by
-        guarantees) cover the job's minimum (a gang: its fewest replicas over up to ``max_nodes`` nodes).
-        Zero for a work-conserving policy."""
+        guarantees) cover the job's minimum (a gang: its fewest replicas over up to ``max_nodes`` nodes),
+        on nodes of its GPU model. Zero for a work-conserving policy."""
         waiting = [j for j in self.jobs.values() if j.status == "pending"]
         if not waiting:
             return 0
         room: list[tuple[float, int, int, int]] = []  # CPU, whole GPUs, memory, most milli one device has free
+        models = [n.gpu_type for n in self.nodes.values()]
         for name, n in self.nodes.items():
             placed = self.on[name].values()
             gpus, load = self._gpu_room(name, "")
             mem = n.memory_mib - sum(j.spec.memory_mib * j.here(name) for j in placed)
             most = max([ONE_GPU_MILLI - x for x in load if x > 0] + ([ONE_GPU_MILLI] if gpus > 0 else [0]))
             room.append((n.cpu_millis - self.cpu_use(name), gpus, mem, most))
-        return sum(could_start(j.spec, room) for j in waiting)
+        return sum(
+            could_start(
+                j.spec,
+                room if j.spec.gpu_type is None else [r for r, m in zip(room, models, strict=True) if j.spec.takes_gpu_type(m)],
+            )
+            for j in waiting
+        )
 
     def _gpu_room(self, node: str, exclude: str) -> tuple[int, list[int]]:
         """``node``'s whole devices free (none held whole, none shared) and the milli-GPUs used on

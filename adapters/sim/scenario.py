@@ -96,7 +96,12 @@ class JobSpec:
     max_nodes: int = 1  # the most nodes its replicas may spread over
     elastic: bool = False  # its count/placement changes live (else by checkpoint-restart)
     duration_seconds: float | None = None  # runs exactly this long at any allocation (a trace pod's lifetime)
-    gpu_type: str | None = None  # only nodes with this GPU model qualify
+    gpu_type: str | tuple[str, ...] | None = None  # only nodes with this GPU model (or, a tuple: any of these) qualify
+
+    def takes_gpu_type(self, model: str | None) -> bool:
+        """Whether a node with GPU model ``model`` qualifies (as ``planner.snapshot.Job.takes_gpu_type``)."""
+        want = self.gpu_type
+        return want is None or (model == want if isinstance(want, str) else model in want)
 
     def truth(self, library: TraceLibrary) -> GroundTruth:
         """The job's ground truth (its measured curve and speed, or its fixed run time)."""
@@ -275,7 +280,7 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         max_nodes=max_nodes,
         elastic=bool(r.get("elastic", False)),
         duration_seconds=duration,
-        gpu_type=str(r["gpu_type"]) if r.get("gpu_type") is not None else None,
+        gpu_type=tuple(r["gpu_type"]) if isinstance(r.get("gpu_type"), list) else r.get("gpu_type"),
     )
 
 
@@ -310,8 +315,10 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     for key in ("min_gpus", "max_gpus"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=0, hi=most_gpus, integer=True)
-    if "gpu_type" in row and not (isinstance(row["gpu_type"], str) and row["gpu_type"]):
-        raise ScenarioError(f"{where}.gpu_type: expected a GPU model name, got {row['gpu_type']!r}")
+    if "gpu_type" in row:
+        models = row["gpu_type"] if isinstance(row["gpu_type"], list) else [row["gpu_type"]]
+        if not (models and all(isinstance(m, str) and m for m in models)):
+            raise ScenarioError(f"{where}.gpu_type: expected a GPU model name or a list of them, got {row['gpu_type']!r}")
     if "gpu_type" in row and row["kind"] != "gpu":
         raise ScenarioError(f"{where}.gpu_type: {row['gpu_type']!r}, but only a 'gpu' job asks for a GPU model")
     for key in ("replicas", "min_replicas", "max_nodes"):

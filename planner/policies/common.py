@@ -102,7 +102,7 @@ def may_arrive(node: Node, job: Job, replicas: int | None = None) -> bool:
     an empty node would hold its minimum (``replicas`` of it; ``None``: the job's ``replicas``)."""
     if not node.schedulable:
         return False
-    if job.gpu_type is not None and node.gpu_type != job.gpu_type:
+    if not job.takes_gpu_type(node.gpu_type):
         return False
     if any(node.labels.get(k) != v for k, v in job.node_selector.items()):
         return False
