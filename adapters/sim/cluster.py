@@ -217,6 +217,12 @@ class SimCluster(Adapter):
         self.scenario = scenario
         self.t = 0.0
         self.nodes = {n.name: n for n in scenario.nodes}
+        # The snapshot's nodes never change (capacity, not free room; the models are frozen): built
+        # once, not at every observation (a 1,523-node cluster spent most of its observations here).
+        self._node_views = tuple(
+            Node(name=n.name, cpu_millis=n.cpu_millis, gpus=n.gpus, memory_mib=n.memory_mib, gpu_type=n.gpu_type)
+            for n in scenario.nodes
+        )
         self.jobs: dict[str, SimJob] = {}
         for i, spec in enumerate(jobs):
             truth = spec.truth(library)
@@ -438,10 +444,7 @@ class SimCluster(Adapter):
     def observe(self) -> Snapshot:
         sc = self.scenario
         self._sync()
-        nodes = [
-            Node(name=n.name, cpu_millis=n.cpu_millis, gpus=n.gpus, memory_mib=n.memory_mib, gpu_type=n.gpu_type)
-            for n in sc.nodes
-        ]
+        nodes = list(self._node_views)
         jobs: list[Job] = []
         used = self.cpu_used_by_job()  # what each placed job uses now under its node's water-fill
         for j in self.jobs.values():
@@ -566,6 +569,8 @@ class SimCluster(Adapter):
         """Millicores each placed job uses now under its node's water-fill (all replicas)."""
         out: dict[str, float] = {}
         for name, placed in self.on.items():
+            if not placed:
+                continue
             jobs = list(placed.values())
             weights = [j.cpu_millis * j.here(name) for j in jobs]
             split = share_cpu(self.nodes[name].cpu_millis, weights, [j.cap_on(name) for j in jobs])
