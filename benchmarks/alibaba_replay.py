@@ -20,7 +20,8 @@ not model interference between the pods sharing a device).
 
 ``--lifetimes`` replays the trace as it ran instead: every node of ``openb_node_list_all_node.csv``
 (the CPU-only ones too) and every pod of the window, CPU-only pods included, each arriving at its
-creation time (not compressed: ``--span-hours`` is not read) and running for its own lifetime, from
+creation time (with ``--span-hours``, the arrivals compressed into it as above: the same pods
+and lifetimes, many more at once) and running for its own lifetime, from
 its scheduled time to its deletion time (a pod the trace never scheduled: from creation to deletion,
 the time its owner kept it; a lifetime of 0 s: 1 s), at its request, whatever its share (the
 scenario's ``duration_seconds``); its model gives only the curve it reports. Pods of up to 8 GPUs
@@ -76,7 +77,7 @@ def scenario_doc(
     pods: int,
     seed: int,
     pods_file: str,
-    span_hours: float,
+    span_hours: float | None,
     max_epochs: int,
     interval: float = 60.0,
     replan_on_events: bool = True,
@@ -93,7 +94,9 @@ def scenario_doc(
     window = chosen[start : start + pods]
     t0 = int(window[0]["creation_time"]) if window else 0
     length = max((int(window[-1]["creation_time"]) - t0) if window else 0, 1)
-    scale = 1.0 if lifetimes else span_hours * 3600.0 / length
+    if span_hours is None:  # the window's own times (lifetimes), else two hours
+        span_hours = length / 3600.0 if lifetimes else 2.0
+    scale = span_hours * 3600.0 / length
     jobs: list[dict[str, Any]] = []
     counts = {"left_out": 0}
     for r in window:
@@ -135,7 +138,7 @@ def scenario_doc(
             job["gpu_type"] = models
         jobs.append(job)
     what = "pods" if lifetimes else "GPU pods"
-    over = "with their own lifetimes" if lifetimes else f"over {span_hours:g} h"
+    over = f"over {span_hours:g} h" + (" with their own lifetimes" if lifetimes else "")
     doc = {
         "name": f"alibaba-{pods_file}-replay",
         "description": f"{len(node_list)} nodes, {len(jobs)} {what} of openb_pod_list_{pods_file} {over}",
@@ -165,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=300, help="consecutive GPU pods replayed (default 300)")
     ap.add_argument("--seed", type=int, default=0, help="sample seed: nodes, window, models (default 0)")
     ap.add_argument("--pods-file", choices=POD_FILES, default="gpushare40", help="pod list (default gpushare40)")
-    ap.add_argument("--span-hours", type=float, default=2.0, help="the window's arrivals compressed into this (default 2)")
+    ap.add_argument(
+        "--span-hours",
+        type=float,
+        help="the window's arrivals compressed into this (default 2; with --lifetimes: their own times)",
+    )
     ap.add_argument("--max-epochs", type=int, default=3, help="epochs each pod trains at most (default 3)")
     ap.add_argument("--interval", type=float, default=60.0, help="control interval in seconds (default 60)")
     ap.add_argument(
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.interval > 0:
         print(f"error: --interval: {args.interval} (must be > 0)", file=sys.stderr)
         return 2
-    if not args.span_hours > 0:
+    if args.span_hours is not None and not args.span_hours > 0:
         print(f"error: --span-hours: {args.span_hours} (must be > 0)", file=sys.stderr)
         return 2
     data = Path(args.data)
@@ -218,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     choice = sum(1 for j in doc["jobs"] if isinstance(j.get("gpu_type"), list))
     if args.lifetimes:
         end = max((j["arrival"] + j["duration_seconds"] for j in doc["jobs"]), default=0.0)
-        how = f"at their creation times, each for its own lifetime (the last ends at {end / 86400:.1f} days)"
+        when = "at their creation times" if args.span_hours is None else f"arrivals over {args.span_hours:g} h"
+        how = f"{when}, each for its own lifetime (the last ends at {end / 86400:.1f} days)"
     else:
-        how = f"arrivals over {args.span_hours:g} h, at most {args.max_epochs} epochs each"
+        how = f"arrivals over {args.span_hours or 2.0:g} h, at most {args.max_epochs} epochs each"
     print(
         f"alibaba-gpu-v2023 ({args.pods_file}), seed {args.seed}: {len(doc['nodes'])} nodes ({gpus} GPUs), "
         f"{len(doc['jobs'])} pods ({len(doc['jobs']) - cpu_only} GPU: {fractional} fractional, {typed} asking one GPU model, "

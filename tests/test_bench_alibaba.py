@@ -73,7 +73,7 @@ def test_the_lifetimes_replay_is_the_whole_trace_as_it_ran(bench: tuple[Any, Any
     library = TraceLibrary.from_dir(data_dir)
     trace = data_dir / "alibaba-gpu-v2023"
     doc, counts = replay.scenario_doc(
-        library, trace, nodes=10**5, pods=10**6, seed=0, pods_file="default", span_hours=1, max_epochs=3, lifetimes=True
+        library, trace, nodes=10**5, pods=10**6, seed=0, pods_file="default", span_hours=None, max_epochs=3, lifetimes=True
     )
     with (trace / "openb_node_list_all_node.csv").open() as f:
         assert len(doc["nodes"]) == sum(1 for _ in csv.DictReader(f))
