@@ -81,6 +81,7 @@ request is made only once).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import threading
@@ -100,6 +101,7 @@ from adapters.kubernetes.annotations import (
     DELIVER_REQUESTED,
     GANG_LABEL,
     JOB_LABEL,
+    PREFIX,
     REPLACES,
     SCHEDULER_NAME,
     AnnotationError,
@@ -119,6 +121,7 @@ from adapters.kubernetes.pods import (
     is_flowplan_pod,
     job_id_of,
     mib,
+    node_constraints,
     node_view,
     pod_view,
     requested,
@@ -362,7 +365,24 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
             defaults["memory_mib"] = str(mib(pod.requests["memory"]))
         if pod.gpus:
             defaults["min_gpus"] = defaults["max_gpus"] = str(pod.gpus)
-        return parse_annotations(job_id, pod.annotations, pod.created, spec_defaults=defaults)
+        parsed = parse_annotations(job_id, pod.annotations, pod.created, spec_defaults=defaults)
+        # Where the pod may run (its nodeSelector and required node affinity): FlowPlan binds it, so
+        # the plan must keep them (pods.node_constraints; what it cannot express makes it unmanaged).
+        selector, models = node_constraints(pod.raw)
+        if not selector and models is None:
+            return parsed
+        fields = dict(parsed.fields)
+        if selector:
+            fields["node_selector"] = selector
+        if models is not None:
+            own = fields.get("gpu_type")
+            if own is not None:
+                models = sorted(set(models) & ({own} if isinstance(own, str) else set(own)))
+                if not models:
+                    why = f"{own!r} allows no GPU model the pod's node affinity allows"
+                    raise AnnotationError(f"annotation {PREFIX}gpu_type: {why}")
+            fields["gpu_type"] = models[0] if len(models) == 1 else models
+        return dataclasses.replace(parsed, fields=fields)
 
     def _job(self, job_id: str, pod: PodView, parsed: JobLabels, obs: Observation) -> Job:
         status = _status(pod)

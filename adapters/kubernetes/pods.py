@@ -207,6 +207,50 @@ def pod_view(raw: dict[str, Any]) -> PodView:
     )
 
 
+class PlacementError(ValueError):
+    """A pod's node constraints say what FlowPlan cannot honour (the message names the field)."""
+
+
+def node_constraints(raw: dict[str, Any]) -> tuple[dict[str, str], list[str] | None]:
+    """Where a pod may run, as the contract says it: ``(node_selector, gpu_types)``.
+
+    FlowPlan binds its pods itself (no scheduler reads their constraints), so it must keep them:
+    ``spec.nodeSelector`` is the job's ``node_selector`` as it is; the *required* node affinity
+    (``requiredDuringSchedulingIgnoredDuringExecution``) is read when it is one term of ``In``
+    expressions: on ``nvidia.com/gpu.product`` its values are the GPU models any of which will do
+    (``gpu_types``); on another label, one value is a selector entry. Anything else (several terms,
+    ``NotIn``, ``Exists``, ``Gt``, ``matchFields``, ``In`` with several values on another label)
+    raises :class:`PlacementError`: the adapter leaves such a pod unmanaged rather than bind it where
+    the kubelet would refuse it. Preferred affinity is a preference: not read."""
+    spec = raw.get("spec") or {}
+    selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+    models: set[str] | None = None
+    if GPU_PRODUCT_LABEL in selector:
+        models = {selector.pop(GPU_PRODUCT_LABEL)}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    if len(terms) > 1:
+        raise PlacementError(f"{where}: {len(terms)} terms (any of them) cannot be planned; FlowPlan takes one")
+    for term in terms:
+        if term.get("matchFields"):
+            raise PlacementError(f"{where}[0].matchFields: not supported (only matchExpressions with In)")
+        for i, expr in enumerate(term.get("matchExpressions") or []):
+            key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+            at = f"{where}[0].matchExpressions[{i}]"
+            if op != "In" or not values:
+                raise PlacementError(f"{at}: {key} {op} {values} cannot be planned (only In with values)")
+            if key == GPU_PRODUCT_LABEL:
+                models = set(values) if models is None else models & set(values)
+                if not models:
+                    raise PlacementError(f"{at}: {key} In {values} leaves no GPU model its other constraints allow")
+            elif len(values) == 1 and selector.get(key, values[0]) == values[0]:
+                selector[key] = values[0]
+            else:
+                raise PlacementError(f"{at}: {key} In {values} cannot be planned (one value per label, or {GPU_PRODUCT_LABEL})")
+    return selector, None if models is None else sorted(models)
+
+
 def _resize_state(status: dict[str, Any]) -> str | None:
     """The pod's resize state: the ``PodResizePending`` / ``PodResizeInProgress`` conditions (1.33+),
     else the older ``status.resize`` field."""
