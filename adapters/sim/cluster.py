@@ -18,7 +18,11 @@ What a policy sees (``observe``) is only what a real adapter observes: per-epoch
 (the measured value with relative Gaussian noise, drawn for every epoch when the job is created),
 the seconds per epoch measured at the CPU the job actually used (from the step counter jobs log with
 their progress: time spent training at an allocation over the epochs gained there), its guarantee
-and cap, its targets and bounds. What it does (``apply``):
+and cap, its targets and bounds. A finished job is shown for :data:`FINISHED_SHOWN_SECONDS` after it
+ends, then no more, as a cluster removes finished work (a Kubernetes Job's
+``ttlSecondsAfterFinished``; exited containers pruned): no policy reads a finished job, and over a
+months-long trace every observation and plan digest would otherwise carry every job that ever ran.
+What it does (``apply``):
 
 - ``start``: after ``restart_seconds`` of start-up, training runs from the last checkpoint;
 - ``resize``: live, no loss (jobs that are ``resizable``; a change of the cap alone is live for
@@ -60,6 +64,8 @@ from planner.outlook import JobTruth
 from planner.snapshot import MILLI_PER_GPU as ONE_GPU_MILLI
 from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
 
+#: A finished job stays in the snapshot this long after it ended (module docstring).
+FINISHED_SHOWN_SECONDS = 3600.0
 #: Least progress at one allocation (in epochs) before its speed is reported.
 MIN_SPEED_EPOCHS = 0.02
 #: Seconds per epoch reported by the truth's speed where a job cannot run (finite, for the solvers).
@@ -449,6 +455,8 @@ class SimCluster(Adapter):
         used = self.cpu_used_by_job()  # what each placed job uses now under its node's water-fill
         for j in self.jobs.values():
             if j.status == "future":
+                continue
+            if j.status == "finished" and j.finish is not None and self.t - j.finish > FINISHED_SHOWN_SECONDS:
                 continue
             mine = round(used[j.spec.id] / j.replicas, 1) if j.status == "running" and j.spec.id in used else None
             s = j.spec
