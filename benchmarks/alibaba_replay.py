@@ -164,8 +164,8 @@ def _fmt(seconds: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=32, help="GPU nodes sampled from the trace (default 32)")
-    ap.add_argument("--pods", type=int, default=300, help="consecutive GPU pods replayed (default 300)")
+    ap.add_argument("--nodes", type=int, default=32, help="nodes sampled: GPU nodes, with --lifetimes any (default 32)")
+    ap.add_argument("--pods", type=int, default=300, help="consecutive pods: GPU pods, with --lifetimes any (default 300)")
     ap.add_argument("--seed", type=int, default=0, help="sample seed: nodes, window, models (default 0)")
     ap.add_argument("--pods-file", choices=POD_FILES, default="gpushare40", help="pod list (default gpushare40)")
     ap.add_argument(
@@ -173,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="the window's arrivals compressed into this (default 2; with --lifetimes: their own times)",
     )
-    ap.add_argument("--max-epochs", type=int, default=3, help="epochs each pod trains at most (default 3)")
+    ap.add_argument(
+        "--max-epochs",
+        type=int,
+        default=3,
+        help="epochs each pod trains at most; with --lifetimes, the epochs its lifetime is spread over (default 3)",
+    )
     ap.add_argument("--interval", type=float, default=60.0, help="control interval in seconds (default 60)")
     ap.add_argument(
         "--replan-on-events",
