@@ -156,10 +156,12 @@ def scenario_doc(
 
 
 def _fmt(seconds: float | None) -> str:
+    """h:mm:ss; from two days on, days first (``149d 08:09:30``)."""
     if seconds is None:
         return "-"
     s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    clock = f"{s % 86400 // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 86400}d {clock}" if s >= 2 * 86400 else f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             progress.ended(name, f"  {name}: {results[-1][2]:.0f} s")
     finally:
         progress.close()
-    head = f"{'policy':<11} {'makespan':>9} {'mean JCT':>9} {'p95 JCT':>9} {'mean wait':>9} {'GPU util':>8}"
+    head = f"{'policy':<11} {'makespan':>13} {'mean JCT':>9} {'p95 JCT':>9} {'mean wait':>9} {'GPU util':>8}"
     head += f" {'plan med/p99/max (s)':>22}"
     head += f" {'idle':>5} {'checker':>7}"
     print(head)
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         waits = [j.start - j.arrival for j in r.jobs if j.start is not None]
         wait = _fmt(sum(waits) / len(waits)) if waits else "-"
         print(
-            f"{name:<11} {_fmt(r.makespan):>9} {_fmt(r.mean_jct):>9} {_fmt(r.p95_jct):>9} {wait:>9} {util:>8} {plan_t:>22} "
+            f"{name:<11} {_fmt(r.makespan):>13} {_fmt(r.mean_jct):>9} {_fmt(r.p95_jct):>9} {wait:>9} {util:>8} {plan_t:>22} "
             f"{r.idle_waits:>5} {r.checker_failures:>7}{done}"
         )
     print("GPU util: milli-GPUs held over GPUs x 1000 x the run; idle: intervals x pods left waiting while a node had room")
