@@ -17,8 +17,10 @@ first) where both the pool and a device have room (so the relaxation's blind spo
 interval after interval); failing that, a running job that was to move stays where it runs, on the
 device it holds, if that room is still free (a move the devices cannot take is no reason to pause
 it); otherwise it is set to its no-node option (wait, or pause), with a reason that names the
-fragmentation. The room a packed-out job leaves then goes to pending jobs the solver left
-waiting, where it fits a device and lowers the objective (:func:`_fill`). ``Packing.devices`` says
+fragmentation. The room a packed-out job leaves then goes first to running jobs the solver paused
+(back where they run, on their device: a pause made for a newcomer the devices did not take bought
+nothing; :func:`_unpause`), then to pending jobs the solver left waiting, where it fits a device
+and lowers the objective (:func:`_fill`). ``Packing.devices`` says
 what every node's devices hold after this, for the widening that then offers the packed-out jobs
 other nodes (``planner.core._decode``, :func:`planner.build.widen`).
 """
@@ -189,8 +191,76 @@ def pack_devices(problem: Problem, choice: np.ndarray, nodes: Sequence[Node], re
         _fill(problem, choice, set(why), fit, among=set(retry))
         why.update({j: r for j, r in retry.items() if problem.opt_node[choice[j]] < 0})
     if why:
+        _unpause(problem, choice, devs, device, nodes)
         _fill(problem, choice, set(why), fit)
     return Packing(choice, device, why, tuple((max(d.free_whole(), 0), tuple(d.load)) for d in devs))
+
+
+def _room_held(d: _Devices, job: Job, whole: int) -> bool:
+    """Whether a running job's own device (a fraction: the ``gpu_device`` it holds) or ``whole`` free
+    devices are still there for it on its node's devices ``d``."""
+    assert job.allocation is not None
+    if job.gpu_milli is None:
+        return whole <= d.free_whole()
+    held = job.allocation.gpu_device
+    if held is None or held >= d.gpus:
+        return False
+    return d.load[held] + job.gpu_milli <= MILLI_PER_GPU and (d.load[held] > 0 or d.free_whole() >= 1)
+
+
+def _unpause(
+    problem: Problem,
+    choice: np.ndarray,
+    devs: list[_Devices],
+    device: dict[int, int],
+    nodes: Sequence[Node],
+) -> None:
+    """Running jobs the solver paused go back where they run, on the devices they hold, where that
+    room is still free after the packing and staying lowers the objective (cheapest stay first, ties
+    by option index). The pool the solver sees can pause a job to make room for a newcomer that no
+    device then takes: the pause bought nothing, and the next interval would start the job again
+    and pause it again (found replaying the Alibaba trace with GPU models: one pod paused and
+    restarted at every event for minutes, 56 idle waits). Gangs are left as the solver chose."""
+    menus = problem.menus
+    where = {nd.name: k for k, nd in enumerate(nodes)}
+    cand: list[tuple[int, int, int, int]] = []
+    for j in range(problem.n_jobs):
+        job = menus[j].outlook.job
+        if problem.opt_node[choice[j]] >= 0 or job.status != "running" or job.allocation is None or menus[j].count is not None:
+            continue
+        own = where.get(job.node) if job.node is not None else None
+        if own is None:
+            continue
+        for o in problem.options_of(j):
+            if problem.opt_node[o] == own and problem.opt_way[o] == STAY:
+                cand.append((int(problem.cost[o]) - int(problem.cost[choice[j]]), o, j, own))
+    if not cand:
+        return
+    room = problem.capacity() - problem.usage(choice)
+    best = problem.objective(choice)
+    for _, o, j, own in sorted(cand):
+        job = menus[j].outlook.job
+        assert job.allocation is not None
+        need = np.array([problem.dem_cpu[o], problem.dem_gpu[o], problem.dem_mem[o]], dtype=np.int64)
+        if problem.opt_node[choice[j]] >= 0 or (need > room[:, own]).any():
+            continue
+        d, held = devs[own], job.allocation.gpu_device
+        if not _room_held(d, job, _gpus(problem, j, o)):
+            continue
+        was = int(choice[j])
+        choice[j] = o
+        got = problem.objective(choice)
+        if got >= best:
+            choice[j] = was
+            continue
+        best = got
+        room[:, own] -= need
+        if job.gpu_milli is not None:
+            assert held is not None
+            d.load[held] += job.gpu_milli
+            device[j] = held
+        else:
+            d.whole += _gpus(problem, j, o)
 
 
 def _stay_put(
@@ -213,15 +283,7 @@ def _stay_put(
         return False
     held = job.allocation.gpu_device
     d = devs[own]
-    if job.gpu_milli is not None:
-        if (
-            held is None
-            or held >= d.gpus
-            or d.load[held] + job.gpu_milli > MILLI_PER_GPU
-            or (d.load[held] == 0 and d.free_whole() < 1)
-        ):
-            return False
-    elif job.allocation.gpus * job.replicas > d.free_whole():
+    if not _room_held(d, job, job.allocation.gpus * job.replicas):
         return False
     opts = np.array(problem.options_of(j), dtype=np.int64)
     stays = opts[(problem.opt_node[opts] == own) & (problem.opt_way[opts] == STAY)]

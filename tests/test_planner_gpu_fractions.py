@@ -35,6 +35,7 @@ from planner.alternatives import job_options
 from planner.build import build_problem, widen
 from planner.core import _outlooks
 from planner.devices import pack_devices
+from planner.menu import STAY
 from planner.plan import Assignment, Plan
 
 SOLVERS = ["cpsat", "pulp"]
@@ -219,6 +220,35 @@ def test_a_running_fraction_whose_move_does_not_pack_stays_on_its_device() -> No
     assert got.why == {}
     assert int(problem.opt_node[got.choice[0]]) == 0 and got.device[0] == 0
     assert [got.device[1], got.device[2]] == [0, 1]
+
+
+def test_a_running_fraction_paused_for_a_newcomer_that_does_not_pack_runs_on() -> None:
+    """A hand-made choice pauses a running 370 on n0's device 1 to make pool room for a pending 550
+    (2,000 milli: 590 + 230 on device 0, 550 on device 1, so the pool has 630 free without the 370).
+    No device takes the 550 (180 and 450 free), so the pause bought nothing: the 370 stays, on its
+    device, and the 550 waits, told why. Before, it was paused, started again the next interval and
+    paused again, at every event (found replaying the Alibaba trace with GPU models)."""
+
+    def running(job_id: str, milli: int, device: int) -> dict[str, Any]:
+        alloc = {"cpu_millis": 1000, "gpus": 1, "gpu_device": device}
+        return _job(job_id, milli, status="running", node="n0", allocation=alloc)
+
+    jobs = [running("a", 590, 0), running("b", 230, 0), running("p", 370, 1), running("c", 550, 1), _job("x", 550)]
+    snap = _snap([2], jobs)
+    config = PlannerConfig(time_limit=1)
+    outlooks = _outlooks(snap, config, None, None)
+    problem, _ = build_problem(snap, [outlooks[j.id][1] for j in snap.jobs], config)
+
+    def option(j: int, on_node: bool, way: int | None = None) -> int:
+        opts = [o for o in problem.options_of(j) if (problem.opt_node[o] >= 0) == on_node]
+        opts = [o for o in opts if way is None or problem.opt_way[o] == way]
+        return min(opts, key=lambda o: problem.cost[o])
+
+    choice = np.array([option(0, True, STAY), option(1, True, STAY), option(2, False), option(3, True, STAY), option(4, True)])
+    got = pack_devices(problem, choice, snap.nodes)
+    assert set(got.why) == {4} and "550 milli" in got.why[4]
+    assert int(problem.opt_way[got.choice[2]]) == STAY and got.device[2] == 1
+    assert problem.objective(got.choice) < problem.objective(choice)
 
 
 def test_widen_with_the_devices_offers_only_nodes_a_device_of_which_holds_the_fraction() -> None:
