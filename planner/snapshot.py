@@ -21,6 +21,7 @@ within ±1e12 s, loss and metric values within ±1e12.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -44,6 +45,14 @@ Millis = Annotated[int, Field(ge=0, le=10**9)]
 Count = Annotated[int, Field(ge=0, le=10**6)]
 #: Most GPU models one job may name as its choice (``Job.gpu_type`` as a list).
 MAX_GPU_MODELS = 64
+
+
+def gpu_model_allowed(want: str | Sequence[str] | None, model: str | None) -> bool:
+    """Whether a node with GPU model ``model`` meets a job's ``gpu_type`` ``want``: one model, any
+    of several, or (None) any node."""
+    return want is None or (model == want if isinstance(want, str) else model in want)
+
+
 JobStatus = Literal["pending", "running", "finished"]
 
 
@@ -486,8 +495,7 @@ class Job(Input):
 
     def takes_gpu_type(self, model: str | None) -> bool:
         """Whether a node with GPU model ``model`` qualifies (``gpu_type``: one model, any of a list, or any)."""
-        want = self.gpu_type
-        return want is None or (model == want if isinstance(want, str) else model in want)
+        return gpu_model_allowed(self.gpu_type, model)
 
     @property
     def gpu_type_key(self) -> tuple[str, ...] | None:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from adapters.sim.truth import METRICS, GroundTruth, TraceError, TraceLibrary
+from planner.snapshot import gpu_model_allowed
 
 #: Scenario metrics: name -> (what it measures, lower is better?)
 SCENARIO_METRICS: dict[str, tuple[str, bool]] = {
@@ -100,8 +101,7 @@ class JobSpec:
 
     def takes_gpu_type(self, model: str | None) -> bool:
         """Whether a node with GPU model ``model`` qualifies (as ``planner.snapshot.Job.takes_gpu_type``)."""
-        want = self.gpu_type
-        return want is None or (model == want if isinstance(want, str) else model in want)
+        return gpu_model_allowed(self.gpu_type, model)
 
     def truth(self, library: TraceLibrary) -> GroundTruth:
         """The job's ground truth (its measured curve and speed, or its fixed run time)."""
