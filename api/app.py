@@ -87,10 +87,11 @@ def _version() -> str:
         return "0"
 
 
-def _plan_response(plan_id: int, plan_obj: Plan, status: int = 200) -> Response:
-    # The Plan was validated when built (or read back): serialise it once, without FastAPI re-validating.
+def _plan_response(plan_id: int, plan_obj: Plan | str, status: int = 200) -> Response:
+    # The Plan was validated when built (or read back): serialise it once (or answer the JSON the
+    # worker dumped), without FastAPI re-validating.
     return Response(
-        plan_obj.model_dump_json(),
+        plan_obj if isinstance(plan_obj, str) else plan_obj.model_dump_json(),
         status_code=status,
         media_type="application/json",
         headers={"Location": f"/v1/plans/{plan_id}", "FlowPlan-Plan-Id": str(plan_id)},
@@ -99,23 +100,19 @@ def _plan_response(plan_id: int, plan_obj: Plan, status: int = 200) -> Response:
 
 def _fill_from_store(store: StateStore, snapshot: Snapshot) -> Snapshot:
     """Jobs posted without history or target get the stored ones (what training jobs and users sent)."""
+    histories = store.histories([j.id for j in snapshot.jobs if not j.history])
+    targets = store.targets([j.id for j in snapshot.jobs if j.target is None])
+    if not histories and not targets:
+        return snapshot
     jobs = []
-    changed = False
     for job in snapshot.jobs:
         update: dict[str, Any] = {}
-        if not job.history:
-            stored = store.history(job.id)
-            if stored:
-                update["history"] = stored
-        if job.target is None:
-            target = store.target(job.id)
-            if target is not None:
-                update["target"] = target
-        if update:
-            changed = True
-            job = job.model_copy(update=update)
-        jobs.append(job)
-    return snapshot.model_copy(update={"jobs": jobs}) if changed else snapshot
+        if not job.history and job.id in histories:
+            update["history"] = histories[job.id]
+        if job.target is None and job.id in targets:
+            update["target"] = targets[job.id]
+        jobs.append(job.model_copy(update=update) if update else job)
+    return snapshot.model_copy(update={"jobs": jobs})
 
 
 def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAPI:
@@ -151,10 +148,11 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, on_reject=lambda: metrics.count_error(413))
     app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, on_reject=metrics.count_error)
 
-    def may_read(request: Request, _: Credentials) -> None:
+    # async: a check this cheap runs on the event loop, not through a thread hop on every request.
+    async def may_read(request: Request, _: Credentials) -> None:
         check_access(settings, request, write=False)
 
-    def may_write(request: Request, _: Credentials) -> None:
+    async def may_write(request: Request, _: Credentials) -> None:
         check_access(settings, request, write=True)
 
     read = [Depends(may_read)]
@@ -232,19 +230,20 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
             except SnapshotError as exc:
                 raise ApiError(exc.message, exc.field, status=422) from None
             snapshot = _fill_from_store(store, snapshot) if fill_from_store else snapshot
-            return snapshot, snapshot.model_dump_json()  # what the worker gets (api.work.plan_snapshot)
+            # What the worker gets (api.work.plan_snapshot) and the store keeps: dumped once.
+            return snapshot, snapshot.model_dump_json()
 
         config = PlannerConfig(solver=solver or settings.solver, time_limit=time_limit or settings.time_limit)
         with pool.admit():
             snap, snap_json = await run_in_threadpool(parse)
-            plan_obj, hits, misses = await pool.run(plan_snapshot, snap_json, config, jobs=[j.id for j in snap.jobs])
-            plan_id = await run_in_threadpool(store.save_plan, plan_obj, snap)
-        metrics.plans.labels(solver=plan_obj.solver.name, status=plan_obj.solver.status).inc()
-        metrics.solve_seconds.observe(plan_obj.solver.seconds)
-        metrics.fits.labels(result="hit").inc(hits)
-        metrics.fits.labels(result="miss").inc(misses)
-        response = _plan_response(plan_id, plan_obj, status=200)
-        response.headers["FlowPlan-Fitted-Jobs"] = str(misses)
+            planned = await pool.run(plan_snapshot, snap_json, config, jobs=[j.id for j in snap.jobs])
+            plan_id = await run_in_threadpool(store.save_plan_json, planned.time, planned.digest, planned.plan_json, snap_json)
+        metrics.plans.labels(solver=planned.solver.name, status=planned.solver.status).inc()
+        metrics.solve_seconds.observe(planned.solver.seconds)
+        metrics.fits.labels(result="hit").inc(planned.hits)
+        metrics.fits.labels(result="miss").inc(planned.misses)
+        response = _plan_response(plan_id, planned.plan_json, status=200)
+        response.headers["FlowPlan-Fitted-Jobs"] = str(planned.misses)
         return response
 
     @app.post(

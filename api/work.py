@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -23,7 +24,7 @@ from api.schemas import LivePredictions
 from api.settings import DEFAULT_FIT_CACHE_JOBS
 from planner import PlannerConfig, PlanResult, plan
 from planner.outlook import JobOutlook
-from planner.plan import Plan
+from planner.plan import SolverReport
 from planner.snapshot import MetricPoint, QoETarget, Snapshot
 
 #: Model fits a worker keeps by default, in jobs (``FLOWPLAN_FIT_CACHE_JOBS``).
@@ -82,7 +83,21 @@ def _exit_with(parent_sentinel: int) -> None:
     os._exit(0)
 
 
-def plan_snapshot(snapshot_json: str, config: PlannerConfig) -> tuple[Plan, int, int]:
+@dataclass(frozen=True)
+class PlannedJson:
+    """A checked plan as the service stores and answers it: its JSON, dumped once, here in the worker
+    (the service process would otherwise unpickle the model, then dump it twice: once for the store and
+    once for the answer), with the few fields the service reads."""
+
+    plan_json: str
+    time: float
+    digest: str
+    solver: SolverReport
+    hits: int
+    misses: int
+
+
+def plan_snapshot(snapshot_json: str, config: PlannerConfig) -> PlannedJson:
     """``planner.plan`` of the (validated) snapshot, lent this worker's cached fits (:class:`FitCache`):
     the checked plan, and the jobs whose fits were reused and fitted.
 
@@ -90,7 +105,8 @@ def plan_snapshot(snapshot_json: str, config: PlannerConfig) -> tuple[Plan, int,
     both ways (50 jobs: 1 ms + 3-6 ms against 5 ms + 8 ms), and the dump is what the service process
     pays for. The contract holds finite floats only, so the round trip gives the same snapshot."""
     result, hits, misses = _FITS.plan(Snapshot.model_validate_json(snapshot_json), config)
-    return result.plan, hits, misses
+    p = result.plan
+    return PlannedJson(p.model_dump_json(), p.time, p.snapshot_digest, p.solver, hits, misses)
 
 
 def predict_job(

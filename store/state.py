@@ -45,6 +45,10 @@ from store.speeds import SpeedRecords
 ActionStatus = Literal["pending", "done", "failed"]
 
 #: Registers a job by its id when it is not known yet (a metric point or a target names it).
+#: Job ids per ``IN (...)`` lookup (:meth:`StateStore.histories`, :meth:`StateStore.targets`): SQLite
+#: before 3.32 allows 999 parameters in one statement.
+IDS_PER_QUERY = 500
+
 _REGISTER_JOB = "INSERT INTO jobs (id, spec, fields, created, updated) VALUES (?, NULL, '{}', ?, ?) ON CONFLICT (id) DO NOTHING"
 
 
@@ -275,6 +279,22 @@ class StateStore(SpeedRecords):
         # Validated on the way in; rebuilding without validation keeps long histories cheap.
         return [MetricPoint.model_construct(time=t, epoch=e, loss=lo, metric=m) for t, e, lo, m in rows]
 
+    def histories(self, jobs: Sequence[str]) -> dict[str, list[MetricPoint]]:
+        """:meth:`history` of each of ``jobs`` that has points, in one query per
+        :data:`IDS_PER_QUERY` ids (a plan request looks up every job posted without history)."""
+        out: dict[str, list[MetricPoint]] = {}
+        for rows in self._by_ids("SELECT job, time, epoch, loss, metric FROM points WHERE job IN ({}) ORDER BY job, epoch", jobs):
+            for job, t, e, lo, m in rows:
+                out.setdefault(job, []).append(MetricPoint.model_construct(time=t, epoch=e, loss=lo, metric=m))
+        return out
+
+    def _by_ids(self, sql: str, ids: Sequence[str]) -> Iterator[list[Any]]:
+        """The rows of ``sql`` (its ``IN ({})`` filled with placeholders) for ``ids``, a chunk at a time."""
+        unique = list(dict.fromkeys(ids))
+        for k in range(0, len(unique), IDS_PER_QUERY):
+            chunk = unique[k : k + IDS_PER_QUERY]
+            yield self._read(sql.format(", ".join("?" * len(chunk))), chunk)
+
     def point_count(self, job: str | None = None) -> int:
         if job is None:
             return int(self._read("SELECT COUNT(*) FROM points")[0][0])
@@ -301,14 +321,26 @@ class StateStore(SpeedRecords):
         rows = self._read("SELECT target FROM targets WHERE job = ?", (job,))
         return QoETarget.model_validate_json(rows[0][0]) if rows else None
 
+    def targets(self, jobs: Sequence[str]) -> dict[str, QoETarget]:
+        """:meth:`target` of each of ``jobs`` that has one, in one query per :data:`IDS_PER_QUERY` ids."""
+        return {
+            job: QoETarget.model_validate_json(text)
+            for rows in self._by_ids("SELECT job, target FROM targets WHERE job IN ({})", jobs)
+            for job, text in rows
+        }
+
     # -- plans ---------------------------------------------------------------------------------
 
     def save_plan(self, plan: Plan, snapshot: Snapshot | None = None) -> int:
         snap = snapshot.model_dump_json() if snapshot is not None else None
+        return self.save_plan_json(plan.time, plan.snapshot_digest, plan.model_dump_json(), snap)
+
+    def save_plan_json(self, plan_time: float, digest: str, plan_json: str, snapshot_json: str | None = None) -> int:
+        """:meth:`save_plan` of a plan (and snapshot) already dumped: the service has both as JSON."""
         with self._write() as db:
             row = db.execute(
                 "INSERT INTO plans (time, digest, plan, snapshot, created) VALUES (?, ?, ?, ?, ?) RETURNING id",
-                (plan.time, plan.snapshot_digest, plan.model_dump_json(), snap, time.time()),
+                (plan_time, digest, plan_json, snapshot_json, time.time()),
             ).fetchone()
             return int(row[0])
 

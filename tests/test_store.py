@@ -233,6 +233,27 @@ def test_targets_round_trip_and_replace(db: StateStore) -> None:
     assert "j" in db.job_ids()
 
 
+def test_many_jobs_histories_and_targets_in_chunks(db: StateStore, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``histories`` and ``targets`` (what a plan request looks up for every job posted without them)
+    give what ``history`` and ``target`` give job by job, over more ids than one query takes (the
+    chunk made small here), with ids asked twice, unknown ids left out, and nothing for no ids."""
+    import store.state
+
+    monkeypatch.setattr(store.state, "IDS_PER_QUERY", 3)
+    pts = measured_points("deepspeech2", 40)
+    ids = [f"job/{k}" for k in range(8)]
+    for k, job in enumerate(ids):
+        db.add_points(job, pts[k::2][: 3 + k][::-1])  # shuffled: stored out of epoch order
+        if k % 3:
+            db.set_target(job, QoETarget(tier1=Tier(value=0.1 * k)))
+    asked = [*ids, "nobody", ids[0]]
+    assert db.histories(asked) == {job: db.history(job) for job in ids}
+    assert all(h == sorted(h, key=lambda p: p.epoch) for h in db.histories(asked).values())
+    assert db.targets(asked) == {job: db.target(job) for job in ids if db.target(job) is not None}
+    assert len(db.targets(asked)) == 5
+    assert db.histories([]) == {} and db.targets([]) == {}
+
+
 def test_plans_latest_and_by_id(db: StateStore, data_dir: Path) -> None:
     assert db.latest_plan() is None and db.get_plan(1) is None
     p1 = plan(random_snapshot(1, n_nodes=1, n_jobs=2), PlannerConfig(solver="greedy")).plan
