@@ -11,7 +11,8 @@ Two generators, 1,200 snapshots per run in all:
 - *mutated* real snapshots (the bundled examples): one field replaced by a value of the wrong
   kind, out of range, NaN/Infinity in the JSON text, a misspelt key, a deleted key.
 
-Properties: parsing either gives a Snapshot or raises SnapshotError with one line naming a field;
+Properties: parsing either gives a Snapshot (the same one the careful path, ``json.loads`` and then
+the objects validated, gives) or raises SnapshotError with one line naming a field;
 a Snapshot always plans without an exception (greedy, so a run stays in seconds), the plan passes
 the independent checker, and every number in it is finite. Nothing here is faked.
 """
@@ -28,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner import PlannerConfig, SnapshotError, check_plan, parse_snapshot, plan
+from planner.io import validate_snapshot
 
 
 def fuzz(n: int) -> settings:
@@ -194,11 +196,15 @@ def _finite_everywhere(obj: Any) -> bool:
 
 def _parse_or_refuse(text: str) -> Any:
     try:
-        return parse_snapshot(text)
+        snapshot = parse_snapshot(text)
     except SnapshotError as exc:
         msg = str(exc)
         assert msg and "\n" not in msg and "Traceback" not in msg, msg
         return None
+    # What pydantic's JSON parser accepted in one step, the careful path (``json.loads``, then the
+    # objects validated: the one that names the field in errors) accepts too, as the same snapshot.
+    assert validate_snapshot(json.loads(text)) == snapshot
+    return snapshot
 
 
 def _plans_cleanly(snapshot: Any) -> None:
