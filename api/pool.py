@@ -10,14 +10,15 @@ two snapshots at once (threads could not: the fits and the model build hold the 
   below the service process (on a busy CPU the event loop comes first), and keeps the model fits of
   the jobs it planned, across clusters, up to ``fit_cache_jobs`` (:class:`api.work.FitCache`), as the
   warm start of later plans of the same job inputs. Warm fits never change a plan (``planner.plan``).
-- **Routing by the jobs a worker planned.** The pool remembers which worker last planned each job id
-  (``jobs=`` of :meth:`WorkerPool.run`). An arriving request takes the idle worker that last planned
-  most of its jobs (ties: the one that finished most recently, so a lone client, the daemon, keeps
-  meeting its own warm fits); a freed worker goes to the waiting request that it planned most of
-  (ties: the one waiting longest). A worker is never left idle while a request waits; the routing
-  only chooses among what is free, so that under concurrent clients a cluster is fitted again in
-  another worker less often (a plan that fits 50 jobs takes about twice a warm one, and the plans
-  queued behind it wait for that).
+- **Routing by the jobs a worker planned.** The pool keeps, per worker, the job ids it planned, the
+  most recent ``fit_cache_jobs`` of them (``jobs=`` of :meth:`WorkerPool.run`), as the worker's own
+  fit cache keeps their fits. An arriving request takes the idle worker that planned most of its
+  jobs (ties: the one that finished most recently, so a lone client, the daemon, keeps meeting its
+  own warm fits); a freed worker goes to the waiting request that it planned most of (ties: the one
+  waiting longest). A worker is never left idle while a request waits; the routing only chooses
+  among what is free, so that under concurrent clients a cluster is fitted again in another worker
+  less often (a plan that fits 50 jobs takes about twice a warm one, and the plans queued behind it
+  wait for that). A cluster planned by both workers is warm in both, and either takes it.
 - **The bounded queue.** At most ``workers + queue`` requests are admitted at once (running, or
   waiting for a worker). One more is refused at once with **429** and ``Retry-After``: the service is
   healthy but busy, the client should back off (a load balancer must not take a 429 for a dead
@@ -102,8 +103,8 @@ class WorkerPool:
         self._started = False
         self._idle: list[_Worker] = []  # the most recently freed last
         self._waiting: list[tuple[tuple[str, ...], asyncio.Future[_Worker]]] = []  # the longest waiting first
-        self._home: OrderedDict[str, int] = OrderedDict()  # job id -> the worker that last planned it
-        self._home_limit = max(fit_cache_jobs, 1000) * workers
+        # Per worker, the job ids it planned, least recently first (at most ``fit_cache_jobs``, as its fits).
+        self._planned_by: list[OrderedDict[str, None]] = [OrderedDict() for _ in range(workers)]
         metrics.workers.set(workers)
 
     @property
@@ -176,17 +177,18 @@ class WorkerPool:
                 raise
             if self.closing:  # given a worker just before close(): the executors are shutting down
                 raise self._shutting_down()
+        planned = self._planned_by[worker.index]
         for job in wanted:
-            self._home[job] = worker.index
-            self._home.move_to_end(job)
-        while len(self._home) > self._home_limit:
-            self._home.popitem(last=False)
+            planned[job] = None
+            planned.move_to_end(job)
+        while len(planned) > max(self.fit_cache_jobs, len(wanted)):
+            planned.popitem(last=False)
         return await self._on(worker, fn, args)
 
     def _planned(self, worker: _Worker, jobs: tuple[str, ...]) -> int:
-        """How many of ``jobs`` ``worker`` planned last."""
-        home = self._home
-        return sum(1 for job in jobs if home.get(job) == worker.index)
+        """How many of ``jobs`` ``worker`` planned (among the ones its fit cache keeps)."""
+        planned = self._planned_by[worker.index]
+        return sum(1 for job in jobs if job in planned)
 
     def _take(self, jobs: tuple[str, ...]) -> _Worker | None:
         """The idle worker that planned most of ``jobs`` (ties: the most recently freed), taken; None: none is idle."""
@@ -235,6 +237,7 @@ class WorkerPool:
     def _restart(self, worker: _Worker, broken: ProcessPoolExecutor) -> None:
         if not self.closing and worker.executor is broken:  # not restarted already by another request
             worker.restart()
+            self._planned_by[worker.index].clear()  # a fresh process: no fits
             worker.executor.submit(int)
 
     async def close(self) -> None:

@@ -14,7 +14,9 @@ Cases:
 - **routing by the jobs a worker planned**: two workers; cluster A is planned while the other worker
   is held, then cluster B (no job id in common) with both idle goes to the worker freed last (the one
   that was held), then A again, with both idle, goes back to the worker that planned it: it fits no
-  model (the rule before, the worker freed last, refitted all of A there);
+  model (the rule before, the worker freed last, refitted all of A there); and a cluster planned by
+  both workers counts as warm in both: a freed worker takes it before a longer-waiting cluster it
+  never planned;
 - **warm fits across clusters**: one worker plans cluster A, then B, then A again: the third plan fits
   no model (``FlowPlan-Fitted-Jobs: 0``) and is byte for byte the plan this process makes cold (all
   but the measured seconds); a new point refits that one job only, a changed CPU measurement none;
@@ -339,3 +341,66 @@ def test_a_plan_goes_back_to_the_worker_that_planned_its_jobs(store: StateStore,
         wait_for(http, "flowplan_work_in_flight", 0)
         assert fitted(b) == _active(b_doc)  # neither worker planned B: the one freed last (the held one)
         assert fitted(a) == 0  # both idle: A goes back to the worker that planned it, not the one freed last
+
+
+def test_a_freed_worker_takes_the_waiting_cluster_it_also_planned(store: StateStore, tmp_path: Path) -> None:
+    """A cluster planned by both workers is warm in both. Worker Q plans A; P then plans A too (Q
+    held) and B. With both held, B waits first and A second; Q, freed, takes A (it planned A) rather
+    than B, the longest waiting (it never planned B): A fits no model and is planned (its plan id
+    given) before B. The rule before, the one worker that planned a job last, counted A as P's only,
+    so Q took B first and fitted all of it while A waited."""
+    fifos = []
+    for name in ("p", "q", "p2"):
+        fifos.append(tmp_path / name)
+        os.mkfifo(fifos[-1])
+    hold_p, hold_q, hold_p2 = fifos
+    a = (REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes()
+    b_doc = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
+    for job in b_doc["jobs"]:
+        job["id"] = "b-" + job["id"]  # no job id in common with A
+    b = json.dumps(b_doc).encode()
+    app = held_app(store, ApiSettings(plan_workers=2, plan_queue=2))
+    with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
+
+        def fitted(resp: httpx.Response) -> int:
+            assert resp.status_code == 200, resp.text
+            return int(resp.headers["FlowPlan-Fitted-Jobs"])
+
+        def post(body: bytes) -> httpx.Response:
+            return http.post("/v1/plan", content=body, params=NO_FILL)
+
+        with ThreadPoolExecutor(4) as background:
+            released: set[Path] = set()
+
+            def let_go(fifo: Path) -> None:
+                release(fifo)
+                released.add(fifo)
+
+            try:
+                on_p = background.submit(http.post, "/test/hold", json={"fifo": str(hold_p)})
+                wait_for(http, "flowplan_work_in_flight", 1)
+                assert fitted(post(a)) == _active(json.loads(a))  # Q plans A
+                on_q = background.submit(http.post, "/test/hold", json={"fifo": str(hold_q)})  # the only idle one
+                wait_for(http, "flowplan_work_in_flight", 2)
+                let_go(hold_p)
+                assert on_p.result().status_code == 200
+                wait_for(http, "flowplan_work_in_flight", 1)
+                assert fitted(post(a)) == _active(json.loads(a))  # P plans A as well (Q is held)
+                assert fitted(post(b)) == _active(b_doc)  # and B
+                on_p2 = background.submit(http.post, "/test/hold", json={"fifo": str(hold_p2)})  # P again
+                wait_for(http, "flowplan_work_in_flight", 2)
+                b_plan = background.submit(post, b)
+                wait_for(http, "flowplan_work_in_flight", 3)
+                a_plan = background.submit(post, a)
+                wait_for(http, "flowplan_work_in_flight", 4)
+                let_go(hold_q)  # Q is freed first: it takes A, which it planned
+                a_resp = a_plan.result()
+                assert fitted(a_resp) == 0
+                let_go(hold_p2)
+                b_resp = b_plan.result()
+                assert int(a_resp.headers["FlowPlan-Plan-Id"]) < int(b_resp.headers["FlowPlan-Plan-Id"])
+                assert on_q.result().status_code == 200 and on_p2.result().status_code == 200
+            finally:
+                for fifo in fifos:
+                    if fifo not in released:
+                        release(fifo)
