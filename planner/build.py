@@ -567,7 +567,8 @@ def widen(
     on = problem.opt_node[choice]
     room = cap - problem.usage(choice)
     gangs = gang_mask(problem.menus)
-    with_gangs, position = _gangs_into(nodes, problem, np.flatnonzero((on < 0) & gangs), room)
+    held = _held(problem, on)
+    with_gangs, position = _gangs_into(nodes, problem, np.flatnonzero((on < 0) & gangs), room, held)
     if with_gangs is not problem:
         problem, choice = with_gangs, position[choice]
     left_out = np.flatnonzero((on < 0) & ~gangs)
@@ -579,7 +580,7 @@ def widen(
         dtype=np.int64,
     ).reshape(-1, 3)
     hot = np.flatnonzero((room >= least.min(axis=0)[:, None]).all(axis=0))
-    hot = hot[~np.isin(hot, problem.reserved)]  # a waiting gang's reservation (planner.gangs)
+    hot = hot[~np.isin(hot, held)]  # a waiting gang's reservation (planner.gangs)
     if hot.size == 0:
         return problem, choice
     sub_menus = [problem.menus[int(j)] for j in left_out]
@@ -645,7 +646,20 @@ def _most_milli(load: Sequence[int], free: int) -> int:
     return MILLI_PER_GPU if free > 0 else max([MILLI_PER_GPU - x for x in load if 0 < x < MILLI_PER_GPU], default=0)
 
 
-def _gangs_into(nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, room: np.ndarray) -> tuple[Problem, np.ndarray]:
+def _held(problem: Problem, on: np.ndarray) -> np.ndarray:
+    """The nodes a reservation still holds after the solve: ``problem.reserved``, unless the gang they
+    were held for has a node in the plan (``on``: each job's node, -1 waiting). It starts now, so what
+    it leaves of them is idle room like any other (kept held, that room sat idle for the interval
+    while jobs it fits waited beside it)."""
+    if not problem.reserved.size or problem.reserved_for is None:
+        return problem.reserved
+    keeper = next((j for j, m in enumerate(problem.menus) if m.outlook.job.id == problem.reserved_for), None)
+    return problem.reserved if keeper is None or on[keeper] < 0 else problem.reserved[:0]
+
+
+def _gangs_into(
+    nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, room: np.ndarray, held: np.ndarray
+) -> tuple[Problem, np.ndarray]:
     """``problem`` with placements for the gangs ``left_out`` packed into ``room``, and where each old
     option went (the identity when none is new).
 
@@ -653,7 +667,7 @@ def _gangs_into(nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, r
     room the solve frees (a job paused or moved, a gang that took fewer nodes) is then nobody's
     candidate, and a waiting gang stays waiting next to it. So each count of each such gang is packed
     (:func:`planner.gangs.pack`; from its nodes first when it runs, :func:`planner.gangs.pack_onto`)
-    into ``room`` on its eligible nodes, the nodes reserved for another gang left out.
+    into ``room`` on its eligible nodes, the nodes ``held`` for another gang left out.
     """
     same = np.arange(problem.n_options)
     if left_out.size == 0:
@@ -673,8 +687,8 @@ def _gangs_into(nodes: Sequence[Node], problem: Problem, left_out: np.ndarray, r
             now[j] = current_shares(m, index)
             pinned[j] = not job.migratable
         el = eligible[k]
-        if problem.reserved.size and problem.reserved_for != job.id:
-            el = el[~np.isin(el, problem.reserved)]
+        if held.size and problem.reserved_for != job.id:
+            el = el[~np.isin(el, held)]
         need = per_replica(m)[:, 0]
         have = {
             frozenset(problem.shares_of(o, int(m.count[problem.opt_level[o]])))

@@ -459,3 +459,23 @@ def test_cpu_gang_grows_into_a_freed_host(solver: str) -> None:
     got = of(planned(snap, solver), "g")
     assert got.action == "migrate" and got.replicas == 3
     assert sorted(s.node for s in got.placement) == ["n0", "n1", "n2"]
+
+
+def test_room_a_reservation_held_is_freed_when_its_gang_starts(data_dir: Path) -> None:
+    """A snapshot the simulator gave FlowPlan (``pollux-w6-span``, seed 0, t = 21,380 s; measured curves,
+    with the curve priors ``flowplan simulate`` uses): the pending gang cifar10-114 has waited past
+    ``gang_reserve_seconds``, so ``gpu-node-0`` (two GPUs free) is reserved for it and takes no other
+    start. The solve starts it there on one GPU. The reservation has then done its work: the other
+    GPU was left idle for the interval while eight one-GPU jobs waited beside it (their explanation
+    said "the nodes it fits are full"). The refill after the solve now offers that room."""
+    from adapters.sim.truth import TraceLibrary, history_priors
+    from planner.policies import make_policy
+
+    snap = Snapshot.model_validate_json((Path(__file__).parent / "fixtures" / "pollux-w6-span-seed0-t21380.json").read_text())
+    policy = make_policy("flowplan", time_limit=1.0, curve_priors=history_priors(TraceLibrary.load(data_dir)))
+    got = policy(snap)
+    assert check_plan(snap, got) == []
+    assert any("cifar10-114: a gang that has waited" in w for w in got.warnings)
+    assert of(got, "cifar10-114").action == "start" and of(got, "cifar10-114").node == "gpu-node-0"
+    used = sum(k for a in got.assignments if a.node is not None for n, k in assigned_shares(a) if n == "gpu-node-0")
+    assert used == 4  # every GPU of the reserved node busy (2 before: the other one stayed idle)
