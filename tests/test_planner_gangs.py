@@ -471,7 +471,10 @@ def test_room_a_reservation_held_is_freed_when_its_gang_starts(data_dir: Path) -
     from adapters.sim.truth import TraceLibrary, history_priors
     from planner.policies import make_policy
 
-    snap = Snapshot.model_validate_json((Path(__file__).parent / "fixtures" / "pollux-w6-span-seed0-t21380.json").read_text())
+    import gzip
+
+    saved = Path(__file__).parent / "data" / "snapshots" / "pollux-w6-span-seed0-t21380.json.gz"
+    snap = Snapshot.model_validate_json(gzip.decompress(saved.read_bytes()))
     policy = make_policy("flowplan", time_limit=1.0, curve_priors=history_priors(TraceLibrary.load(data_dir)))
     got = policy(snap)
     assert check_plan(snap, got) == []

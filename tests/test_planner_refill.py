@@ -19,7 +19,13 @@ Case matrix:
   refilled one misses (found by ``benchmarks/bench_planner.py --long full``, whose 30-s solve of the
   wider problem met it); with the second solve left out, the plan is the refilled one.
 
-Nothing is faked: the snapshot is what the simulator's policy saw; real fits, HiGHS and CP-SAT.
+- a refill whose own placements leave room that no waiting job has an option on (Pollux's
+  workload 4 with spanning gangs, seed 0, t = 21,487 s: the refill started ``deepspeech2-114`` on
+  nodes other gangs' packed options also used, and four GPUs stayed idle beside two waiting one-GPU
+  gangs): a second refill round offers that room and places one of them, at a lower objective; with
+  one round (as before) the GPUs stay idle.
+
+Nothing is faked: the snapshots are what the simulator's policy saw; real fits, HiGHS and CP-SAT.
 """
 
 from __future__ import annotations
@@ -215,3 +221,31 @@ def test_a_refill_that_lowers_the_objective_is_followed_by_a_solve_of_the_wider_
     assert got.plan.objective.total < refilled.objective.total
     assert got.plan.objective.tier2_met == refilled.objective.tier2_met + 1
     assert got.plan.objective.tier1_met == refilled.objective.tier1_met
+
+
+@pytest.mark.parametrize("rounds", [1, core.REFILL_ROUNDS])
+def test_a_second_refill_round_offers_the_room_the_first_left(
+    data_dir: Path, rounds: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from adapters.sim.truth import TraceLibrary, history_priors
+    from planner.plan import assigned_shares
+    from planner.policies import make_policy
+
+    saved = Path(__file__).parent / "data" / "snapshots" / "pollux-w4-span-seed0-t21487.json.gz"
+    snapshot = Snapshot.model_validate_json(gzip.decompress(saved.read_bytes()))
+    monkeypatch.setattr(core, "REFILL_ROUNDS", rounds)
+    policy = make_policy("flowplan", time_limit=1.0, curve_priors=history_priors(TraceLibrary.load(data_dir)))
+    got = policy(snapshot)
+    assert check_plan(snapshot, got) == []
+    used: dict[str, int] = {}
+    for a in got.assignments:
+        if a.node is not None:
+            for node, k in assigned_shares(a):
+                used[node] = used.get(node, 0) + k * a.gpus
+    idle = {n.name: n.gpus - used.get(n.name, 0) for n in snapshot.nodes if n.gpus > used.get(n.name, 0)}
+    waiting = [a.job for a in got.assignments if a.node is None and a.job.startswith("cifar10")]
+    if rounds == 1:
+        assert idle == {"gpu-node-11": 1, "gpu-node-15": 3} and waiting == ["cifar10-122", "cifar10-123"]
+    else:
+        assert idle == {} and waiting == ["cifar10-123"]  # the room holds one of the two
+        assert got.solver.message.count("refill of") == 2
