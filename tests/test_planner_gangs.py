@@ -8,6 +8,7 @@ an epoch of 50,000 samples at ``r`` replicas on ``n`` nodes takes ``50000 / (r *
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 from functools import cache
@@ -470,8 +471,6 @@ def test_room_a_reservation_held_is_freed_when_its_gang_starts(data_dir: Path) -
     said "the nodes it fits are full"). The refill after the solve now offers that room."""
     from adapters.sim.truth import TraceLibrary, history_priors
     from planner.policies import make_policy
-
-    import gzip
 
     saved = Path(__file__).parent / "data" / "snapshots" / "pollux-w6-span-seed0-t21380.json.gz"
     snap = Snapshot.model_validate_json(gzip.decompress(saved.read_bytes()))
