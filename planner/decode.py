@@ -181,11 +181,18 @@ def _done_reason(m: JobMenu) -> str:
 
 
 def unserved_reason(
-    m: JobMenu, nodes: list[Node], eligible_any: bool, room_on: str | None = None, reserved: str | None = None
+    m: JobMenu,
+    nodes: list[Node],
+    eligible_any: bool,
+    room_on: str | None = None,
+    reserved: str | None = None,
+    room_left: str | None = None,
 ) -> str:
     """Why a job has no node in the plan. ``room_on``: a node where one of its options fits the room
     the plan leaves (it waits by the solver's choice, not for lack of room); ``reserved``: the gang
-    (job id) a reservation holds nodes for this interval (:func:`planner.gangs.reservation`)."""
+    (job id) a reservation holds nodes for this interval (:func:`planner.gangs.reservation`);
+    ``room_left``: a node whose room after the plan holds its minimum although none of its options
+    is there (:class:`MinimumRoom`), so "the nodes it fits are full" would not be true."""
     job: Job = m.outlook.job
     per = int(m.count[0]) if m.count is not None and m.count.size else 1  # a gang's level 0: its fewest, all replicas
     need = (
@@ -196,6 +203,11 @@ def unserved_reason(
     if per > 1 or m.count is not None:
         need += f" per replica, {per} replica(s) at least"
     full = f"no room for its minimum ({need}) on any node it may use; the nodes it fits are full"
+    if room_left is not None and job.status != "running":
+        full = (
+            f"waits although {room_left} has room for its minimum ({need}): that room was not among the "
+            "placements it was offered this interval (the plan's other choices freed it or left it)"
+        )
     if reserved == job.id:
         return f"no room yet for its minimum ({need}); the nodes it needs are reserved for it and take no other job until it fits"
     if not eligible_any and job.status != "running" and _fits_a_node(m, nodes):
@@ -244,6 +256,67 @@ def _fits_a_node(m: JobMenu, nodes: list[Node]) -> bool:
         and (not n.memory_mib or n.memory_mib >= mem)
         for n in nodes
     )
+
+
+class MinimumRoom:
+    """Which node's room after the plan holds a waiting job's minimum although none of its options is
+    there (:meth:`node`), for the explanation: "the nodes it fits are full" must be true when said.
+    ``left``: (3, nodes), the capacity less the plan's usage. Answers are kept per shape of minimum
+    and node filter, since many waiting jobs share them (a plan of 10,000 jobs)."""
+
+    def __init__(self, problem: Problem, left: np.ndarray, nodes: Sequence[Node]) -> None:
+        self.problem, self.left = problem, left
+        by_name = {n.name: n for n in nodes}
+        self.nodes = [by_name.get(name) for name in problem.node_names]
+        self._eligible: dict[tuple[object, ...], np.ndarray] = {}
+        self._answers: dict[tuple[object, ...], str | None] = {}
+
+    def _mask(self, job: Job, held: tuple[int, ...]) -> np.ndarray:
+        key = (job.gpu_type_key, tuple(sorted(job.node_selector.items())), held)
+        if key not in self._eligible:
+            ok = np.array(
+                [
+                    n is not None
+                    and n.schedulable
+                    and job.takes_gpu_type(n.gpu_type)
+                    and all(n.labels.get(k) == v for k, v in job.node_selector.items())
+                    for n in self.nodes
+                ],
+                dtype=bool,
+            )
+            ok[list(held)] = False
+            self._eligible[key] = ok
+        return self._eligible[key]
+
+    def node(self, m: JobMenu) -> str | None:
+        """A node whose room holds the job's minimum, on a node it may use and not held for another
+        gang (a gang: its fewest replicas over up to ``max_nodes`` such nodes; the one with the most
+        room is named); None: none. Whole GPUs only: a fraction needs one device's room, which the
+        node's pool cannot tell."""
+        job, problem = m.outlook.job, self.problem
+        if job.gpu_milli is not None or not problem.node_names:
+            return None
+        per = int(m.count[0]) if m.count is not None and m.count.size else 1
+        need = (int(m.dem_cpu[0]) // per, int(m.dem_gpu[0]) // per, int(m.dem_mem) // per)
+        held = tuple(problem.reserved.tolist()) if problem.reserved_for not in (None, job.id) else ()
+        most = max(job.max_nodes, 1) if m.count is not None else 1
+        key = (need, per, most, job.gpu_type_key, tuple(sorted(job.node_selector.items())), held)
+        if key not in self._answers:
+            want = np.array(need, dtype=np.int64)[:, None]
+            ok = self._mask(job, held) & (self.left >= want).all(axis=0)
+            answer = None
+            if ok.any():
+                dims = [d for d in range(3) if need[d] > 0]
+                if dims:
+                    k = np.min(np.stack([self.left[d] // need[d] for d in dims]), axis=0)
+                else:
+                    k = np.full(ok.size, per, dtype=np.int64)
+                k = np.where(ok, k, 0)
+                order = np.argsort(-k, kind="stable")  # most room first, ties to the lower index
+                if int(k[order[:most]].sum()) >= per:
+                    answer = problem.node_names[int(order[0])]
+            self._answers[key] = answer
+        return self._answers[key]
 
 
 def room_nodes(problem: Problem, choice: np.ndarray) -> np.ndarray:
@@ -310,8 +383,10 @@ def decode(
         if node is None:
             if rooms is None:
                 rooms = room_nodes(problem, choice)
+                minimum_room = MinimumRoom(problem, problem.capacity() - problem.usage(choice), nodes)
             room_on = problem.node_names[int(rooms[j])] if job.status != "running" and rooms[j] >= 0 else None
-            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for)
+            room_left = minimum_room.node(m) if room_on is None and job.status != "running" else None
+            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for, room_left)
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:

@@ -23,7 +23,8 @@ Case matrix:
   workload 4 with spanning gangs, seed 0, t = 21,487 s: the refill started ``deepspeech2-114`` on
   nodes other gangs' packed options also used, and four GPUs stayed idle beside two waiting one-GPU
   gangs): a second refill round offers that room and places one of them, at a lower objective; with
-  one round (as before) the GPUs stay idle.
+  one round (as before) the GPUs stay idle, and the waiting gangs' explanation names the node with
+  room (it said "the nodes it fits are full").
 
 Nothing is faked: the snapshots are what the simulator's policy saw; real fits, HiGHS and CP-SAT.
 """
@@ -244,8 +245,12 @@ def test_a_second_refill_round_offers_the_room_the_first_left(
                 used[node] = used.get(node, 0) + k * a.gpus
     idle = {n.name: n.gpus - used.get(n.name, 0) for n in snapshot.nodes if n.gpus > used.get(n.name, 0)}
     waiting = [a.job for a in got.assignments if a.node is None and a.job.startswith("cifar10")]
+    why = {u.job: u.reason for u in got.unserved}
     if rounds == 1:
         assert idle == {"gpu-node-11": 1, "gpu-node-15": 3} and waiting == ["cifar10-122", "cifar10-123"]
+        # The explanation says so, not "the nodes it fits are full" (what it said before).
+        assert why["cifar10-122"].startswith("waits although gpu-node-15 has room for its minimum"), why["cifar10-122"]
     else:
         assert idle == {} and waiting == ["cifar10-123"]  # the room holds one of the two
         assert got.solver.message.count("refill of") == 2
+        assert why["cifar10-123"].endswith("the nodes it fits are full"), why["cifar10-123"]
