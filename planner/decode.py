@@ -149,7 +149,9 @@ def explain(
             else:
                 parts.append("speed not yet observed: " + m.outlook.speed_note.removeprefix("speed "))
     else:
-        parts.append(("paused" if action == "pause" else "waits") + (f": {why}" if why else ""))
+        verb = "paused" if action == "pause" else "waits"
+        # A reason that already says "waits although ..." reads as it is ("waits: waits although" did not).
+        parts.append(why if why and why.startswith(verb + " ") else verb + (f": {why}" if why else ""))
     for tier, eta, deadline, ok in (
         ("tier 1", pred.eta_tier1, pred.tier1_deadline, pred.tier1_satisfied),
         ("tier 2", pred.eta_tier2, pred.tier2_deadline, pred.tier2_satisfied),
