@@ -238,10 +238,11 @@ def _mixed(seed: int) -> Snapshot:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_mixed_snapshots_are_valid_and_deterministic(solver: str, seed: int) -> None:
-    """The same snapshot, the same plan. CBC's time limit is wall-clock seconds: on a loaded machine
-    its 0.25-s refill solves were cut in one call and not the other (twice in session 19, with the
-    whole suite or three test files running beside other work), so PuLP gets a limit
-    these small problems never reach; CP-SAT runs on deterministic time at the default."""
+    """The same snapshot, the same plan. The PuLP case failed twice in session 19 while other work
+    loaded the machine, and passed alone (three busy loops beside it did not bring it back). The one
+    source of variation found: CBC's time limit is wall-clock seconds, and a refill solve gets a
+    quarter of it (0.25 s), so a loaded machine can cut one call and not the other. PuLP therefore
+    gets a limit these small problems never reach; CP-SAT runs on deterministic time at the default."""
     snap = _mixed(seed)
     limit = {"time_limit": 20.0} if solver == "pulp" else {}
     first, second = planned(snap, solver, **limit), planned(snap, solver, **limit)
