@@ -35,6 +35,11 @@ class ServiceMetrics:
             "Plan and prediction requests admitted: running in a worker or waiting.",
             registry=r,
         )
+        self.waiting = Gauge(
+            "flowplan_work_waiting",
+            "Admitted plan and prediction requests waiting for a free worker (the queue's depth).",
+            registry=r,
+        )
         self.rejected = Counter(
             "flowplan_rejected",
             "Requests refused before any work: queue_full (429), shutting_down or worker_lost (503).",

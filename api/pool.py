@@ -167,11 +167,13 @@ class WorkerPool:
         if worker is None:
             entry = (wanted, asyncio.get_running_loop().create_future())
             self._waiting.append(entry)
+            self.metrics.waiting.set(len(self._waiting))
             try:
                 worker = await entry[1]
             except asyncio.CancelledError:
                 if entry in self._waiting:
                     self._waiting.remove(entry)
+                    self.metrics.waiting.set(len(self._waiting))
                 elif entry[1].done() and not entry[1].cancelled() and entry[1].exception() is None:
                     self._hand_on(entry[1].result())  # given a worker as it was cancelled: pass it on
                 raise
@@ -201,10 +203,12 @@ class WorkerPool:
         """A free ``worker`` to the waiting request it planned most of (ties: the longest waiting), or idle."""
         self._waiting = [(jobs, f) for jobs, f in self._waiting if not f.done()]
         if not self._waiting:
+            self.metrics.waiting.set(0)
             self._idle.append(worker)
             return
         best = max(range(len(self._waiting)), key=lambda i: (self._planned(worker, self._waiting[i][0]), -i))
         _, future = self._waiting.pop(best)
+        self.metrics.waiting.set(len(self._waiting))
         future.set_result(worker)
 
     async def _on(self, worker: _Worker, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
@@ -245,6 +249,7 @@ class WorkerPool:
         self.closing = True
         workers, self._all = self._all, []
         waiting, self._waiting = self._waiting, []
+        self.metrics.waiting.set(0)
         for _, future in waiting:  # each request waiting for a worker answers 503
             if not future.done():
                 future.set_exception(self._shutting_down())

@@ -310,14 +310,20 @@ def test_a_worker_keeps_the_fits_of_every_cluster_it_planned(store: StateStore, 
             assert metric(http, 'flowplan_plan_fits_total{result="miss"}') == sum(fitted for _, fitted in posts)
 
 
-def test_a_plan_goes_back_to_the_worker_that_planned_its_jobs(store: StateStore, tmp_path: Path) -> None:
-    fifo = tmp_path / "hold"
-    os.mkfifo(fifo)
+def _two_clusters() -> tuple[bytes, bytes, dict[str, Any]]:
+    """Cluster A (the qoe-deadlines example) and cluster B (specon-4nodes, its job ids prefixed so
+    that none is A's), as request bodies, and B as a document."""
     a = (REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes()
     b_doc = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
     for job in b_doc["jobs"]:
         job["id"] = "b-" + job["id"]  # no job id in common with A
-    b = json.dumps(b_doc).encode()
+    return a, json.dumps(b_doc).encode(), b_doc
+
+
+def test_a_plan_goes_back_to_the_worker_that_planned_its_jobs(store: StateStore, tmp_path: Path) -> None:
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    a, b, b_doc = _two_clusters()
     app = held_app(store, ApiSettings(plan_workers=2, plan_queue=0))
     with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
 
@@ -354,11 +360,7 @@ def test_a_freed_worker_takes_the_waiting_cluster_it_also_planned(store: StateSt
         fifos.append(tmp_path / name)
         os.mkfifo(fifos[-1])
     hold_p, hold_q, hold_p2 = fifos
-    a = (REPO / "examples" / "snapshots" / "qoe-deadlines.json").read_bytes()
-    b_doc = json.loads((REPO / "examples" / "snapshots" / "specon-4nodes.json").read_bytes())
-    for job in b_doc["jobs"]:
-        job["id"] = "b-" + job["id"]  # no job id in common with A
-    b = json.dumps(b_doc).encode()
+    a, b, b_doc = _two_clusters()
     app = held_app(store, ApiSettings(plan_workers=2, plan_queue=2))
     with ThreadServer(app) as srv, httpx.Client(base_url=srv.url, timeout=300, headers=JSON) as http:
 
@@ -390,9 +392,9 @@ def test_a_freed_worker_takes_the_waiting_cluster_it_also_planned(store: StateSt
                 on_p2 = background.submit(http.post, "/test/hold", json={"fifo": str(hold_p2)})  # P again
                 wait_for(http, "flowplan_work_in_flight", 2)
                 b_plan = background.submit(post, b)
-                wait_for(http, "flowplan_work_in_flight", 3)
+                wait_for(http, "flowplan_work_waiting", 1)  # parsed and waiting for a worker, not only admitted
                 a_plan = background.submit(post, a)
-                wait_for(http, "flowplan_work_in_flight", 4)
+                wait_for(http, "flowplan_work_waiting", 2)
                 let_go(hold_q)  # Q is freed first: it takes A, which it planned
                 a_resp = a_plan.result()
                 assert fitted(a_resp) == 0
