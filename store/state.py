@@ -44,11 +44,11 @@ from store.speeds import SpeedRecords
 
 ActionStatus = Literal["pending", "done", "failed"]
 
-#: Registers a job by its id when it is not known yet (a metric point or a target names it).
 #: Job ids per ``IN (...)`` lookup (:meth:`StateStore.histories`, :meth:`StateStore.targets`): SQLite
 #: before 3.32 allows 999 parameters in one statement.
 IDS_PER_QUERY = 500
 
+#: Registers a job by its id when it is not known yet (a metric point or a target names it).
 _REGISTER_JOB = "INSERT INTO jobs (id, spec, fields, created, updated) VALUES (?, NULL, '{}', ?, ?) ON CONFLICT (id) DO NOTHING"
 
 
