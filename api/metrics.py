@@ -32,7 +32,7 @@ class ServiceMetrics:
         self.workers = Gauge("flowplan_workers", "Worker processes that plan and predict.", registry=r)
         self.in_flight = Gauge(
             "flowplan_work_in_flight",
-            "Plan and prediction requests admitted: running in a worker or waiting.",
+            "Plan and prediction requests admitted: being parsed, waiting for a worker or running in one.",
             registry=r,
         )
         self.waiting = Gauge(
