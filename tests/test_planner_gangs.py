@@ -471,10 +471,11 @@ def test_cpu_gang_grows_into_a_freed_host(solver: str) -> None:
 def test_room_a_reservation_held_is_freed_when_its_gang_starts(data_dir: Path) -> None:
     """A snapshot the simulator gave FlowPlan (``pollux-w6-span``, seed 0, t = 21,380 s; measured curves,
     with the curve priors ``flowplan simulate`` uses): the pending gang cifar10-114 has waited past
-    ``gang_reserve_seconds``, so ``gpu-node-0`` (two GPUs free) is reserved for it and takes no other
-    start. The solve starts it there on one GPU. The reservation has then done its work: the other
-    GPU was left idle for the interval while eight one-GPU jobs waited beside it (their explanation
-    said "the nodes it fits are full"). The refill after the solve now offers that room."""
+    ``gang_reserve_seconds``, so ``gpu-node-0`` is reserved for it and takes no other start. The
+    solve starts it there on one GPU (and moves another job off the node). The reservation has then
+    done its work, but two of the node's four GPUs were left idle for the interval while nine
+    one-GPU jobs waited (their explanation said "the nodes it fits are full"). The refill after the
+    solve now offers that room."""
     from adapters.sim.truth import TraceLibrary, history_priors
     from planner.policies import make_policy
 
