@@ -45,7 +45,7 @@ from planner.problem import EXTRA_FIELDS, OPTION_FIELDS, WAIT_WAY, Problem, merg
 from planner.snapshot import MILLI_PER_GPU, Job, Node, Snapshot
 
 
-def _eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarray) -> list[np.ndarray]:
+def eligibility(nodes: Sequence[Node], menus: Sequence[JobMenu], cap: np.ndarray) -> list[np.ndarray]:
     """Indices of nodes each job may be placed on (before looking at what is free); a gang's, the
     nodes one of its replicas may go to."""
     schedulable = np.array([n.schedulable for n in nodes], dtype=bool)
@@ -175,7 +175,7 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
         warnings.append(f"node {nodes[i].name}: jobs that cannot move already exceed its capacity; planned as is")
     cap = np.maximum(cap, forced)
 
-    eligible = _eligibility(nodes, menus, cap)
+    eligible = eligibility(nodes, menus, cap)
     budget = snapshot.settings.migration_budget
 
     def greedy_pair() -> tuple[GreedyChoice, GreedyChoice]:
@@ -584,7 +584,7 @@ def widen(
     if hot.size == 0:
         return problem, choice
     sub_menus = [problem.menus[int(j)] for j in left_out]
-    eligible = _eligibility(nodes, sub_menus, cap)
+    eligible = eligibility(nodes, sub_menus, cap)
     cand: list[list[int]] = []
     jobs: list[int] = []
     loads = [list(load) for _, load in devices]  # per node: milli-GPUs of fractions on each device
@@ -675,7 +675,7 @@ def _gangs_into(
     cap = problem.capacity()
     menus = problem.menus
     index = {name: i for i, name in enumerate(problem.node_names)}
-    eligible = _eligibility(nodes, [menus[j] for j in left_out.tolist()], cap)
+    eligible = eligibility(nodes, [menus[j] for j in left_out.tolist()], cap)
     pinned = np.zeros(problem.n_jobs, dtype=bool)
     now: dict[int, Shares] = {}
     cand: dict[int, list[Shares]] = {}

@@ -8,6 +8,7 @@ from typing import cast
 
 import numpy as np
 
+from planner.build import eligibility
 from planner.menu import MOVE, STAY, JobMenu
 from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
@@ -269,26 +270,8 @@ class MinimumRoom:
     def __init__(self, problem: Problem, left: np.ndarray, nodes: Sequence[Node]) -> None:
         self.problem, self.left = problem, left
         by_name = {n.name: n for n in nodes}
-        self.nodes = [by_name.get(name) for name in problem.node_names]
-        self._eligible: dict[tuple[object, ...], np.ndarray] = {}
+        self.nodes = [by_name[name] for name in problem.node_names]  # in the problem's node order
         self._answers: dict[tuple[object, ...], str | None] = {}
-
-    def _mask(self, job: Job, held: tuple[int, ...]) -> np.ndarray:
-        key = (job.gpu_type_key, tuple(sorted(job.node_selector.items())), held)
-        if key not in self._eligible:
-            ok = np.array(
-                [
-                    n is not None
-                    and n.schedulable
-                    and job.takes_gpu_type(n.gpu_type)
-                    and all(n.labels.get(k) == v for k, v in job.node_selector.items())
-                    for n in self.nodes
-                ],
-                dtype=bool,
-            )
-            ok[list(held)] = False
-            self._eligible[key] = ok
-        return self._eligible[key]
 
     def node(self, m: JobMenu) -> str | None:
         """A node whose room holds the job's minimum, on a node it may use and not held for another
@@ -305,7 +288,10 @@ class MinimumRoom:
         key = (need, per, most, job.gpu_type_key, tuple(sorted(job.node_selector.items())), held)
         if key not in self._answers:
             want = np.array(need, dtype=np.int64)[:, None]
-            ok = self._mask(job, held) & (self.left >= want).all(axis=0)
+            ok = np.zeros(len(self.nodes), dtype=bool)
+            ok[eligibility(self.nodes, [m], problem.capacity())[0]] = True  # the nodes it may use, as the build reads them
+            ok[list(held)] = False
+            ok &= (self.left >= want).all(axis=0)
             answer = None
             if ok.any():
                 dims = [d for d in range(3) if need[d] > 0]
@@ -321,13 +307,14 @@ class MinimumRoom:
         return self._answers[key]
 
 
-def room_nodes(problem: Problem, choice: np.ndarray) -> np.ndarray:
+def room_nodes(problem: Problem, choice: np.ndarray, left: np.ndarray | None = None) -> np.ndarray:
     """Per job: the node of its first placed option that fits the room ``choice`` leaves (its extra
-    charges on other nodes included), else -1. One pass over all options (a plan of 10,000 jobs)."""
+    charges on other nodes included), else -1; ``left``: that room, if the caller has it. One pass over
+    all options (a plan of 10,000 jobs)."""
     first = np.full(problem.n_jobs, -1, dtype=np.int64)
     if not problem.node_names:
         return first  # no node: no room anywhere
-    left = problem.capacity() - problem.usage(choice)
+    left = problem.capacity() - problem.usage(choice) if left is None else left
     on = problem.opt_node
     dems = (problem.dem_cpu, problem.dem_gpu, problem.dem_mem)
     fits = (on >= 0) & np.all([d <= r[np.maximum(on, 0)] for d, r in zip(dems, left, strict=True)], axis=0)
@@ -384,8 +371,9 @@ def decode(
         why = None
         if node is None:
             if rooms is None:
-                rooms = room_nodes(problem, choice)
-                minimum_room = MinimumRoom(problem, problem.capacity() - problem.usage(choice), nodes)
+                left = problem.capacity() - problem.usage(choice)
+                rooms = room_nodes(problem, choice, left)
+                minimum_room = MinimumRoom(problem, left, nodes)
             room_on = problem.node_names[int(rooms[j])] if job.status != "running" and rooms[j] >= 0 else None
             room_left = minimum_room.node(m) if room_on is None and job.status != "running" else None
             why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for, room_left)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner import PlannerConfig
-from planner.build import _eligibility, _options, _stay_levels
+from planner.build import _options, _stay_levels, eligibility
 from planner.menu import MOVE, START, STAY, build_menu
 from planner.objective import price_menus
 from planner.outlook import build_outlook
@@ -97,7 +97,7 @@ def test_eligible_nodes_are_each_jobs_own_and_read_only(seed: int) -> None:
     """Jobs of one shape share one eligible array: it must be what the job alone would get, and a
     write to it must fail rather than change another job's nodes."""
     snap, menus, _, _, cap, _, _, _ = _setup(seed)
-    eligible = _eligibility(snap.nodes, menus, cap)
+    eligible = eligibility(snap.nodes, menus, cap)
     for m, el in zip(menus, eligible, strict=True):
         job = m.outlook.job
         own = [
