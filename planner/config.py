@@ -123,6 +123,10 @@ class PlannerConfig:
     gang_reserve_seconds: float = 600.0
     #: CPU shares are rounded to this many millicores.
     cpu_step_millis: int = 100
+    #: Rule applications (rollout events, about 50 us each) one plan's CPU split may spend searching
+    #: what an epoch of each job is worth (``planner.share``, "the values searched"), over all its
+    #: nodes; 0: the marginal-value rule alone. Counted, not timed, so plans stay deterministic.
+    split_search: int = 2000
     #: Problems with more active jobs than this are split into node-disjoint sub-problems.
     max_jobs_per_subproblem: int = 1500
     weights: ObjectiveWeights = field(default_factory=ObjectiveWeights)

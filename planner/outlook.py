@@ -93,6 +93,10 @@ class JobOutlook:
     #: Epochs to the finish read on the pessimistic side of the curve's band (:data:`TAIL_QUANTILE`);
     #: ``None``: the same as ``remaining_finish`` (no band, or a finish that is not predicted).
     remaining_finish_high: float | None = None
+    #: Epochs to tier 1 on the pessimistic side of the band (:data:`TAIL_QUANTILE`, or the
+    #: snapshot's ``deadline_confidence`` where higher), for a job with an open tier-1 deadline;
+    #: ``None``: no band (or no such deadline).
+    remaining_tier1_high: float | None = None
 
 
 def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
@@ -152,6 +156,7 @@ def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
         tier2_deadline=d2,
         speed_basis="truth",
         speed_note="speed: ground truth (oracle)",
+        remaining_tier1_high=None if (r1 is None or d1 is None) else max(r1, 0.0),
     )
 
 
@@ -269,6 +274,10 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
             r2 = finish
 
     d1, d2 = _open_deadlines(target, t1_reached, t2_reached)
+    r1_high = None
+    if d1 is not None and r1 is not None and not assumed and not tiers_from_prior and target is not None:
+        r1_high = left_to(target.tier1.value, max(TAIL_Z, quantile))
+        r1_high = None if r1_high is None else max(r1_high, r1)
     return JobOutlook(
         job=job,
         epoch=epoch,
@@ -286,4 +295,5 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
         speed_basis=speed.basis,
         speed_note=speed.note,
         remaining_finish_high=None if tiers_from_prior or finish_high is None else float(finish_high),
+        remaining_tier1_high=r1_high,
     )

@@ -34,6 +34,14 @@ finish and hand their share on:
   completion time; with concave ones (Amdahl) it balances like heSRPT (Berg et al., 2020): small
   jobs get more, nobody is cut to nothing while its step still buys much. A step a job already
   holds is worth ``HOLD_BONUS`` more to it (hysteresis). Jobs with nothing left keep their minimum.
+- **Then the values searched.** The weight over the epochs left is right for linear speed-ups;
+  with concave ones and caps it starves a job too long (a linear-speed-up job at its minimum while
+  a shorter but less scalable one takes most of the node). What an epoch of each job is worth is
+  searched instead (:func:`_search_values`): the rest goes by ``value_j · Δrate_j`` with a constant
+  value per job and milestone, started from the rule's own values and from the rollout's costates
+  (:func:`_epoch_values`), each value scaled up and down while the rollout's objective (the integer
+  program's: each job's finish, and its tier-1 time while it has an unreached tier 1) falls and no
+  job ends later than the rule's makespan. The floors and deadlines stay as they are.
 
 **The rollout.** The rule is applied now, then again at every predicted event (a job finishes, a
 restarting job resumes), as the control loop re-plans when things change; the first allocation is
@@ -61,6 +69,16 @@ HOLD_BONUS = 0.25
 #: are extrapolated at the last rates.
 MAX_EVENTS = 64
 MAKESPAN_FIRST = "deadlines>makespan>mean-jct"
+#: The value search's first scaling of a job's value, and the finest it refines to (halving the
+#: step in log scale while a sweep over the jobs finds nothing better).
+SEARCH_STEP = 2.0
+SEARCH_FINEST = 1.25
+#: A job whose rate at its max share is at least this many times its rate at its min counts toward
+#: the three the value search needs.
+SENSITIVE = 1.25
+#: Rule applications (rollout events) one plan's value searches may spend, over all nodes, when the
+#: caller does not say (``PlannerConfig.split_search``): at about 50 us each, 0.1 s at most.
+SEARCH_BUDGET = 2000
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,12 @@ class ShareJob:
     #: Epochs to its finish on the pessimistic side of its prediction (None: ``remaining``): the
     #: tail guard protects a job that may well end last, not only the one the median says will.
     remaining_high: float | None = None
+    #: An unreached tier-1 target: its time counts in the objective the value search lowers (at the
+    #: finish when the curve does not say when), as the integer program's ``t1_j`` does.
+    tier1_open: bool = False
+    #: Epochs to tier 1 on the pessimistic side of the curve's band (None: not known): how much of a
+    #: deadline job's margin the value search may spend.
+    remaining_tier1_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,9 +226,12 @@ def _rule(
     guard: list[float],
     floor: list[float],
     capacity: float,
+    values: Values | None = None,
 ) -> list[float]:
     """The share per job (0 for inactive) for one moment of the rollout; ``floor``: least share per
-    job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none). Shares are
+    job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none); ``values``:
+    what an epoch of each job is worth toward its finish and toward its open tier 1 (None: its
+    weight over the epochs left to its next milestone, the rule's own). Shares are
     grid steps, except a guarded job's floor, which is met exactly (between two steps, the step above
     may not fit for every guarded job: two tied long jobs would end apart, one of them late)."""
     J = node.J
@@ -282,7 +309,11 @@ def _rule(
     first_col, milestone = [S] * J, [1.0] * J
     for j in below:
         first_col[j] = level[j]
-        milestone[j] = max(left1[j] if left1[j] > 0 else left[j], 1e-9)
+        if values is None:
+            milestone[j] = max(left1[j] if left1[j] > 0 else left[j], 1e-9)
+        else:  # gain = weight * rate / milestone = value * rate
+            worth = values[0][j] + (values[1][j] if left1[j] > 0 else 0.0)
+            milestone[j] = node.weight[j] / worth if worth > 0 else math.inf
     gain = node.gain / np.array(milestone)[:, None]
     cost, floor_cost = node.cost, node.floor_cost
     patched = [j for j in below if not math.isnan(exact[j])]
@@ -351,6 +382,127 @@ def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[floa
 
 
 Allocate = Callable[[list[bool], list[float], list[float], float], list[float]]
+#: What an epoch of each job is worth toward its finish, and toward its tier 1 while that is open.
+Values = tuple[list[float], list[float]]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of a rollout between two events: each job's rate (epochs per second; 0 while it
+    waits or restarts), which milestones (finish, tier 1) were open, and which it closed."""
+
+    rate: list[float]
+    open_finish: list[bool]
+    open_tier1: list[bool]
+    closed_finish: list[bool]
+    closed_tier1: list[bool]
+
+
+class SearchBudget:
+    """Rule applications the value searches of one plan may still spend (a count, so the plan stays
+    deterministic)."""
+
+    def __init__(self, events: int) -> None:
+        self.left = events
+
+
+def _epoch_values(weight: list[float], weight1: list[float], phases: list[Phase]) -> Values:
+    """What one more epoch of work toward each job's finish and toward its tier 1 costs the
+    rollout's objective ``sum(weight_j * finish_j + weight1_j * tier1_j)``, per epoch.
+
+    Read backwards from the end: a milestone that closes at the end of a phase, given one more epoch,
+    keeps that phase going ``1 / rate`` seconds longer. That costs every milestone still open its
+    weight per second, and gives every running job that much more progress toward its milestones
+    still open, worth their own values (known: they close later). These are the costates of the
+    fluid scheduling problem: where the split is optimal, each moment's shares maximise
+    ``sum(value_j * rate_j)``, shortest-remaining-first generalised to concave speed-ups (for
+    ``rate = share ** p`` and no caps, heSRPT's split; Berg et al., 2020), and the rule's weight over
+    the epochs left is the linear case. A milestone the rollout leaves open is worth its weight at
+    its job's last rate."""
+    J = len(weight)
+    values: Values = ([math.nan] * J, [math.nan] * J)
+    weights = (weight, weight1)
+    for ph in reversed(phases):
+        closing = [(k, j) for k, closed in enumerate((ph.closed_finish, ph.closed_tier1)) for j in range(J) if closed[j]]
+        if not closing:
+            continue
+        cost = gain = 0.0  # over the milestones open through the phase and still open after it
+        for k, (opened, closed) in enumerate(((ph.open_finish, ph.closed_finish), (ph.open_tier1, ph.closed_tier1))):
+            for j in range(J):
+                if opened[j] and not closed[j]:
+                    cost += weights[k][j]
+                    if values[k][j] == values[k][j]:
+                        gain += ph.rate[j] * values[k][j]
+        for k, j in closing:
+            if ph.rate[j] > 0:
+                w = weights[k][j]
+                values[k][j] = max(w + cost - gain, 1e-3 * w) / ph.rate[j]
+    last: dict[int, float] = {}
+    for ph in phases:
+        last.update((j, r) for j, r in enumerate(ph.rate) if r > 0)
+    for k in range(2):
+        for j in range(J):
+            if values[k][j] != values[k][j]:
+                values[k][j] = weights[k][j] / last[j] if j in last else 0.0
+    return values
+
+
+Rollout = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _search_values(
+    roll: Callable[[Values | None, list[Phase] | None], Rollout],
+    objective: Callable[[np.ndarray, np.ndarray], float],
+    weights: Values,
+    start: Values,
+    base: Rollout,
+    budget: SearchBudget,
+    events: Callable[[], int],
+) -> Rollout:
+    """The rollout (finish, tier 1, first shares) of the best values found, or ``base`` (the rule's)
+    when none beats it. From each start (``start``, the rule's values now, held constant; the
+    costates of the rule's rollout), every job's values are scaled by ``SEARCH_STEP`` up, then
+    down, keeping any change that lowers ``objective`` (infinite for a rollout that breaks a limit);
+    a sweep that finds nothing halves the step (log scale) down to ``SEARCH_FINEST``. ``events()``
+    counts the rule applications spent, which the budget bounds (each rollout is paid for when it ends)."""
+
+    def paid(values: Values | None, phases: list[Phase] | None = None) -> Rollout:
+        spent = events()
+        got = roll(values, phases)
+        budget.left -= events() - spent
+        return got
+
+    best_cost, best = objective(base[0], base[1]), base
+    phases: list[Phase] = []
+    paid(None, phases)
+    J = len(start[0])
+    for v0 in (start, _epoch_values(weights[0], weights[1], phases)):
+        if budget.left <= 0:
+            break
+        cur = (list(v0[0]), list(v0[1]))
+        found = paid(cur)
+        cost = objective(found[0], found[1])
+        step = math.log(SEARCH_STEP)
+        while step > math.log(SEARCH_FINEST) and budget.left > 0:
+            improved = False
+            for j in range(J):
+                for sign in (1.0, -1.0):
+                    if budget.left <= 0:
+                        break
+                    k = math.exp(sign * step)
+                    cand = (cur[0].copy(), cur[1].copy())
+                    cand[0][j] *= k
+                    cand[1][j] *= k
+                    got = paid(cand)
+                    c = objective(got[0], got[1])
+                    if c < cost * (1.0 - 1e-9):
+                        cur, cost, found, improved = cand, c, got, True
+                        break
+            if not improved:
+                step /= 2.0
+        if cost < best_cost * (1.0 - 1e-6):
+            best_cost, best = cost, found
+    return best
 
 
 def _rollout(
@@ -358,11 +510,13 @@ def _rollout(
     allocate: Allocate,
     trajectory: list[tuple[float, list[float]]] | None = None,
     breaks: list[float] | None = None,
+    phases: list[Phase] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predicted (finish, tier-1 time) per job when ``allocate(active, left, left1, now)`` (a share
     per job) is re-applied at every event, and the first allocation; ``trajectory`` (if given)
     collects (time, shares) at every event; ``breaks``: more times (ascending) at which to re-apply
-    it (where the equal split's trajectory, which the tail guard's floors follow, changes)."""
+    it (where the equal split's trajectory, which the tail guard's floors follow, changes);
+    ``phases`` (if given) collects each stretch between two events (:class:`Phase`)."""
     J = node.J
     left = [max(x, 0.0) for x in node.remaining]
     left1 = [x if x is not None else 0.0 for x in node.remaining_tier1]
@@ -398,6 +552,8 @@ def _rollout(
             b = bisect_right(breaks, now + 1e-6)
             if b < len(breaks) and breaks[b] - now < dt:
                 dt = breaks[b] - now
+        if phases is not None:
+            was_active, was_open1 = active.copy(), [x > 0 for x in left1]
         for j in running:
             done = rate[j] * dt
             if left1[j] > 0 and done >= left1[j] - 1e-9:
@@ -408,6 +564,19 @@ def _rollout(
                 left[j] = 0.0
                 finish[j] = now + dt
                 active[j] = False
+        if phases is not None:
+            speed = [0.0] * J
+            for j in running:
+                speed[j] = rate[j]
+            phases.append(
+                Phase(
+                    speed,
+                    was_active,
+                    was_open1,
+                    [a and not b for a, b in zip(was_active, active, strict=True)],
+                    [a and x <= 0 for a, x in zip(was_open1, left1, strict=True)],
+                )
+            )
         now += dt
     # Out of events: the rest finish at their last rates (late rather than early).
     for j in range(J):
@@ -419,9 +588,17 @@ def _rollout(
     return np.array(finish, dtype=float), np.array(tier1, dtype=float), np.array(first, dtype=float)
 
 
-def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan_slack: float | None = None) -> NodeSplit:
+def split_node(
+    jobs: Sequence[ShareJob],
+    capacity: float,
+    profile: str,
+    makespan_slack: float | None = None,
+    search: SearchBudget | None = None,
+) -> NodeSplit:
     """Shares for the jobs of one node (``capacity``: the CPU they may share, millicores; ``makespan_slack``:
-    the mean-JCT profile's makespan budget over the reachable one, None: none); see the module docstring."""
+    the mean-JCT profile's makespan budget over the reachable one, None: none; ``search``: what the
+    value search may spend, shared by the nodes of one plan, None: ``SEARCH_BUDGET`` for this node
+    alone); see the module docstring."""
     J = len(jobs)
     if J == 0:
         return NodeSplit(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
@@ -460,16 +637,25 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
     guarded = critical.tolist()
     guard = np.full(J, math.inf)
     no_floor = [0.0] * J
+    applied = [0]  # rule applications, for the value search's budget
 
-    def allocate(active: list[bool], left: list[float], left1: list[float], now: float) -> list[float]:
-        # Mean completion first: the critical job's share along the equal split's own trajectory
-        # (not the equal share among the jobs still active here: shortest-first keeps long jobs
-        # alive longer, which would keep that share small for longer and slow the critical path).
-        floor = no_floor
-        if profile != MAKESPAN_FIRST:
-            at = fair_shares[max(bisect_right(times, now + 1e-6) - 1, 0)]
-            floor = [(float(at[j]) if at[j] > 0 else float(node.hi[j])) if guarded[j] and active[j] else 0.0 for j in range(J)]
-        return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity)
+    def allocator(values: Values | None = None) -> Allocate:
+        def allocate(active: list[bool], left: list[float], left1: list[float], now: float) -> list[float]:
+            # Mean completion first: the critical job's share along the equal split's own trajectory
+            # (not the equal share among the jobs still active here: shortest-first keeps long jobs
+            # alive longer, which would keep that share small for longer and slow the critical path).
+            applied[0] += 1
+            floor = no_floor
+            if profile != MAKESPAN_FIRST:
+                at = fair_shares[max(bisect_right(times, now + 1e-6) - 1, 0)]
+                floor = [
+                    (float(at[j]) if at[j] > 0 else float(node.hi[j])) if guarded[j] and active[j] else 0.0 for j in range(J)
+                ]
+            return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity, values)
+
+        return allocate
+
+    allocate = allocator()
 
     def reachable(target: float | None = None) -> float:
         # Every job reserved what finishes it by ``target`` (default: the node's makespan lower
@@ -523,7 +709,69 @@ def split_node(jobs: Sequence[ShareJob], capacity: float, profile: str, makespan
             critical = critical | late
             guarded = critical.tolist()
             finish, tier1, first = _rollout(node, allocate, breaks=breaks)
+    spend = SearchBudget(SEARCH_BUDGET) if search is None else search
+    sensitive = sum(1 for j, r in zip(jobs, rates, strict=True) if j.remaining > 0 and r[-1] >= SENSITIVE * r[0])
+    if spend.left > 0 and sensitive > 2:
+        # Two jobs leave nothing to search: the one that ends last is held to the equal split (or
+        # to the makespan), the other takes the rest. Nor do jobs whose speed hardly depends on
+        # their CPU share (a GPU job's, mostly): whatever their values, they gain little from more.
+        finish, tier1, first = _searched(jobs, node, allocator, breaks, (finish, tier1, first), spend, applied)
     return _whole(jobs, first, finish, tier1, fair, capacity)
+
+
+def _searched(
+    jobs: Sequence[ShareJob],
+    node: _Node,
+    allocator: Callable[[Values | None], Allocate],
+    breaks: list[float] | None,
+    base: Rollout,
+    budget: SearchBudget,
+    applied: list[int],
+) -> Rollout:
+    """The node's rollout with searched values (:func:`_search_values`): the objective is each job's
+    weighted finish, plus its weighted tier-1 time while it has an unreached tier 1 (its finish when
+    the curve does not say when); a rollout that ends a job later than the rule's makespan, leaves
+    a job unfinished that the rule finished, or spends a deadline job's margin (below) does not
+    count: the search trades completion times only."""
+    w = np.array([float(j.weight) for j in jobs])
+    reach1 = np.array([j.tier1_open and j.remaining_tier1 is not None for j in jobs])
+    at_finish1 = np.array([j.tier1_open and j.remaining_tier1 is None for j in jobs])
+    weight = w * (1.0 + at_finish1)  # a tier 1 the curve cannot place counts at the finish
+    ends = np.isfinite(base[0])
+    limit = float(base[0][ends].max()) * (1.0 + 1e-3) + 1e-6 if ends.any() else math.inf
+
+    # A job with an open tier-1 deadline keeps its margin against prediction error: the rule gives it
+    # more than the share that meets the deadline by the median prediction, which the search would
+    # spend on completion times (dqoes-qoe, 5 seeds: 9.6 of 12 deadlines met instead of 10.2). So
+    # its tier 1 must come by the deadline even on the pessimistic side of its curve's band (that
+    # many more epochs at the same pace), or, where the rule's rollout does not manage that or no
+    # band is known, no later than the rule has it.
+    due = np.full(len(jobs), math.inf)
+    for i, j in enumerate(jobs):
+        if j.deadline is None or not math.isfinite(base[1][i]):
+            continue
+        r1, high = j.remaining_tier1, j.remaining_tier1_high
+        stretch = high / r1 if (high is not None and r1) else math.inf
+        due[i] = j.deadline / stretch if base[1][i] * stretch <= j.deadline + 1e-6 else base[1][i]
+    kept = np.isfinite(due)
+
+    def objective(f: np.ndarray, t1: np.ndarray) -> float:
+        if not np.array_equal(np.isfinite(f), ends) or np.any(f[ends] > limit) or np.any(t1[kept] > due[kept] + 1e-6):
+            return math.inf
+        f0 = np.where(ends, f, 0.0)
+        t = np.where(reach1, np.where(np.isfinite(t1), t1, f0), 0.0)
+        return float(np.dot(weight, f0) + np.dot(w, t))
+
+    def roll(values: Values | None, phases: list[Phase] | None) -> Rollout:
+        return _rollout(node, allocator(values), breaks=breaks, phases=phases)
+
+    # The rule's own values now, held constant: its weight over the epochs left to each milestone.
+    start = (
+        [float(x) / max(j.remaining, 1e-9) for x, j in zip(weight, jobs, strict=True)],
+        [float(x) / max(j.remaining_tier1 or 0.0, 1e-9) if x > 0 else 0.0 for x, j in zip(w * reach1, jobs, strict=True)],
+    )
+    weights = (weight.tolist(), (w * reach1).tolist())
+    return _search_values(roll, objective, weights, start, base, budget, lambda: applied[0])
 
 
 def _whole(

@@ -19,7 +19,7 @@ from planner.decode import explain
 from planner.menu import STAY, JobMenu
 from planner.plan import Assignment, ObjectiveTerms
 from planner.problem import WAIT_WAY, Problem
-from planner.share import ShareJob, share_grid, split_node
+from planner.share import SearchBudget, ShareJob, share_grid, split_node
 
 
 def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> ShareJob:
@@ -47,6 +47,8 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         blocked=float(m.lost[way]),
         current=job.allocation.cpu_millis if (way == STAY and job.allocation is not None) else None,
         tier1_assumed=bool(open1 and o.tiers_assumed),
+        tier1_open=bool(o.job.target is not None and not o.tier1_reached),
+        remaining_tier1_high=float(o.remaining_tier1_high) if (open1 and o.remaining_tier1_high is not None) else None,
     )
 
 
@@ -83,6 +85,7 @@ def apply_split(
         else:
             flexible[n].append(j)
     out = list(assignments)
+    search = SearchBudget(config.split_search)  # shared by the nodes, in node order
     for n in range(N):
         jobs = flexible[n]
         if not jobs:
@@ -93,7 +96,7 @@ def apply_split(
         ]
         if sum(s.lo * s.replicas for s in share_jobs) > capacity:
             continue  # an overfull node the plan could not relieve: keep the program's levels
-        split = split_node(share_jobs, capacity, profile, makespan_slack)
+        split = split_node(share_jobs, capacity, profile, makespan_slack, search)
         for i, j in enumerate(jobs):
             out[j] = _rewrite(
                 problem.menus[j], problem, int(choice[j]), out[j], int(split.shares[i]), split.finish[i], split.tier1[i], now
