@@ -24,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from adapters.base import Adapter, Change, Clock, Outcome
@@ -39,6 +39,8 @@ Checker = Callable[[Snapshot, Plan], list[str]]
 Stage = Literal["observe", "plan", "check", "diff", "record", "apply", "report"]
 #: Failed intervals a loop keeps (``ControlLoop.failures``); ``ControlLoop.failed`` counts them all.
 KEPT_FAILURES = 100
+#: Apply order of a delivery that follows its job's start (after every start: :func:`diff_order`).
+DELIVER_AFTER_START = 6
 
 log = logging.getLogger("flowplan.loop")
 
@@ -56,8 +58,11 @@ class Recorder(Protocol):
 def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
     """The changes that take the cluster from ``snapshot`` to ``plan``, in a safe order.
 
-    ``keep`` and ``wait`` are no change; ``deliver`` is a change of its own when nothing else
-    changes for the job, and a flag on the job's resize or migration otherwise.
+    ``keep`` and ``wait`` are no change. A delivery is always a change of its own: alone when
+    nothing else changes for the job; before its resize or migration, where it runs now (the model
+    it has is the one to hand over); after its start, once it runs. (As a flag on the resize, read
+    by no adapter, it was never made: the README demo's urgent job, resized at every plan once the
+    CPU split searched its value, reached tier 1 and was never delivered.)
     """
     jobs = {j.id: j for j in snapshot.jobs}
     out: list[tuple[int, int, Change]] = []
@@ -80,13 +85,21 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
             cpu_limit_millis=a.cpu_limit_millis,
             replicas=a.replicas,
             from_node=job.node if job.status == "running" else None,
-            deliver=a.deliver or kind == "deliver",
+            deliver=kind == "deliver",
             gpu_milli=job.gpu_milli,
             gpu_device=a.gpu_device,
             placement=tuple((s.node, s.replicas) for s in a.placement) if a.placement is not None else None,
         )
         shrinks = cur is not None and a.cpu_millis <= cur.cpu_millis and a.gpus <= cur.gpus
         out.append((diff_order(kind, shrinks), i, change))
+        if a.deliver and kind != "deliver":
+            running = job.status == "running" and cur is not None and job.node is not None
+            here = (
+                replace(change, kind="deliver", node=job.node, cpu_millis=cur.cpu_millis, gpus=cur.gpus, deliver=True)
+                if running and cur is not None
+                else replace(change, kind="deliver", from_node=change.node, deliver=True)
+            )
+            out.append((-1 if running else DELIVER_AFTER_START, i, here))
     out.sort(key=lambda t: (t[0], t[1]))
     return [c for _, _, c in out]
 

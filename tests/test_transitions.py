@@ -67,3 +67,35 @@ def test_plans_follow_the_table(policy: str) -> None:
             assert a.action in allowed_actions(job, a.node, same), (policy, seed, a)
         for change in diff(snap, p):
             assert change.kind in {t.change for t in TABLE.values()}
+
+
+def test_a_delivery_with_a_resize_or_a_start_is_a_change_of_its_own() -> None:
+    """A plan that resizes a job and asks it to deliver its tier-1 model gives the adapter two
+    changes: the delivery first, where the job runs now and with what it holds, then the resize; a
+    job that starts and delivers delivers after every start. (As a flag on the resize, which no
+    adapter read, the delivery was never made: in the README demo the urgent job, resized at every
+    plan, reached tier 1 and never delivered.)"""
+    snap = random_snapshot(100, n_nodes=3, n_jobs=10)
+    p = plan(snap, PlannerConfig()).plan
+    jobs = {j.id: j for j in snap.jobs}
+    running = next(a for a in p.assignments if jobs[a.job].status == "running" and jobs[a.job].allocation is not None)
+    pending = next((a for a in p.assignments if a.action == "start"), None)
+    held = jobs[running.job].allocation
+    assert held is not None
+    changed = [
+        a.model_copy(update={"action": "resize", "cpu_millis": held.cpu_millis + 100, "deliver": True, "node": jobs[a.job].node})
+        if a is running
+        else a.model_copy(update={"deliver": True})
+        if a is pending
+        else a
+        for a in p.assignments
+    ]
+    changes = diff(snap, p.model_copy(update={"assignments": changed}))
+    mine = [c for c in changes if c.job == running.job]
+    assert [c.kind for c in mine] == ["deliver", "resize"]
+    assert (mine[0].node, mine[0].cpu_millis, mine[0].deliver) == (jobs[running.job].node, held.cpu_millis, True)
+    assert changes.index(mine[0]) < changes.index(mine[1]) and not mine[1].deliver
+    if pending is not None:
+        started = [c for c in changes if c.job == pending.job]
+        assert [c.kind for c in started] == ["start", "deliver"]
+        assert all(changes.index(started[1]) > changes.index(c) for c in changes if c.kind == "start")
