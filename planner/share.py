@@ -456,7 +456,7 @@ Rollout = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _search_values(
     roll: Callable[[Values | None, list[Phase] | None], Rollout],
-    objective: Callable[..., float],
+    objective: Callable[[Rollout], float],
     weights: Values,
     start: Values,
     base: Rollout,
@@ -476,7 +476,7 @@ def _search_values(
         budget.left -= events() - spent
         return got
 
-    best_cost, best = objective(base[0], base[1]), base
+    best_cost, best = objective(base), base
     phases: list[Phase] = []
     paid(None, phases)
     J = len(start[0])
@@ -485,7 +485,7 @@ def _search_values(
             break
         cur = (list(v0[0]), list(v0[1]))
         found = paid(cur)
-        cost = objective(found[0], found[1], found[2])
+        cost = objective(found)
         step = math.log(SEARCH_STEP)
         while step > math.log(SEARCH_FINEST) and budget.left > 0:
             improved = False
@@ -498,7 +498,7 @@ def _search_values(
                     cand[0][j] *= k
                     cand[1][j] *= k
                     got = paid(cand)
-                    c = objective(got[0], got[1], got[2])
+                    c = objective(got)
                     if c < cost * (1.0 - 1e-9):
                         cur, cost, found, improved = cand, c, got, True
                         break
@@ -768,10 +768,11 @@ def _searched(
     tail = ends & (base[0] >= TAIL_BAND * (limit - 1e-6) / (1.0 + 1e-3))
     tail_share = base[2]
 
-    def objective(f: np.ndarray, t1: np.ndarray, first: np.ndarray | None = None) -> float:
+    def objective(rollout: Rollout) -> float:
+        f, t1, first = rollout
         if not np.array_equal(np.isfinite(f), ends) or np.any(f[ends] > limit) or np.any(t1[kept] > due[kept] + 1e-6):
             return math.inf
-        if first is not None and np.any(first[tail] < tail_share[tail] - 1e-6):
+        if np.any(first[tail] < tail_share[tail] - 1e-6):
             return math.inf
         f0 = np.where(ends, f, 0.0)
         t = np.where(reach1, np.where(np.isfinite(t1), t1, f0), 0.0)
