@@ -32,7 +32,7 @@ from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import refill, residual, solve_relaxation
 from planner.snapshot import Job, Node, Snapshot
-from planner.split import apply_split
+from planner.split import apply_split, moves_checked
 
 
 @dataclass(frozen=True)
@@ -397,12 +397,12 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
         )
         if wider is not problem:
             problem, packing = wider, pack_devices(wider, again, snapshot.nodes, retry=packing.why)
-    choice = packing.choice
+    node_cpu = [n.cpu_millis for n in snapshot.nodes]
+    profile = snapshot.settings.objective
+    choice = moves_checked(problem, packing.choice, profile, config, node_cpu, snapshot.settings.makespan_slack)
     assignments, unserved, terms = decode(
         problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why
     )
-    node_cpu = [n.cpu_millis for n in snapshot.nodes]
-    profile = snapshot.settings.objective
     assignments, terms = apply_split(
         problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack
     )

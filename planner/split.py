@@ -16,7 +16,8 @@ import numpy as np
 
 from planner.config import PlannerConfig
 from planner.decode import explain
-from planner.menu import STAY, JobMenu
+from planner.menu import MOVE, STAY, JobMenu
+from planner.objective import MAX_HORIZON_SECONDS
 from planner.plan import Assignment, ObjectiveTerms
 from planner.problem import WAIT_WAY, Problem
 from planner.share import SearchBudget, ShareJob, share_grid, split_node
@@ -52,6 +53,136 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
     )
 
 
+def _by_node(problem: Problem, choice: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+    """Per node: the jobs whose share the split decides, and the CPU the others hold there."""
+    N = len(problem.node_names)
+    flexible: list[list[int]] = [[] for _ in range(N)]
+    fixed = np.zeros(N, dtype=np.int64)
+    for j, m in enumerate(problem.menus):
+        o = int(choice[j])
+        n, way = int(problem.opt_node[o]), int(problem.opt_way[o])
+        if n < 0 or way == WAIT_WAY:
+            continue
+        job = m.outlook.job
+        if m.count is not None:
+            # A gang keeps the level's share on every node it is on (one share for all its replicas).
+            fixed[n] += int(problem.dem_cpu[o])
+            for e in problem.extras_of(o):
+                fixed[int(problem.ext_node[e])] += int(problem.ext_cpu[e])
+        elif way == STAY and not job.resizable:
+            fixed[n] += int(problem.dem_cpu[o])
+        else:
+            flexible[n].append(j)
+    return flexible, fixed
+
+
+def _node_jobs(problem: Problem, choice: np.ndarray, jobs: list[int], config: PlannerConfig) -> list[ShareJob]:
+    return [
+        _share_job(problem.menus[j], int(problem.opt_way[choice[j]]), int(problem.opt_level[choice[j]]), config) for j in jobs
+    ]
+
+
+def moves_checked(
+    problem: Problem,
+    choice: np.ndarray,
+    profile: str,
+    config: PlannerConfig,
+    node_cpu: Sequence[int],
+    makespan_slack: float | None = None,
+) -> np.ndarray:
+    """``choice`` with every CPU-only job's migration that the split's rollout says does not pay
+    turned back into staying where it is.
+
+    The program prices an allocation as held until the job is done, so a move to a node where the
+    job's level is larger looks like a gain in completion times and makespan even where the split
+    would have given it as much at home once its neighbours end (specon-4nodes, seed 2: a long job
+    moved at 557 s, lost 246 s of work and ended alone, 230 s after the batch without the move). So
+    each such move is checked the way the split sees it: the two nodes' rollouts (the rule, without
+    the value search) with the move and without it, priced as the program prices time (each job's
+    completion weight times its finish, plus the makespan weight times the batch's makespan), and
+    the move is kept only if it gains more than ``migration_margin`` times the job's weight times
+    the seconds it loses (the program's own hysteresis for a move). Not checked: a move onto or off a
+    node with an open tier-1 deadline (the program may have made it for QoE, which this price does
+    not hold), a gang's, a GPU job's, and one whose undoing does not fit (the job's minimum, or its
+    memory, at home)."""
+    menus = problem.menus
+    movers = [
+        j
+        for j, m in enumerate(menus)
+        if int(problem.opt_way[choice[j]]) == MOVE
+        and m.count is None
+        and m.outlook.job.max_gpus == 0
+        and m.t1_slack_s is None
+        and m.outlook.job.node in problem.node_names
+    ]
+    if not movers:
+        return choice
+    choice = choice.copy()
+    names = problem.node_names
+    capacity = [min(int(c), int(r)) for c, r in zip(problem.cap_cpu, node_cpu, strict=True)]
+    q = problem.quantum_seconds
+
+    seen: dict[tuple[int, tuple[int, ...], tuple[int, ...], int], tuple[float, float]] = {}
+
+    def node_cost(c: np.ndarray, n: int, jobs: list[int], free: int) -> tuple[float, float]:
+        # (the completion terms of the node's jobs, the node's makespan) under the rule's rollout.
+        if not jobs:
+            return 0.0, 0.0
+        key = (n, tuple(jobs), tuple(int(c[j]) for j in jobs), free)
+        if key not in seen:
+            shares = _node_jobs(problem, c, jobs, config)
+            if sum(s.lo * s.replicas for s in shares) > free:
+                seen[key] = (math.inf, math.inf)
+            else:
+                split = split_node(shares, free, profile, makespan_slack, SearchBudget(0))
+                fin = np.where(np.isfinite(split.finish), split.finish, MAX_HORIZON_SECONDS)
+                weights = np.array([float(menus[j].completion_weight) for j in jobs])
+                seen[key] = (float(np.dot(weights, fin)), float(fin.max()))
+        return seen[key]
+
+    for j in movers:
+        m = menus[j]
+        home = names.index(str(m.outlook.job.node))
+        away = int(problem.opt_node[choice[j]])
+        stays = [o for o in problem.options_of(j) if int(problem.opt_way[o]) == STAY and int(problem.opt_node[o]) == home]
+        if not stays:
+            continue
+        back = choice.copy()
+        back[j] = min(stays, key=lambda o: (int(problem.dem_cpu[o]), o))
+        if int(problem.usage(back)[2][home]) > int(problem.cap_mem[home]):
+            continue
+        flexible, fixed = _by_node(problem, choice)
+        if any(menus[i].t1_slack_s is not None for i in (*flexible[home], *flexible[away])):
+            continue  # the move may make room for a deadline, which the rollout's price does not hold
+        flexible_back, _ = _by_node(problem, back)
+        # The rest of the cluster's makespan: the other nodes' rollouts (a node without a split job: its
+        # jobs' finish as the program has it).
+        rest = 0.0
+        for n in range(len(names)):
+            if n not in (home, away):
+                rest = max(rest, node_cost(choice, n, flexible[n], capacity[n] - int(fixed[n]))[1])
+        split_jobs = {i for f in flexible for i in f}
+        held = [
+            int(problem.finish_q[choice[i]])
+            for i in range(len(menus))
+            if problem.opt_node[choice[i]] >= 0 and i not in split_jobs
+        ]
+        rest = max(rest, max(held, default=0) * q)
+        costs = []
+        for c, fl in ((choice, flexible), (back, flexible_back)):
+            total, span = 0.0, rest
+            for n in (home, away):
+                t, s = node_cost(c, n, fl[n], capacity[n] - int(fixed[n]))
+                total, span = total + t, max(span, s)
+            costs.append(total + problem.makespan_weight * span)
+        moved, stayed = costs
+        if not math.isfinite(stayed):
+            continue
+        if stayed - moved <= config.weights.migration_margin * m.weight * float(m.lost[MOVE]):
+            choice = back
+    return choice
+
+
 def apply_split(
     problem: Problem,
     choice: np.ndarray,
@@ -67,23 +198,7 @@ def apply_split(
     node's real CPU (the problem's may be raised where jobs that cannot move overfill a node);
     ``makespan_slack``: the snapshot's ``Settings.makespan_slack``."""
     N = len(problem.node_names)
-    flexible: list[list[int]] = [[] for _ in range(N)]
-    fixed = np.zeros(N, dtype=np.int64)
-    for j, m in enumerate(problem.menus):
-        o = int(choice[j])
-        n, way, _level = int(problem.opt_node[o]), int(problem.opt_way[o]), int(problem.opt_level[o])
-        if n < 0 or way == WAIT_WAY:
-            continue
-        job = m.outlook.job
-        if m.count is not None:
-            # A gang keeps the level's share on every node it is on (one share for all its replicas).
-            fixed[n] += int(problem.dem_cpu[o])
-            for e in problem.extras_of(o):
-                fixed[int(problem.ext_node[e])] += int(problem.ext_cpu[e])
-        elif way == STAY and not job.resizable:
-            fixed[n] += int(problem.dem_cpu[o])
-        else:
-            flexible[n].append(j)
+    flexible, fixed = _by_node(problem, choice)
     out = list(assignments)
     search = SearchBudget(config.split_search)  # shared by the nodes, in node order
     for n in range(N):
@@ -91,9 +206,7 @@ def apply_split(
         if not jobs:
             continue
         capacity = min(int(problem.cap_cpu[n]), int(node_cpu[n])) - int(fixed[n])
-        share_jobs = [
-            _share_job(problem.menus[j], int(problem.opt_way[choice[j]]), int(problem.opt_level[choice[j]]), config) for j in jobs
-        ]
+        share_jobs = _node_jobs(problem, choice, jobs, config)
         if sum(s.lo * s.replicas for s in share_jobs) > capacity:
             continue  # an overfull node the plan could not relieve: keep the program's levels
         split = split_node(share_jobs, capacity, profile, makespan_slack, search)
