@@ -399,12 +399,12 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
             problem, packing = wider, pack_devices(wider, again, snapshot.nodes, retry=packing.why)
     node_cpu = [n.cpu_millis for n in snapshot.nodes]
     profile = snapshot.settings.objective
-    choice = moves_checked(problem, packing.choice, profile, config, node_cpu, snapshot.settings.makespan_slack)
+    choice, notes = moves_checked(problem, packing.choice, profile, config, node_cpu, snapshot.settings.makespan_slack)
     assignments, unserved, terms = decode(
         problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why
     )
     assignments, terms = apply_split(
-        problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack
+        problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack, notes
     )
     return Plan(
         time=snapshot.time,

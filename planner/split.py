@@ -10,7 +10,7 @@ the share is unchanged, else ``resize``), and the rollout's predictions (which s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -89,9 +89,10 @@ def moves_checked(
     config: PlannerConfig,
     node_cpu: Sequence[int],
     makespan_slack: float | None = None,
-) -> np.ndarray:
+) -> tuple[np.ndarray, dict[int, str]]:
     """``choice`` with every CPU-only job's migration that the split's rollout says does not pay
-    turned back into staying where it is.
+    turned back into staying where it is, and for each job kept home that way, why (for its
+    explanation).
 
     The program prices an allocation as held until the job is done, so a move to a node where the
     job's level is larger looks like a gain in completion times and makespan even where the split
@@ -115,8 +116,9 @@ def moves_checked(
         and m.t1_slack_s is None
         and m.outlook.job.node in problem.node_names
     ]
+    notes: dict[int, str] = {}
     if not movers:
-        return choice
+        return choice, notes
     choice = choice.copy()
     names = problem.node_names
     capacity = [min(int(c), int(r)) for c, r in zip(problem.cap_cpu, node_cpu, strict=True)]
@@ -180,7 +182,11 @@ def moves_checked(
             continue
         if stayed - moved <= config.weights.migration_margin * m.weight * float(m.lost[MOVE]):
             choice = back
-    return choice
+            notes[j] = (
+                f"stays: a move to {names[away]} was weighed, and the two nodes' share rollouts say it would not pay "
+                f"for the {float(m.lost[MOVE]):.0f} s it loses (checkpoint, restart, work since the last checkpoint)"
+            )
+    return choice, notes
 
 
 def apply_split(
@@ -193,10 +199,12 @@ def apply_split(
     config: PlannerConfig,
     node_cpu: Sequence[int],
     makespan_slack: float | None = None,
+    notes: Mapping[int, str] | None = None,
 ) -> tuple[list[Assignment], ObjectiveTerms]:
     """The assignments with every node's CPU split (see the module docstring); ``node_cpu``: each
     node's real CPU (the problem's may be raised where jobs that cannot move overfill a node);
-    ``makespan_slack``: the snapshot's ``Settings.makespan_slack``."""
+    ``makespan_slack``: the snapshot's ``Settings.makespan_slack``; ``notes``: a sentence per job
+    to add to its explanation (:func:`moves_checked`'s)."""
     N = len(problem.node_names)
     flexible, fixed = _by_node(problem, choice)
     out = list(assignments)
@@ -214,6 +222,8 @@ def apply_split(
             out[j] = _rewrite(
                 problem.menus[j], problem, int(choice[j]), out[j], int(split.shares[i]), split.finish[i], split.tier1[i], now
             )
+    for j, note in (notes or {}).items():
+        out[j] = out[j].model_copy(update={"explanation": f"{out[j].explanation}; {note}"})
     return out, _terms(terms, out, now)
 
 

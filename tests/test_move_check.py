@@ -7,7 +7,8 @@ two nodes' rollouts, with and without it, say it pays more than the program's hy
 Case matrix:
 
 - a job alone on its node at its max, moved to an empty node: nothing to gain, its lost work to
-  pay: undone (it stays, on the option that keeps it where it is);
+  pay: undone (it stays, on the option that keeps it where it is), and the plan decoded from that
+  choice says so in the job's explanation and passes the checker;
 - a job on a crowded node (four jobs at a quarter of it each), moved to an empty node where it can
   take its max: kept;
 - undone only where staying fits: a move whose home now holds a new job and has no room for both
@@ -32,6 +33,7 @@ from adapters.sim.truth import GroundTruth, TraceLibrary
 from planner import PlannerConfig, plan
 from planner.build import build_problem
 from planner.check import check_plan
+from planner.core import _decode, _Outcome
 from planner.menu import MOVE, STAY
 from planner.outlook import build_outlook
 from planner.problem import Problem
@@ -96,7 +98,10 @@ def _moved(problem: Problem, choice: np.ndarray, j: int, node: str) -> np.ndarra
 
 
 def _check(problem: Problem, choice: np.ndarray) -> np.ndarray:
-    return moves_checked(problem, choice, "deadlines>mean-jct>makespan", CONFIG, [int(c) for c in problem.cap_cpu])
+    out, notes = moves_checked(problem, choice, "deadlines>mean-jct>makespan", CONFIG, [int(c) for c in problem.cap_cpu])
+    undone = {j for j in range(problem.n_jobs) if out[j] != choice[j]}
+    assert set(notes) == undone  # a note for each job kept home, and only for those
+    return out
 
 
 def test_a_move_that_gains_nothing_is_undone() -> None:
@@ -107,6 +112,21 @@ def test_a_move_that_gains_nothing_is_undone() -> None:
     out = _check(problem, choice)
     assert problem.opt_way[out[0]] == STAY and problem.node_names[int(problem.opt_node[out[0]])] == "n0"
     assert problem.violations(out) == []
+
+
+def test_the_plan_says_why_the_job_stays() -> None:
+    """Decoded into a plan (the planner's own decode step, from the program's choice with the move),
+    the job stays on its node, its explanation says a move was weighed and why it was not made, and
+    the plan passes the independent checker."""
+    snapshot = _snapshot([_job("alone", "n0", 8000, 5, 40)])
+    problem = _problem(snapshot)
+    choice = _moved(problem, _staying(problem), 0, "n1")
+    p = _decode(snapshot, problem, CONFIG, _Outcome(choice, "cpsat", "optimal"))
+    (a,) = p.assignments
+    assert a.node == "n0" and a.action in ("keep", "resize")
+    assert "a move to n1 was weighed" in a.explanation and "would not pay" in a.explanation
+    assert p.objective.migrations == 0
+    assert check_plan(snapshot, p) == []
 
 
 def test_a_move_off_a_crowded_node_is_kept() -> None:
