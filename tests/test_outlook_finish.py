@@ -40,7 +40,5 @@ def test_a_tier1_only_job_runs_to_its_max_epochs(tier1: float) -> None:
 def test_a_reachable_tier2_still_stops_it_sooner() -> None:
     values = TraceLibrary.bundled().curve("cifar10", 512).values
     near = values[SEEN + 9]  # reached about ten epochs on
-    target = QoETarget(
-        metric="accuracy", direction="higher", tier1=Tier(value=0.5), tier2=Tier(value=near), max_epochs=300
-    )
+    target = QoETarget(metric="accuracy", direction="higher", tier1=Tier(value=0.5), tier2=Tier(value=near), max_epochs=300)
     assert _outlook(target).remaining_finish < 300 - SEEN
