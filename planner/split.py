@@ -97,15 +97,17 @@ def moves_checked(
     The program prices an allocation as held until the job is done, so a move to a node where the
     job's level is larger looks like a gain in completion times and makespan even where the split
     would have given it as much at home once its neighbours end (specon-4nodes, seed 2: a long job
-    moved at 557 s, lost 246 s of work and ended alone, 230 s after the batch without the move). So
+    moved at 557 s, lost 246 s of work and ended alone at 1,729 s; the batch ends at 1,419 s without
+    the move). So
     each such move is checked the way the split sees it: the two nodes' rollouts (the rule, without
     the value search) with the move and without it, priced as the program prices time (each job's
     completion weight times its finish, plus the makespan weight times the batch's makespan), and
     the move is kept only if it gains more than ``migration_margin`` times the job's weight times
     the seconds it loses (the program's own hysteresis for a move). Not checked: a move onto or off a
     node with an open tier-1 deadline (the program may have made it for QoE, which this price does
-    not hold), a gang's, a GPU job's, and one whose undoing does not fit (the job's minimum, or its
-    memory, at home)."""
+    not hold), a gang's, a GPU job's, a job's that cannot resize live (at home it holds its level
+    until done, as the program prices it), a restart in place, and one whose undoing does not fit
+    (the job's minimum, or its memory, at home)."""
     menus = problem.menus
     movers = [
         j
@@ -114,7 +116,9 @@ def moves_checked(
         and m.count is None
         and m.outlook.job.max_gpus == 0
         and m.t1_slack_s is None
+        and m.outlook.job.resizable
         and m.outlook.job.node in problem.node_names
+        and problem.node_names[int(problem.opt_node[choice[j]])] != m.outlook.job.node
     ]
     notes: dict[int, str] = {}
     if not movers:

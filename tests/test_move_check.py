@@ -14,7 +14,8 @@ Case matrix:
 - undone only where staying fits: a move whose home now holds a new job and has no room for both
   minimums is kept;
 - a job with an open tier-1 deadline is not second-guessed (the program moved it for QoE), nor a
-  move off a node that holds one (it may make room for that deadline);
+  move off a node that holds one (it may make room for that deadline), nor a job that cannot
+  resize live (the program's price of its level is what it gets at home);
 - a whole plan of the crowded case passes the checker and moves nothing it should not.
 
 Jobs are built on measured data: each job's speed table is the simulator's ground truth for a
@@ -160,6 +161,14 @@ def test_a_deadline_job_is_not_second_guessed() -> None:
     """A job with an open tier-1 deadline is moved for its QoE, which the rollout does not price."""
     target = {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.9999, "deadline": NOW + 3600}, "max_epochs": 40}
     problem = _problem(_snapshot([_job("urgent", "n0", 8000, 5, 40, target=target)]))
+    choice = _moved(problem, _staying(problem), 0, "n1")
+    assert np.array_equal(_check(problem, choice), choice)
+
+
+def test_a_job_that_cannot_resize_live_is_not_second_guessed() -> None:
+    """The gainless move of the first case, for a job that cannot change its share without a
+    restart: at home it holds its level until done, as the program prices it, so its move stands."""
+    problem = _problem(_snapshot([_job("fixed", "n0", 8000, 5, 40, resizable=False)]))
     choice = _moved(problem, _staying(problem), 0, "n1")
     assert np.array_equal(_check(problem, choice), choice)
 
