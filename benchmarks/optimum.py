@@ -169,7 +169,9 @@ def replay(jobs: list[Known], capacity: float, shares: np.ndarray | None, step: 
 def optimum(
     jobs: list[Known], capacity: float, step: float, horizon: float, makespan: float | None, time_limit: float
 ) -> tuple[np.ndarray, str]:
-    """The program's shares (jobs x steps, cores) and CBC's status."""
+    """The program's shares (jobs x steps, cores) and CBC's status ("Optimal"; "Feasible": stopped
+    by the time limit with a schedule not proven optimal; "Infeasible": no schedule meets the budget
+    in whole steps)."""
     T = int(math.ceil(horizon / step))
     J = len(jobs)
     m = pulp.LpProblem("optimum", pulp.LpMinimize)
@@ -215,7 +217,10 @@ def optimum(
         warnings.simplefilter("ignore", DeprecationWarning)
         options = ["randomSeed 1", "randomCbcSeed 1"]  # the same answer every run (the backend's seeds)
         m.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, threads=1, options=options))
-    status = pulp.LpStatus[m.status]
+    # A time limit can stop CBC with a schedule it did not prove optimal: the solution status says which.
+    status = {pulp.LpSolutionOptimal: "Optimal", pulp.LpSolutionIntegerFeasible: "Feasible"}.get(
+        m.sol_status, pulp.LpStatus[m.status]
+    )
     shares = np.array([[x[j, t].value() or 0.0 for t in range(T)] for j in range(J)])
     return shares, status
 
@@ -232,14 +237,17 @@ def figures(jobs: list[Known], times: tuple[list[float], list[float]]) -> tuple[
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--scenario", default="demo", help="demo, or a one-host scenario of examples/scenarios (default demo)")
+    ap.add_argument(
+        "--scenario", default="demo", help="demo, a one-host scenario of examples/scenarios, or a scenario file (default demo)"
+    )
     ap.add_argument("--seeds", default="0", help="comma-separated simulator seeds (default 0)")
     ap.add_argument("--budgets", default="none,docker", help="none, docker, a fraction of docker's makespan, or Ns")
     ap.add_argument("--step", type=float, default=15.0, help="step of the program, seconds (default 15)")
     ap.add_argument("--time-limit", type=float, default=120.0, help="CBC's limit per program, seconds (default 120)")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args(argv)
-    path = DEMO if args.scenario == "demo" else SCENARIOS / f"{args.scenario}.toml"
+    given = Path(args.scenario)
+    path = DEMO if args.scenario == "demo" else given if given.suffix == ".toml" else SCENARIOS / f"{args.scenario}.toml"
     if not path.is_file():
         raise SystemExit(f"optimum.py: error: --scenario: no scenario {args.scenario!r}")
     scenario = load_scenario(path)
@@ -266,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             shares, status = optimum(jobs, capacity, args.step, horizon, budget, args.time_limit)
             took = time.perf_counter() - started
-            if status not in ("Optimal", "Not Solved") or not np.isfinite(shares).all():
+            if status not in ("Optimal", "Feasible") or not np.isfinite(shares).all():
                 print(f"{seed:>4}  {b:>14}  {status:>10}")
                 continue
             try:
