@@ -365,6 +365,23 @@ def table_prior(steps: Sequence[MeasuredStep]) -> PlacementSpeedModel:
     return fit_placement_model(table_observations(steps))
 
 
+def node_factors(steps: Sequence[MeasuredStep], model: PlacementSpeedModel | None = None) -> dict[int, float]:
+    """Per node count of two or more, the measured step times over the form's (``model``, default
+    :func:`table_prior` of ``steps``): the geometric mean of the ratio over the rows with that many
+    nodes. The form has one inter-node link, so it prices every spread alike; this is what the node
+    count adds (on the Pollux tables, two nodes 6-32 % slower than the form, three and more within
+    the rows' noise: ``docs/models.md``)."""
+    rows = [s for s in steps if math.isfinite(s.step_seconds) and s.step_seconds > 0 and 1 <= s.nodes <= s.replicas]
+    if not rows:
+        return {}
+    params = (model or table_prior(rows)).params.as_array()
+    n, k, b, t = (
+        np.array([getattr(s, f) for s in rows], dtype=float) for f in ("nodes", "replicas", "local_batch", "step_seconds")
+    )
+    ratio = np.log(t / predict_steps(params, n, k, b)[0])
+    return {int(c): float(np.exp(np.mean(ratio[n == c]))) for c in np.unique(n) if c >= 2}
+
+
 def noise_floor(steps: Sequence[MeasuredStep]) -> float:
     """Median relative deviation of a measured step time from the median of its (nodes, replicas, batch) group.
 

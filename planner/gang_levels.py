@@ -3,10 +3,12 @@
 A *gang* here is a job the planner must choose a count or a placement for: ``min_replicas`` below
 ``replicas``, or ``max_nodes`` above 1 (:func:`is_gang`). Every other job is planned exactly as
 before. A gang's menu (:func:`planner.menu.build_menu`) repeats its per-replica (CPU, GPU) grid once
-per *block* (replica count, spread): the counts are a small geometric set over [min_replicas,
+per *block* (replica count, node count): the counts are a small geometric set over [min_replicas,
 replicas] like the GPU levels (``PlannerConfig.replica_levels``, plus the count it runs with), each
-on one node and, when the job may spread, over two or more nodes (the step-time model only tells one
-node from several: :mod:`models.placement`). The epoch time of a block is the per-replica speed
+on one node and, when the job may spread, over 2, 3, 4, then 6, 8, 12, ... nodes up to the count
+and ``max_nodes`` (:func:`node_levels`: the step time depends on the node count, most between two
+nodes and three, :mod:`models.gang_speed`); a placement over a node count between two levels is
+priced at the level below it. The epoch time of a block is the per-replica speed
 model's times :class:`models.gang_speed.GangScaling`'s factor, fitted from the job's own epochs at
 other counts and spreads (``SpeedPoint.replicas`` / ``.nodes``) when it has them, else the prior.
 
@@ -38,7 +40,7 @@ def is_gang(job: Job) -> bool:
 @dataclass(frozen=True)
 class GangLevels:
     count: np.ndarray  # (B,) replicas per block
-    spread: np.ndarray  # (B,) bool: over two or more nodes
+    nodes: np.ndarray  # (B,) nodes per block (a level of node_levels; 1: packed on one node)
     scaling: GangScaling
     speed: SpeedLike  # the per-replica model the factor multiplies
     current_factor: float  # the scaling at the count and spread it runs with (1 if not running)
@@ -59,6 +61,23 @@ def count_levels(job: Job, config: PlannerConfig) -> list[int]:
     return sorted(out)
 
 
+def node_levels(count: int, max_nodes: int) -> list[int]:
+    """Node counts a block of ``count`` replicas is priced at: 1, then 2, 3 and 4, then 6, 8, 12, 16,
+    ... (each 1.5 or 4/3 times the one before), up to ``min(count, max_nodes)``, which is always one."""
+    hi = min(count, max_nodes)
+    out = [n for n in (1, 2, 3, 4) if n <= hi]
+    n = 4
+    while n < hi:
+        n = n * 3 // 2 if n & (n - 1) == 0 else n * 4 // 3  # 4 -> 6 -> 8 -> 12 -> 16 -> 24 -> 32 ...
+        out.append(min(n, hi))
+    return sorted(set(out))
+
+
+def node_block(levels: list[int] | np.ndarray, nodes: int) -> int:
+    """The node level a placement over ``nodes`` nodes is priced at: the largest level not above it."""
+    return int(max((n for n in levels if n <= nodes), default=1))
+
+
 def _shapes(outlook: JobOutlook) -> list[GangShape]:
     """The job's observed epochs as (count, nodes, relative to the per-replica model)."""
     job = outlook.job
@@ -77,9 +96,9 @@ def _shapes(outlook: JobOutlook) -> list[GangShape]:
 def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     job = outlook.job
     counts = count_levels(job, config)
-    blocks = [(c, False) for c in counts] + [(c, True) for c in counts if job.max_nodes > 1 and c > 1]
+    blocks = [(c, n) for c in counts for n in node_levels(c, job.max_nodes)]
     count = np.array([c for c, _ in blocks], dtype=np.int64)
-    spread = np.array([s for _, s in blocks], dtype=bool)
+    nodes = np.array([n for _, n in blocks], dtype=np.int64)
     shapes = _shapes(outlook)
     scaling = gang_scaling(job.replicas, shapes)
     speed: SpeedLike = outlook.speed
@@ -95,6 +114,6 @@ def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     shares = job.shares()
     current = 1.0
     if shares:
-        current = float(scaling.factor(np.array([sum(k for _, k in shares)]), np.array([min(len(shares), 2)]))[0])
+        current = float(scaling.factor(np.array([sum(k for _, k in shares)]), np.array([len(shares)]))[0])
     note = f"count/spread scaling {scaling.source}"
-    return GangLevels(count, spread, scaling, speed, current, note)
+    return GangLevels(count, nodes, scaling, speed, current, note)

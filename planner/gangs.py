@@ -14,7 +14,13 @@ Candidate placements, per job and count level, deterministic (ties by node index
   to spare), else the fewest nodes, wholly free nodes first (a gang that takes whole nodes leaves
   no fragments), then the nodes with the most room. Packed twice: into the room the greedy plan
   leaves, and into the room that the running jobs leave (so the solver may start a gang instead
-  of the smaller pending jobs the greedy put there).
+  of the smaller pending jobs the greedy put there);
+- *wide* (:func:`pack_wide`), for a gang that is not running: where the fewest nodes are a node
+  count the gang's speed model predicts slower than a wider one by more than
+  :data:`WIDE_TOLERANCE` (two nodes, by the measured tables' prior: :mod:`models.gang_speed`), the
+  same two packings over the fewest nodes that are not, as evenly as their room takes
+  (:func:`pack_over`). A running gang is not offered them: it would restart, a certain loss, for a
+  gain the prior guesses (measured on Pollux's workloads: ``docs/results.md``).
 
 Ways in: a pending gang starts; a running one stays (same placement: keep, or a live resize of its
 per-replica share), is resized live to another count or placement when it is ``elastic`` and rank 0
@@ -40,10 +46,15 @@ from functools import partial
 
 import numpy as np
 
+from planner.gang_levels import node_block
 from planner.menu import MOVE, START, STAY, JobMenu
 from planner.snapshot import MILLI_PER_GPU
 
 Shares = tuple[tuple[int, int], ...]  # (node index, replicas), rank 0 first
+
+#: A wider spread is a candidate only where it is predicted faster than the fewest nodes by more than
+#: this (the measured tables time placements alike in nodes and replicas 2-4 % apart).
+WIDE_TOLERANCE = 0.03
 
 
 def gang_mask(menus: Sequence[JobMenu]) -> np.ndarray:
@@ -58,11 +69,16 @@ def per_replica(m: JobMenu) -> np.ndarray:
     return np.stack([m.cpu[:k], gpu, np.full(k, m.outlook.job.memory_mib, dtype=np.int64)]).astype(np.int64)
 
 
-def block_level(m: JobMenu, count: int, spread: bool) -> int | None:
-    """The first level of the block of ``count`` replicas on one node (``spread`` False) or more."""
-    assert m.count is not None and m.spread is not None
+def block_level(m: JobMenu, count: int, nodes: int) -> int | None:
+    """The first level of the block of ``count`` replicas over ``nodes`` nodes (priced at the node
+    level not above it: :func:`planner.gang_levels.node_block`)."""
+    assert m.count is not None and m.nodes is not None
     k = m.n_alloc
-    hit = np.flatnonzero((m.count[::k] == count) & (m.spread[::k] == spread))
+    counts, levels = m.count[::k], m.nodes[::k]
+    mine = counts == count
+    if not mine.any():
+        return None
+    hit = np.flatnonzero(mine & (levels == node_block(levels[mine], nodes)))
     return int(hit[0]) * k if hit.size else None
 
 
@@ -114,6 +130,47 @@ def pack(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, ne
         if left == 0:
             return tuple(out)
     return None
+
+
+def pack_over(count: int, nodes: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray) -> Shares | None:
+    """``count`` replicas of ``need`` over exactly ``nodes`` of the ``eligible`` nodes, as evenly as
+    their room takes, the nodes in :func:`pack`'s order (wholly free first, then the most room);
+    None when those nodes cannot hold ``count`` with a replica on each."""
+    fit = slots(room[:, eligible], need)
+    ok = fit > 0
+    el, fit = eligible[ok], fit[ok]
+    if el.size < nodes or count < nodes:
+        return None
+    whole = (room[:, el] >= cap[:, el]).all(axis=0)
+    order = np.lexsort((el, -fit, ~whole))[:nodes]
+    if int(fit[order].sum()) < count:
+        return None
+    out: list[tuple[int, int]] = []
+    left = count
+    # The nodes with the least room first: each takes its even part of what is left, or all it holds.
+    for i, o in enumerate(sorted(order.tolist(), key=lambda o: (int(fit[o]), int(el[o])))):
+        k = int(min(fit[o], -(-left // (nodes - i))))
+        out.append((int(el[o]), k))
+        left -= k
+    return tuple(sorted(out, key=lambda x: (-x[1], x[0]))) if left == 0 else None
+
+
+def pack_wide(
+    m: JobMenu, count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, fewest: Shares | None
+) -> Shares | None:
+    """Where the node count matters (:mod:`models.gang_speed`): ``count`` replicas over the fewest
+    nodes among the counts the gang's scaling predicts within :data:`WIDE_TOLERANCE` of its fastest
+    spread from ``fewest``'s node count up to ``max_nodes``; None when that is ``fewest``'s count."""
+    if fewest is None or len(fewest) < 2 or m.scaling is None:
+        return None
+    lo = len(fewest)
+    hi = min(count, m.outlook.job.max_nodes, int((slots(room[:, eligible], need) > 0).sum()))
+    if hi <= lo:
+        return None
+    n = np.arange(lo, hi + 1)
+    step = m.scaling.per_step(np.full(n.size, count), n)
+    best = int(n[np.flatnonzero(step <= step.min() * (1.0 + WIDE_TOLERANCE))[0]])
+    return None if best == lo else pack_over(count, best, room, cap, eligible, need)
 
 
 def pack_onto(
@@ -211,7 +268,7 @@ def gang_options(
         per = per_replica(m)
         stay_ok = stay_allocs(m, bool(pinned[j])) if j in now else np.zeros(m.n_alloc, dtype=bool)
         for shares in candidates[j]:
-            base = block_level(m, sum(k for _, k in shares), len(shares) > 1)
+            base = block_level(m, sum(k for _, k in shares), len(shares))
             if base is None:
                 continue
             on = np.array([n for n, _ in shares], dtype=np.int64)
@@ -276,8 +333,13 @@ def candidates(
         for c in sorted(set(m.count.tolist())):
             if j in now:
                 add(pack_onto(c, own_free, cap, eligible[j], need, job.max_nodes, now[j]))
-            add(pack(c, own_free, cap, eligible[j], need, job.max_nodes))
-            add(pack(c, own_room, cap, eligible[j], need, job.max_nodes))
+            for room in (own_free, own_room):
+                fewest = pack(c, room, cap, eligible[j], need, job.max_nodes)
+                add(fewest)
+                if job.status != "running":
+                    # Only where the gang starts: a running gang would restart for a spread whose
+                    # gain is the prior's guess (it has not run over that many nodes) at a certain loss.
+                    add(pack_wide(m, c, room, cap, eligible[j], need, fewest))
         out[j] = got
     return out
 
@@ -355,7 +417,7 @@ class GangGreedy:
         cur = m.current_level % m.n_alloc if m.current_level is not None else None
         a = cur if from_current and cur is not None and ok[cur] else int(np.argmax(ok))
         shares = self.now[j]
-        base = block_level(m, sum(k for _, k in shares), len(shares) > 1)
+        base = block_level(m, sum(k for _, k in shares), len(shares))
         return None if base is None else (base + a, shares)
 
     def place(self, m: JobMenu, j: int, free: np.ndarray, cap: np.ndarray, pinned: bool) -> tuple[int, int, Shares] | None:
@@ -367,7 +429,7 @@ class GangGreedy:
             return None
         if j in self.now and self.now[j][0][0] in dict(shares):
             shares = tuple(sorted(shares, key=lambda x: x[0] != self.now[j][0][0]))
-        base = block_level(m, job.fewest_replicas, len(shares) > 1)
+        base = block_level(m, job.fewest_replicas, len(shares))
         ways = ways_in(m, shares, self.now.get(j, ()), 0, True, self.stay_ok.get(j, np.zeros(m.n_alloc, dtype=bool)), pinned)
         if base is None or not ways or (j in self.now and dict(shares) == dict(self.now[j])):
             return None

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.gang_speed import GangScaling
 from planner.config import PlannerConfig
-from planner.gang_levels import gang_levels, is_gang
+from planner.gang_levels import gang_levels, is_gang, node_block
 from planner.outlook import JobOutlook
 from planner.snapshot import MILLI_PER_GPU, Job
 
@@ -119,11 +120,13 @@ class JobMenu:
     wait_unserved: int = 0
     wait_churn: int = 0
     #: Gangs (:func:`planner.gangs.is_gang`): the levels repeat the per-replica grid (``n_alloc``
-    #: levels) once per (replica count, spread) block: ``count`` and ``spread`` (over two or more
-    #: nodes) per level, and ``dem_*`` are for the level's count (``dem_mem`` for the fewest).
-    #: ``None`` / 0 for every other job.
+    #: levels) once per (replica count, node count) block: ``count`` and ``nodes`` (a level of
+    #: :func:`planner.gang_levels.node_levels`; 1: on one node) per level, and ``dem_*`` are for the
+    #: level's count (``dem_mem`` for the fewest); ``scaling``: the epoch-time factor by count and
+    #: node count. ``None`` / 0 for every other job.
     count: np.ndarray | None = None
-    spread: np.ndarray | None = None
+    nodes: np.ndarray | None = None
+    scaling: GangScaling | None = None
     n_alloc: int = 0
     gang_note: str = ""
 
@@ -154,15 +157,16 @@ def build_menu(
         n_alloc = cpu.size
         blocks = len(gang.count)
         reps = np.repeat(gang.count, n_alloc)
-        spread = np.repeat(gang.spread, n_alloc)
-        spe = np.tile(spe, blocks) * gang.scaling.factor(reps, np.where(spread, 2, 1))
+        nodes = np.repeat(gang.nodes, n_alloc)
+        spe = np.tile(spe, blocks) * gang.scaling.factor(reps, nodes)
         cpu, gpu = np.tile(cpu, blocks), np.tile(gpu, blocks)
     current_level = None
     if cur is not None and cur.cpu_limit_millis is None:  # a capped job's every option drops the cap
         same = (cpu == cur.cpu_millis) & (gpu == cur.gpus)
         if gang is not None:
             shares = job.shares()
-            same &= (reps == sum(k for _, k in shares)) & (spread == (len(shares) > 1))
+            count = sum(k for _, k in shares)
+            same &= (reps == count) & (nodes == node_block(gang.nodes[gang.count == count], len(shares)))
         hit = np.flatnonzero(same)
         current_level = int(hit[0]) if hit.size else None
     # A restart loses checkpoint + restart time and the work since the last checkpoint: jobs
@@ -259,7 +263,8 @@ def build_menu(
         phase_seconds=tau,
         gpu_unit=gpu_unit,
         count=None if gang is None else reps,  # type: ignore[arg-type]
-        spread=None if gang is None else spread,
+        nodes=None if gang is None else nodes,
+        scaling=None if gang is None else gang.scaling,
         n_alloc=n_alloc,
         gang_note="" if gang is None else gang.note,
     )

@@ -19,14 +19,15 @@ import numpy as np
 import pytest
 from conftest import benchmark_module
 
-from models.gang_speed import GangShape, gang_scaling
-from models.step_tables import read_model_steps
+from models.gang_speed import NODE_FACTORS, GangShape, gang_scaling, node_factor
+from models.placement import node_factors
+from models.step_tables import read_model_steps, table_models
 from planner.alternatives import job_options
 from planner.build import build_problem, widen
 from planner.check import check_plan
 from planner.config import PlannerConfig
 from planner.core import _outlooks, plan
-from planner.gangs import drain_seconds
+from planner.gangs import drain_seconds, pack_over
 from planner.plan import Plan, assigned_shares
 from planner.relax import refill
 from planner.snapshot import Snapshot
@@ -274,6 +275,115 @@ def test_scaling_prior_and_fit() -> None:
     mean = np.exp(np.mean(np.log([s.relative for s in shapes])))
     seen = np.array([measured_epoch(1, 4), measured_epoch(4, 16)]) / measured_epoch(1, 1) / mean
     assert np.allclose(got, seen, rtol=0.35)
+
+
+def test_node_factors_are_the_measured_tables_median() -> None:
+    """The prior's node factors are the median over the six models of the measured steps over the
+    form's, by node count (``models.placement.node_factors``), as ``models/gang_speed.py`` says: two
+    nodes slower than the form by 6-32 %, three and more within a few percent of it."""
+    per_model = [node_factors(read_model_steps(DATA, m)) for m in table_models(DATA)]
+    assert len(per_model) == 6
+    for n, want in NODE_FACTORS.items():
+        assert statistics.median(f[n] for f in per_model) == pytest.approx(want, abs=0.006), n
+    assert all(f[2] > 1.05 for f in per_model) and all(abs(f[3] - 1.0) < 0.1 for f in per_model)
+    # Between measured counts the factor is log-linear; one node is the form itself.
+    got = node_factor(np.array([1, 2, 5, 64]), NODE_FACTORS)
+    assert got[0] == 1.0 and got[1] == pytest.approx(1.19) and 0.99 <= got[2] <= 0.99 + 1e-9 and got[3] == 1.0
+
+
+def test_a_jobs_own_epochs_move_its_node_factor() -> None:
+    """A job whose epochs over two, three and four nodes run as the form alone predicts (a cluster
+    without the tables' two-node slowness) is predicted less slow over two nodes than over three than
+    the prior says, the more so the more epochs it has; with epochs on one node only, the prior's
+    factors stand (the form cannot tell them from a slow link)."""
+    prior = gang_scaling(8, [])
+    alone = gang_scaling(8, [GangShape(1, 1, 1.0), GangShape(4, 1, 0.3)])
+    assert alone.nodes == NODE_FACTORS
+    shapes = [(1, 1), (4, 1), (8, 2), (8, 3), (8, 4)]
+    r, n = np.array([x for x, _ in shapes]), np.array([y for _, y in shapes])
+    plain = prior.per_step(r, n) / node_factor(n, NODE_FACTORS)  # the form without node factors
+
+    def two_over_three(times: int) -> float:
+        seen = [
+            GangShape(int(a), int(b), float(t)) for a, b, t in zip(r, n, plain, strict=True) for _ in range(times if b > 1 else 1)
+        ]
+        got = gang_scaling(8, seen).per_step(np.array([8, 8]), np.array([2, 3]))
+        return float(got[0] / got[1])
+
+    said = float(np.divide(*prior.per_step(np.array([8, 8]), np.array([2, 3]))))
+    assert said == pytest.approx(NODE_FACTORS[2] / NODE_FACTORS[3], rel=0.01)
+    assert 1.0 <= two_over_three(8) < two_over_three(1) < said
+
+
+def test_pack_over_spreads_evenly_over_the_roomiest_nodes() -> None:
+    """``pack_over``: 8 replicas over exactly 3 nodes go 3 + 3 + 2 on wholly free nodes first; a node
+    with less room takes what it holds and the others the rest; too little room gives None."""
+    cap = np.tile(np.array([[64000], [4], [262144]]), (1, 4))
+    need = np.array([4000, 1, 8192])
+    room = cap.copy()
+    assert pack_over(8, 3, room, cap, np.arange(4), need) == ((0, 3), (1, 3), (2, 2))
+    room[1, 0] = 1  # node 0 has one GPU left: the wholly free nodes first
+    assert pack_over(8, 3, room, cap, np.arange(4), need) == ((1, 3), (2, 3), (3, 2))
+    assert pack_over(9, 3, room, cap, np.arange(4), need) == ((1, 3), (2, 3), (3, 3))
+    room[1, 3] = 1
+    assert pack_over(9, 3, room, cap, np.arange(4), need) == ((1, 4), (2, 4), (0, 1))  # ties: the lower index
+    assert pack_over(10, 3, room, cap, np.arange(4), need) is None
+    assert pack_over(2, 3, room, cap, np.arange(4), need) is None
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_eight_replicas_spread_over_three_nodes_not_two(solver: str) -> None:
+    """8 one-GPU replicas on 4-GPU nodes: the fewest nodes are two (4 + 4), but every model of the
+    measured tables runs slower over exactly two nodes than over three (``NODE_FACTORS``), so the
+    gang is spread 3 + 3 + 2 where three nodes are free; where only two are, it takes them. (The
+    greedy fallback packs the fewest nodes: it places, the solvers weigh.)"""
+    job = gang("g", 8, max_nodes=8, speed=speed_points([(1, 1), (1, 4)]))
+    a = of(planned(snapshot([job], n_nodes=5), solver), "g")
+    assert a.replicas == 8 and sorted(k for _, k in assigned_shares(a)) == [2, 3, 3]
+    b = of(planned(snapshot([job], n_nodes=2), solver), "g")
+    assert b.replicas == 8 and sorted(k for _, k in assigned_shares(b)) == [4, 4]
+
+
+def test_a_running_gang_over_two_nodes_is_not_restarted_wider() -> None:
+    """The same 8 replicas running 4 + 4 on two nodes, three nodes free: the wide spread is offered
+    only to a gang that starts, so this one keeps its two nodes (a restart is a certain loss, the
+    two-node slowness the prior's guess)."""
+    running = gang(
+        "g",
+        8,
+        max_nodes=8,
+        resizable=False,
+        status="running",
+        node="n0",
+        allocation={"cpu_millis": 4000, "gpus": 1},
+        placement=[{"node": "n0", "replicas": 4}, {"node": "n1", "replicas": 4}],
+        speed=speed_points([(1, 1), (1, 4)]),
+    )
+    a = of(planned(snapshot([running], n_nodes=5)), "g")
+    assert a.action == "keep" and sorted(k for _, k in assigned_shares(a)) == [4, 4]
+
+
+def test_a_running_gang_keeps_a_spread_between_its_node_levels() -> None:
+    """48 replicas running over 13 nodes: 13 is no node level of count 48 (12, then 16) but is one of
+    count 13, also on its menu; the gang is priced at its own count's level 12 and keeps running
+    (found in session 22: matched against every count's levels, it had no option to stay and was
+    restarted every interval)."""
+    shares = [4] * 11 + [2, 2]
+    placement = [{"node": f"n{i}", "replicas": k} for i, k in enumerate(shares)]
+    job = gang(
+        "big",
+        48,
+        min_replicas=1,
+        max_nodes=48,
+        resizable=False,
+        status="running",
+        node="n0",
+        allocation={"cpu_millis": 4000, "gpus": 1},
+        placement=placement,
+        speed=speed_points([(1, 1), (1, 4), (2, 8), (4, 16)]),
+    )
+    a = of(planned(snapshot([job], n_nodes=16)), "big")
+    assert a.action == "keep" and a.replicas == 48 and sorted(k for _, k in assigned_shares(a)) == sorted(shares)
 
 
 @pytest.mark.parametrize("max_jobs", [1500, 60])
