@@ -344,21 +344,18 @@ def test_eight_replicas_spread_over_three_nodes_not_two(solver: str) -> None:
     assert b.replicas == 8 and sorted(k for _, k in assigned_shares(b)) == [4, 4]
 
 
+def _running_over(job_id: str, shares: list[int], **extra: Any) -> dict[str, Any]:
+    """A non-resizable gang running ``shares[i]`` replicas on node ``n{i}``, rank 0 on n0."""
+    placement = [{"node": f"n{i}", "replicas": k} for i, k in enumerate(shares)]
+    where = {"status": "running", "node": "n0", "allocation": {"cpu_millis": 4000, "gpus": 1}, "placement": placement}
+    return gang(job_id, sum(shares), resizable=False, **where, **extra)
+
+
 def test_a_running_gang_over_two_nodes_is_not_restarted_wider() -> None:
     """The same 8 replicas running 4 + 4 on two nodes, three nodes free: the wide spread is offered
     only to a gang that starts, so this one keeps its two nodes (a restart is a certain loss, the
     two-node slowness the prior's guess)."""
-    running = gang(
-        "g",
-        8,
-        max_nodes=8,
-        resizable=False,
-        status="running",
-        node="n0",
-        allocation={"cpu_millis": 4000, "gpus": 1},
-        placement=[{"node": "n0", "replicas": 4}, {"node": "n1", "replicas": 4}],
-        speed=speed_points([(1, 1), (1, 4)]),
-    )
+    running = _running_over("g", [4, 4], max_nodes=8, speed=speed_points([(1, 1), (1, 4)]))
     a = of(planned(snapshot([running], n_nodes=5)), "g")
     assert a.action == "keep" and sorted(k for _, k in assigned_shares(a)) == [4, 4]
 
@@ -369,19 +366,8 @@ def test_a_running_gang_keeps_a_spread_between_its_node_levels() -> None:
     (found in session 22: matched against every count's levels, it had no option to stay and was
     restarted every interval)."""
     shares = [4] * 11 + [2, 2]
-    placement = [{"node": f"n{i}", "replicas": k} for i, k in enumerate(shares)]
-    job = gang(
-        "big",
-        48,
-        min_replicas=1,
-        max_nodes=48,
-        resizable=False,
-        status="running",
-        node="n0",
-        allocation={"cpu_millis": 4000, "gpus": 1},
-        placement=placement,
-        speed=speed_points([(1, 1), (1, 4), (2, 8), (4, 16)]),
-    )
+    job = _running_over("big", shares, min_replicas=1, max_nodes=48)
+    assert job["replicas"] == 48
     a = of(planned(snapshot([job], n_nodes=16)), "big")
     assert a.action == "keep" and a.replicas == 48 and sorted(k for _, k in assigned_shares(a)) == sorted(shares)
 
