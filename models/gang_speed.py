@@ -29,13 +29,13 @@ its observations), so its spread penalty comes from its own epochs when it has t
 
 **The node count.** The form has one inter-node link: every spread over two or more nodes with as
 many replicas is the same step. The measured tables say otherwise: over exactly two nodes every
-model of the six is slower than the form (by 6-32 %, median 19 %), over three and more nodes within
-the rows' noise of it (:func:`models.placement.node_factors`). So the step over ``n >= 2`` nodes is
-the form's times a *node factor* (:data:`NODE_FACTORS`, the median over the six models; log-linear in
-``n`` between the measured counts, the last one beyond). A job's own epochs over ``n`` nodes move
-its factor there towards what they show, as ``k`` observations against :data:`NODE_PRIOR_WEIGHT`
-for the prior (the form is fitted to its epochs with the prior's factors taken out, so the two do
-not count the same slowness twice).
+model of the six is slower than the form (by 6-32 %, median 19 %), over three and more nodes the
+models scatter around it both ways, their median within 3 % (:func:`models.placement.node_factors`).
+So the step over ``n >= 2`` nodes is the form's times a *node factor* (:data:`NODE_FACTORS`, the
+median over the six models; log-linear in ``n`` between the measured counts, the last one beyond). A
+job's own epochs over ``n`` nodes move its factor there towards what they show, as ``k``
+observations against :data:`NODE_PRIOR_WEIGHT` for the prior (the form is fitted to its epochs with
+the prior's factors taken out, so the two do not count the same slowness twice).
 """
 
 from __future__ import annotations

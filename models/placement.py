@@ -369,8 +369,8 @@ def node_factors(steps: Sequence[MeasuredStep], model: PlacementSpeedModel | Non
     """Per node count of two or more, the measured step times over the form's (``model``, default
     :func:`table_prior` of ``steps``): the geometric mean of the ratio over the rows with that many
     nodes. The form has one inter-node link, so it prices every spread alike; this is what the node
-    count adds (on the Pollux tables, two nodes 6-32 % slower than the form, three and more within
-    the rows' noise: ``docs/models.md``)."""
+    count adds (on the Pollux tables, two nodes 6-32 % slower than the form, three and more 0.91-1.10
+    times it, the median within 3 %: ``docs/models.md``)."""
     rows = [s for s in steps if math.isfinite(s.step_seconds) and s.step_seconds > 0 and 1 <= s.nodes <= s.replicas]
     if not rows:
         return {}
