@@ -309,6 +309,25 @@ def test_pollux_span_end_to_end_with_a_baseline(library: TraceLibrary, data_dir:
     assert spread and r.makespan is not None and r.makespan >= r.makespan_lower_bound
 
 
+def test_the_timeline_counts_every_replicas_gpus(library: TraceLibrary, data_dir: Path) -> None:
+    """The allocation plot's timeline holds what a gang holds on all its nodes: each running job's
+    GPUs are its replicas' (a gang of 8 one-GPU replicas holds 8, not 1), and the GPUs held at an
+    interval never exceed the cluster's (found in session 22: the plot showed 1-5 of 64 GPUs held
+    where utilisation was 44 %)."""
+    sc = load_scenario(SPAN)
+    sc = dataclasses.replace(sc, trace={**(sc.trace or {}), "limit": 12, "max_epochs": 3})
+    held: list[tuple[float, float]] = []
+
+    def seen(cluster: SimCluster, _: Tick) -> None:
+        running = [j for j in cluster.jobs.values() if j.status == "running"]
+        held.append((sum(j.gpus * j.replicas for j in running), sum(n.gpus for n in cluster.nodes.values())))
+
+    r = simulate(sc, make_policy("tiresias"), "tiresias", 0, library, data=data_dir, on_tick=seen)
+    assert len(r.timeline) == len(held) and any(g > 4 for g, _ in held)
+    for t, (gpus, capacity) in zip(r.timeline, held, strict=True):
+        assert sum(v[1] for v in t["alloc"].values()) == pytest.approx(gpus) and gpus <= capacity == t["capacity"][1]
+
+
 def random_gangs(seed: int) -> dict[str, Any]:
     """A small random cluster of 4-GPU nodes with gangs of every kind: 1-10 replicas, some with a
     ``min_replicas``, spread allowed over enough nodes to hold them, some elastic."""

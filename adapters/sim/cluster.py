@@ -202,6 +202,13 @@ class SimJob:
         limit = top if self.cpu_limit is None else min(self.cpu_limit, top)
         return float(limit * self.here(node))
 
+    def gpus_held(self) -> float:
+        """GPUs the job holds, every replica's: GPUs per replica times the replicas, or a fractional
+        job's share of its one device."""
+        if self.spec.gpu_milli is not None and self.gpus:
+            return self.spec.gpu_milli / ONE_GPU_MILLI
+        return float(self.gpus * self.replicas)
+
     def spread(self) -> tuple[int, ...]:
         """The replicas per node the truth's speed reads (``()`` for one replica on one node)."""
         return tuple(k for _, k in self.shares) if self.replicas > 1 or len(self.shares) > 1 else ()
@@ -398,9 +405,7 @@ class SimCluster(Adapter):
 
     def _hold(self, j: SimJob, seconds: float, cpu_seconds: float) -> None:
         j.busy_seconds += seconds
-        # Utilisation in milli-GPUs: a fractional job holds its share of one device.
-        held = j.spec.gpu_milli / ONE_GPU_MILLI if j.spec.gpu_milli is not None and j.gpus else j.gpus * j.replicas
-        self.used_gpu_seconds += seconds * held
+        self.used_gpu_seconds += seconds * j.gpus_held()  # a fractional job: its share of one device
         self.used_cpu_seconds += cpu_seconds
 
     def _epoch_done(self, j: SimJob, k: int, tk: float) -> None:

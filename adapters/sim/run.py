@@ -82,7 +82,7 @@ class RunResult:
     idle_waits: int
     makespan_lower_bound: float
     jobs: list[JobResult]
-    #: per interval: time; per job (guaranteed cpu_millis, gpus) held ("alloc") and millicores used under
+    #: per interval: time; per job (guaranteed millicores, GPUs) held by all its replicas ("alloc") and millicores used under
     #: the water-fill ("used_cpu"); the cluster's [CPU millicores, GPUs] ("capacity") — for the allocation plot.
     timeline: list[dict[str, Any]] = field(default_factory=list)
     #: per job: [(time, predicted finish time)] from the plans (null when the policy predicts nothing).
@@ -280,7 +280,11 @@ def simulate(
             timeline.append(
                 {
                     "time": tick.time,
-                    "alloc": {j.spec.id: [j.cpu_millis, j.gpus] for j in cluster.jobs.values() if j.status == "running"},
+                    "alloc": {
+                        j.spec.id: [j.cpu_millis * j.replicas, j.gpus_held()]
+                        for j in cluster.jobs.values()
+                        if j.status == "running"
+                    },
                     "used_cpu": {k: round(v, 1) for k, v in cluster.cpu_used_by_job().items()},
                     "capacity": [sum(n.cpu_millis for n in cluster.nodes.values()), sum(n.gpus for n in cluster.nodes.values())],
                 }
