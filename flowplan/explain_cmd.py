@@ -80,6 +80,8 @@ def _option_row(o: Any, given: Any, mark: str, counted: bool = False) -> list[st
     gets = "-" if o.node is None else f"{o.cpu_millis / 1000:g}" + (f"+{o.gpus}g" if o.gpus else "")
     if o.node is not None and counted:
         gets += f" x{o.replicas}"  # a gang's options differ in count
+    if o.node is not None and o.nodes > 1:
+        gets += f" on {o.nodes} nodes"  # and in node count: a spread's speed depends on it
     spe = "-" if o.seconds_per_epoch is None else f"{o.seconds_per_epoch:.3g} s"
     t1 = "-" if o.tier1_s is None else f"in {_dur(o.tier1_s)}"
     fin = "-" if o.finish_s is None else f"in {_dur(o.finish_s)}"
@@ -123,8 +125,8 @@ def options_lines(found: Any, limit: int, *, terminal: bool = False) -> list[str
 
     out: list[str] = []
     given = found.given
-    same = (given.node, given.way, given.cpu_millis, given.gpus, given.replicas)
-    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus, o.replicas) != same]
+    same = (given.node, given.way, given.cpu_millis, given.gpus, given.replicas, given.nodes)
+    shown = [o for o in pareto(found.options) if (o.node, o.way, o.cpu_millis, o.gpus, o.replicas, o.nodes) != same]
     placed = [o for o in shown if o.node is not None]
     rest = [o for o in shown if o.node is None]
     picked = placed[:limit] + (rest if limit else [])

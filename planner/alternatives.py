@@ -29,6 +29,7 @@ no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -73,6 +74,7 @@ class Option:
     short_gpus: int = 0
     short_memory_mib: int = 0
     holders: tuple[Holder, ...] = ()  # the other jobs on that node in the plan
+    nodes: int = 1  # the nodes its replicas are on (a gang spread from ``node``)
 
     @property
     def fits(self) -> bool:
@@ -157,22 +159,39 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
             free[name] = [f - u for f, u in zip(free[name], (used[0], milli, mem), strict=True)]
             on_node.setdefault(name, []).append(Holder(a.job, used[0], used[1], mem, spare))
 
-    def option(node: str | None, way: str, cpu: int, gpus: int, lost: float, level: int | None = None) -> Option:
+    def option(
+        node: str | None,
+        way: str,
+        cpu: int,
+        gpus: int,
+        lost: float,
+        level: int | None = None,
+        rest: Sequence[tuple[str, int]] = (),
+        count: int | None = None,
+    ) -> Option:
+        """``rest``: the nodes beside ``node`` a spread gang's replicas go to, with how many; ``count``:
+        its replicas in all, where no ``level`` says (the plan's own assignment)."""
         spe = None if node is None else float(menu.outlook.speed.seconds_per_epoch(cpu, gpus))
-        replicas = job.replicas
+        replicas = job.replicas if count is None else count
         if node is not None and level is not None and menu.count is not None:
-            # A gang's level is also a count and a spread: its epoch time is the menu's.
+            # A gang's level is also a count and a node count: its epoch time is the menu's.
             spe, replicas = float(menu.seconds_per_epoch[level]), int(menu.count[level])
         t1 = _held(lost, rem1, spe)
         met = None if deadline is None else (t1 is not None and t1 <= deadline)
         short = (0, 0, 0)
         holders: tuple[Holder, ...] = ()
         if node is not None and node in free:
-            milli = int(gpu_demand_milli(job.gpu_milli, np.array([gpus]), replicas)[0])
-            need = (cpu * replicas, milli, job.memory_mib * replicas)
-            short = tuple(max(0, int(n - f)) for n, f in zip(need, free[node], strict=True))  # type: ignore[assignment]
-            short = (short[0], -(-short[1] // MILLI_PER_GPU), short[2])  # whole GPUs short, rounded up
-            holders = tuple(on_node.get(node, []))
+            # What each of its nodes lacks for the replicas there, added up.
+            lacks = [0, 0, 0]
+            for name, k in [(node, replicas - sum(k for _, k in rest)), *rest]:
+                if name not in free:
+                    continue
+                milli = int(gpu_demand_milli(job.gpu_milli, np.array([gpus]), k)[0])
+                need = (cpu * k, milli, job.memory_mib * k)
+                for i, (n, f) in enumerate(zip(need, free[name], strict=True)):
+                    lacks[i] += max(0, int(n - f))
+            short = (lacks[0], -(-lacks[1] // MILLI_PER_GPU), lacks[2])  # whole GPUs short, rounded up
+            holders = tuple(h for name in [node, *(n for n, _ in rest)] for h in on_node.get(name, []))
         return Option(
             node=node,
             way=way,
@@ -188,6 +207,7 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
             short_gpus=short[1],
             short_memory_mib=short[2],
             holders=holders,
+            nodes=1 + len(rest) if node is not None else 1,
         )
 
     opts: list[Option] = []
@@ -200,7 +220,11 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         name = problem.node_names[n]
         if name not in nodes:
             continue
-        opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way]), level))
+        rest = [
+            (problem.node_names[int(e)], int(r))
+            for e, r in zip(problem.ext_node[problem.ext_opt == k], problem.ext_reps[problem.ext_opt == k], strict=True)
+        ]
+        opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way]), level, rest))
     given_way = _way_of(given)
     if given.node is not None and given.node in nodes and given_way in WAYS and given.node not in {x.node for x in opts}:
         # The plan's node is not among the candidates built before the solve: the refill gave it after
@@ -212,7 +236,9 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
     meeting = [x for x in opts if x.tier1_met]
     to_meet = min(meeting, key=lambda x: (x.gpus, x.cpu_millis, not x.fits, x.tier1_s or 0.0)) if meeting else None
     cpu, gpus = (given.cpu_millis, given.gpus) if given.node else (0, 0)
-    given_opt = option(given.node, given_way, cpu, gpus, given.lost_seconds)
+    given_opt = option(
+        given.node, given_way, cpu, gpus, given.lost_seconds, rest=assigned_shares(given)[1:], count=given.replicas
+    )
     if menu.count is not None and given.node is not None and given.predictions.seconds_per_epoch is not None:
         # A gang's count and spread: the plan's epoch time, not the per-replica model's.
         spe = given.predictions.seconds_per_epoch

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conftest import benchmark_module
 
+from flowplan.explain_cmd import options_lines
 from models.gang_speed import NODE_FACTORS, GangShape, gang_scaling, node_factor
 from models.placement import node_factors
 from models.step_tables import read_model_steps, table_models
@@ -403,6 +404,21 @@ def test_explain_options_of_a_gang() -> None:
     assert len(counts) > 1 and counts <= set(range(2, 9))
     by_count = {o.replicas: o.seconds_per_epoch for o in found.options if o.node is not None and o.way == "start"}
     assert by_count[min(by_count)] > by_count[max(by_count)]  # fewer replicas, longer epochs
+
+
+def test_explain_options_say_over_how_many_nodes() -> None:
+    """A gang's options over 2 and 3 nodes differ in speed, so ``flowplan explain`` says the node
+    count of each (``Option.nodes``; found in session 22: two "start on n0" rows of 8 replicas with
+    different epoch times), and the plan's own spread fits beside the others on every node it is on."""
+    job = gang("g", 8, max_nodes=8, speed=speed_points([(1, 1), (1, 4)]))
+    snap = snapshot([job], n_nodes=5)
+    p = planned(snap)
+    found = job_options(snap, p, "g")
+    assert found.given.nodes == 3 and found.given.fits
+    spreads = {o.nodes: o.seconds_per_epoch for o in found.options if o.node is not None and o.replicas == 8}
+    assert set(spreads) == {2, 3} and spreads[2] > spreads[3]
+    lines = "\n".join(options_lines(found, 6))
+    assert "4+1g on 3 nodes" in lines
 
 
 def _random_gangs(seed: int) -> Snapshot:
