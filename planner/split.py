@@ -146,6 +146,16 @@ def moves_checked(
                 seen[key] = (float(np.dot(weights, fin)), float(fin.max()))
         return seen[key]
 
+    def cluster(c: np.ndarray) -> tuple[list[list[int]], np.ndarray, list[float], float]:
+        # The split jobs and fixed CPU per node under ``c``, each node's rollout makespan, and the
+        # latest finish of the placed jobs the split does not decide (as the program has it).
+        flexible, fixed = _by_node(problem, c)
+        spans = [node_cost(c, n, flexible[n], capacity[n] - int(fixed[n]))[1] for n in range(len(names))]
+        split_jobs = {i for f in flexible for i in f}
+        held = [int(problem.finish_q[c[i]]) for i in range(len(menus)) if problem.opt_node[c[i]] >= 0 and i not in split_jobs]
+        return flexible, fixed, spans, max(held, default=0) * q
+
+    state = cluster(choice)  # again only after a move is undone
     for j in movers:
         m = menus[j]
         home = names.index(str(m.outlook.job.node))
@@ -157,23 +167,13 @@ def moves_checked(
         back[j] = min(stays, key=lambda o: (int(problem.dem_cpu[o]), o))
         if int(problem.usage(back)[2][home]) > int(problem.cap_mem[home]):
             continue
-        flexible, fixed = _by_node(problem, choice)
+        flexible, fixed, spans, held_span = state
         if any(menus[i].t1_slack_s is not None for i in (*flexible[home], *flexible[away])):
             continue  # the move may make room for a deadline, which the rollout's price does not hold
         flexible_back, _ = _by_node(problem, back)
         # The rest of the cluster's makespan: the other nodes' rollouts (a node without a split job: its
         # jobs' finish as the program has it).
-        rest = 0.0
-        for n in range(len(names)):
-            if n not in (home, away):
-                rest = max(rest, node_cost(choice, n, flexible[n], capacity[n] - int(fixed[n]))[1])
-        split_jobs = {i for f in flexible for i in f}
-        held = [
-            int(problem.finish_q[choice[i]])
-            for i in range(len(menus))
-            if problem.opt_node[choice[i]] >= 0 and i not in split_jobs
-        ]
-        rest = max(rest, max(held, default=0) * q)
+        rest = max([held_span, *(span for n, span in enumerate(spans) if n not in (home, away))])
         costs = []
         for c, fl in ((choice, flexible), (back, flexible_back)):
             total, span = 0.0, rest
@@ -186,6 +186,7 @@ def moves_checked(
             continue
         if stayed - moved <= config.weights.migration_margin * m.weight * float(m.lost[MOVE]):
             choice = back
+            state = cluster(choice)
             notes[j] = (
                 f"stays: a move to {names[away]} was weighed, and the two nodes' share rollouts say it would not pay "
                 f"for the {float(m.lost[MOVE]):.0f} s it loses (checkpoint, restart, work since the last checkpoint)"
