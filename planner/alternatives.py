@@ -220,10 +220,8 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
         name = problem.node_names[n]
         if name not in nodes:
             continue
-        rest = [
-            (problem.node_names[int(e)], int(r))
-            for e, r in zip(problem.ext_node[problem.ext_opt == k], problem.ext_reps[problem.ext_opt == k], strict=True)
-        ]
+        on = problem.ext_opt == k
+        rest = [(problem.node_names[int(e)], int(r)) for e, r in zip(problem.ext_node[on], problem.ext_reps[on], strict=True)]
         opts.append(option(name, WAYS[way], int(menu.cpu[level]), int(menu.gpu[level]), float(menu.lost[way]), level, rest))
     given_way = _way_of(given)
     if given.node is not None and given.node in nodes and given_way in WAYS and given.node not in {x.node for x in opts}:
