@@ -49,17 +49,19 @@ from adapters.docker.ranks import (
     broken,
     choose_port,
     member_of,
+    ports_held,
     rank_layout,
     rendezvous_env,
     shares_problem,
     split_members,
+    tf_config,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "examples" / "jobs" / "train_gang.py"
 GANG = {"flowplan.job": "g", "flowplan.replicas": "4", "flowplan.min_replicas": "2", "flowplan.max_nodes": "2"}
 
-BAD_LABELS = {
+BAD_LABELS: dict[str, tuple[dict[str, str | None], str]] = {
     "min not a number": ({"flowplan.min_replicas": "x"}, "label flowplan.min_replicas: not a number ('x')"),
     "min negative": ({"flowplan.min_replicas": "-1"}, "label flowplan.min_replicas: must be between 1 and 1024 ('-1')"),
     "replicas zero": ({"flowplan.replicas": "0"}, "label flowplan.replicas: must be between 1 and 1024 ('0')"),
@@ -75,6 +77,7 @@ BAD_LABELS = {
     "elastic neither": ({"flowplan.elastic": "maybe"}, "label flowplan.elastic: expected true or false ('maybe')"),
     "rank not a number": ({RANK: "one"}, "label flowplan.rank: not a whole number ('one')"),
     "port out of range": ({MASTER_PORT: "70000"}, "label flowplan.master_port: must be between 1 and 65535 ('70000')"),
+    "rendezvous unknown": ({"flowplan.rendezvous": "mpi"}, "label flowplan.rendezvous: expected torch or tensorflow ('mpi')"),
 }
 
 
@@ -121,6 +124,31 @@ def test_ranks_follow_the_placement_and_the_variables_replace_the_templates() ->
         "LOCAL_RANK=0",
         "LOCAL_WORLD_SIZE=1",
     ]
+
+
+def test_tensorflow_gangs_get_tf_config_instead_of_torchruns_variables() -> None:
+    assert parse_labels(GANG).rendezvous == "torch"  # type: ignore[union-attr]
+    assert parse_labels({**GANG, "flowplan.rendezvous": " TensorFlow "}).rendezvous == "tensorflow"  # type: ignore[union-attr]
+    workers = ["10.0.0.2:31000", "10.0.0.2:31001", "10.0.0.3:31002"]
+    assert json.loads(tf_config(workers, 2)) == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 2}}
+    env = ["PATH=/bin", 'TF_CONFIG={"old": 1}', "RANK=9", "MASTER_ADDR=x"]
+    assert rendezvous_env(env, {"TF_CONFIG": tf_config(workers, 0)}) == ["PATH=/bin", f"TF_CONFIG={tf_config(workers, 0)}"]
+
+
+def test_a_tensorflow_gang_holds_a_port_per_worker_and_others_keep_clear() -> None:
+    torch = {**GANG, WORLD_SIZE: "3", MASTER_PORT: "31000"}
+    assert ports_held(torch) == range(31000, 31001)
+    assert ports_held({**torch, "flowplan.rendezvous": "tensorflow"}) == range(31000, 31003)
+    assert ports_held(GANG) == range(0)  # never started by the adapter
+    first = choose_port("job-a", set(), width=3)
+    assert choose_port("job-a", set()) == first  # the same hash start, whatever the width
+    # A block is clear of every port taken, and a kept port is given up when its block is not.
+    assert choose_port("job-a", {first + 2}, width=3) == first + 3
+    assert choose_port("job-a", {31002}, preferred=31000, width=2) == 31000
+    assert choose_port("job-a", {31001}, preferred=31000, width=2) != 31000
+    # Never past the range's end.
+    top = PORT_BASE + PORT_SPAN
+    assert all(p + 4 <= top for p in (choose_port(f"j{i}", set(), width=4) for i in range(200)))
 
 
 def test_port_is_deterministic_kept_and_moves_past_taken_ones() -> None:
@@ -201,12 +229,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _gang(world: int, ckpt: Path, *args: str) -> list[subprocess.Popen[str]]:
+def _gang(world: int, ckpt: Path, *args: str, tf: bool = False) -> list[subprocess.Popen[str]]:
+    """``world`` processes of the example job; ``tf``: they find each other with ``TF_CONFIG``, as the
+    adapter writes it for ``flowplan.rendezvous=tensorflow`` (each worker its own port), not torchrun's variables."""
     port = _free_port()
     procs = []
     for rank in range(world):
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-        if world > 1:
+        if world > 1 and tf:
+            env["TF_CONFIG"] = tf_config([f"127.0.0.1:{port + r}" for r in range(world)], rank)
+        elif world > 1:
             env.update(WORLD_SIZE=str(world), RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         cmd = [sys.executable, str(JOB), "--job", "g", "--checkpoint-dir", str(ckpt), *args]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
@@ -242,13 +274,33 @@ def _last_loss(out: str) -> float:
 @pytest.mark.slow
 def test_the_job_trains_to_the_same_loss_with_any_world_size(tmp_path: Path) -> None:
     losses = {}
-    for world in (1, 3):
-        procs = _gang(world, tmp_path / f"w{world}", "--epochs", "30", "--work", "1")
+    for world, tf in ((1, False), (3, False), (2, True)):
+        procs = _gang(world, tmp_path / f"w{world}", "--epochs", "30", "--work", "1", tf=tf)
         outs = [p.communicate(timeout=120)[0] for p in procs]
         assert [p.returncode for p in procs] == [0] * world
+        rendezvous = [r for r in _records(outs[0]) if r.get("event") == "rendezvous"]
+        assert [r["world_size"] for r in rendezvous] == [world]
         losses[world] = _last_loss(outs[0])
-    print(f"loss after 30 epochs: 1 replica {losses[1]!r}, 3 replicas {losses[3]!r}")
+    print(f"loss after 30 epochs: 1 replica {losses[1]!r}, 3 replicas {losses[3]!r}, 2 through TF_CONFIG {losses[2]!r}")
     assert losses[3] == pytest.approx(losses[1], rel=1e-9)
+    assert losses[2] == pytest.approx(losses[1], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("tf_config_text", "must"),
+    [
+        ('{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}', "IndexError"),
+        ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "KeyError"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "only workers are run here"),
+        ("not json", "JSONDecodeError"),
+    ],
+)
+def test_the_job_refuses_a_bad_tf_config_in_one_line(tmp_path: Path, tf_config_text: str, must: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_CONFIG": tf_config_text}
+    cmd = [sys.executable, str(JOB), "--job", "g", "--checkpoint-dir", str(tmp_path), "--epochs", "1"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("bad rendezvous: ") and must in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -314,3 +366,29 @@ def test_each_replica_gets_its_own_gpus_and_the_rendezvous() -> None:
         WORLD_SIZE: "4",
         MASTER_PORT: "29777",
     }
+
+
+def test_a_tensorflow_gangs_replicas_get_tf_config_and_no_torch_variables() -> None:
+    """As above, for a gang labelled ``flowplan.rendezvous=tensorflow``: each replica's spec carries
+    ``TF_CONFIG`` with every worker's address and its own index, none of torchrun's variables (the
+    template's are dropped), and the same adapter labels."""
+    from adapters.base import Change
+    from adapters.docker import DockerAdapter, HostSpec
+    from adapters.docker.adapter import Placed
+
+    ad = DockerAdapter([HostSpec("a", "unix:///nonexistent.sock", cpu_millis=8000, addr="10.0.0.9")])
+    labels = {**GANG, "flowplan.rendezvous": "tensorflow"}
+    config = {"Image": "img", "Cmd": ["python", "t.py"], "Env": ["RANK=7", "A=1", "TF_CONFIG={}"], "Labels": labels}
+    template = view({"Id": "t", "Name": "/train", "State": {"Status": "created"}, "Config": config, "HostConfig": {}})
+    mine = parse_labels(labels)
+    assert mine is not None and mine.rendezvous == "tensorflow"
+    ad.last.placed = {"g": Placed("a", template, mine)}
+    ch = Change("g", "start", "a", 1000, 0, replicas=2)
+    workers = ["10.0.0.9:31000", "10.0.0.9:31001"]
+    rendezvous = {"MASTER_ADDR": "10.0.0.9", "MASTER_PORT": 31000, "WORLD_SIZE": 2}
+    spec = ad.gangs._spec(ch, ad.last.placed["g"], template, ("a", 1, 1, 2), rendezvous, 3, {}, workers)
+    env = dict(item.partition("=")[::2] for item in spec["config"]["environment"])
+    assert env == {"A": "1", "TF_CONFIG": tf_config(workers, 1)}
+    written = {k: spec["config"]["labels"][k] for k in (RANK, WORLD_SIZE, MASTER_PORT)}
+    assert written == {RANK: "1", WORLD_SIZE: "2", MASTER_PORT: "31000"}
+    assert spec["config"]["labels"]["flowplan.rendezvous"] == "tensorflow"  # kept: its ports are found from it

@@ -23,6 +23,9 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
 - the real planner in the control loop: it starts the pending gang (a count in [2, 3], over at most
   2 hosts), every change is applied ``ok``, no plan violates the checker, and the next intervals
   find the gang as planned (no change asked for is already in effect);
+- a gang labelled ``flowplan.rendezvous=tensorflow`` (main:1 + extra0:1): each replica gets
+  ``TF_CONFIG`` (the workers at the job's port and the next, its own index) and no torchrun
+  variable; the ranks find each other through it and train to the loss of one process;
 - bad gang labels (min_replicas "x", negative, above replicas; elastic true) make the container
   unmanaged with one line naming the label and its value.
 """
@@ -191,6 +194,31 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
     lines = ad.reconcile()
     assert any("gang: 2 replica(s) of no running gang stopped; removed 2" in line for line in lines), lines
     assert [c["Labels"][RANK] for c in containers(main, "gang") + containers(e0, "gang")] == ["0"]
+
+
+def test_a_tensorflow_gang_finds_its_workers_through_tf_config(docker_engines: Any, tmp_path: Path) -> None:
+    """``flowplan.rendezvous=tensorflow``: the two replicas (main:1 + extra0:1) get ``TF_CONFIG`` (every
+    worker at its own port, its own index) and none of torchrun's variables; the example job's ranks
+    find each other through it and train to the loss of one process."""
+    main, e0, _ = docker_engines.engines
+    template(docker_engines, "fp-tf", "tf", labels={**GANG, "flowplan.rendezvous": "tensorflow"})
+    ad = adapter_for(docker_engines)
+    assert job_of(ad, "tf").status == "pending"
+    (out,) = ad.apply([Change("tf", "start", "main", 500, 0, replicas=2, placement=(("main", 1), ("extra0", 1)))])
+    assert out.ok, out
+    (r0,) = containers(main, "tf")
+    (r1,) = containers(e0, "tf")
+    port = int(r0["Labels"][MASTER_PORT])
+    workers = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
+    for engine, c, rank in ((main, r0, 0), (e0, r1, 1)):
+        env = env_of(engine, c["Id"])
+        assert json.loads(env["TF_CONFIG"]) == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
+        assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env), env
+    done = wait_for(lambda: (j := job_of(ad, "tf")) and j.status == "finished" and j, 180, "the TF_CONFIG gang to finish")
+    assert [e["world_size"] for e in log_events(main, r0["Id"]) if e["event"] == "rendezvous"] == [2]
+    reference = unscaled_loss(tmp_path)
+    print(f"final loss: TF_CONFIG gang of 2 {done.history[-1].loss!r}, one process {reference!r}")
+    assert done.history[-1].loss == pytest.approx(reference, rel=1e-9)
 
 
 def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) -> None:

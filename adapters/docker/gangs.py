@@ -28,6 +28,14 @@ The port is the job's ``flowplan.master_port`` when no other running gang holds 
 free one from a hash of the job id in [29500, 49500) (:func:`~adapters.docker.ranks.choose_port`), so it is the same at every
 restart and differs between the gangs the adapter runs.
 
+A gang labelled ``flowplan.rendezvous=tensorflow`` gets TensorFlow's ``TF_CONFIG`` instead (and
+none of torchrun's variables): the cluster's workers, ``<host address>:<port + rank>`` in rank
+order, and its own task, ``{"type": "worker", "index": rank}``. Each worker listens on its own port,
+so such a gang holds ``world size`` consecutive ports from its port (:func:`~adapters.docker.ranks.ports_held`),
+and no other gang's port falls among them. Without a ``chief`` task, TensorFlow's multi-worker
+strategies make worker 0 the chief: rank 0, the replica that checkpoints and reports. Parameter
+servers are not offered (the snapshot has no roles).
+
 **State.** The job is its rank 0 (``adapter.Placed``): created → pending, exited 75/137/143 →
 pending, 0 → finished, running → running with its replicas where they are (``Job.placement`` when they
 are not all ``replicas`` on one host). A running rank 0 whose replicas are not all running (one
@@ -67,15 +75,18 @@ from adapters.docker.ranks import (
     GENERATION,
     MASTER_PORT,
     RANK,
+    TF_CONFIG,
     WORLD_SIZE,
     WRITTEN_LABELS,
     broken,
     choose_port,
     member_of,
+    ports_held,
     rank_layout,
     rendezvous_env,
     shares_of,
     shares_problem,
+    tf_config,
 )
 
 if TYPE_CHECKING:
@@ -236,13 +247,13 @@ class GangOps:
         text = f"; removed {gone} other replica(s)" if gone else ""
         return text + (f"; not removed: {', '.join(left)}" if left else "")
 
-    def _port(self, job: str, template: ContainerView) -> int:
-        taken = set()
+    def _port(self, job: str, template: ContainerView, width: int) -> int:
+        """The first of ``width`` consecutive ports for ``job``, clear of every port another running gang holds."""
+        taken: set[int] = set()
         for other, p in self.ad.last.placed.items():
-            port = member_of(p.container.labels).port
-            if other != job and port is not None and p.container.state == "running":
-                taken.add(port)
-        return choose_port(job, taken, member_of(template.labels).port)
+            if other != job and p.container.state == "running":
+                taken.update(ports_held(p.container.labels))
+        return choose_port(job, taken, member_of(template.labels).port, width)
 
     def _spec(
         self,
@@ -253,8 +264,11 @@ class GangOps:
         rendezvous: Mapping[str, Any],
         generation: int,
         gpus_taken: dict[str, list[str]],
+        workers: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The create spec of the replica at ``slot`` (host, rank, local rank, local world size)."""
+        """The create spec of the replica at ``slot`` (host, rank, local rank, local world size);
+        ``workers`` (``host:port`` per rank): a ``tensorflow`` gang's, whose replicas get ``TF_CONFIG``
+        instead of torchrun's variables."""
         host, rank, local_rank, local_world = slot
         target = self.ad.hosts[host]
         fields = placed.labels.fields
@@ -265,7 +279,9 @@ class GangOps:
             gpus_taken[host].extend((gpu or {}).get("device_ids", []))
         cap = self.ad._wanted_cap(host, template, fields, ch.cpu_limit_millis)
         spec = recreate_spec(template, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
-        values = {**rendezvous, "RANK": rank, "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": local_world}
+        values: dict[str, Any] = {**rendezvous, "RANK": rank, "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": local_world}
+        if workers is not None:
+            values = {TF_CONFIG: tf_config(workers, rank)}
         spec["config"]["environment"] = rendezvous_env(spec["config"]["environment"], values)
         labels = {k: v for k, v in spec["config"]["labels"].items() if k not in WRITTEN_LABELS}
         labels.update({RANK: str(rank), GENERATION: str(generation), WORLD_SIZE: str(rendezvous["WORLD_SIZE"])})
@@ -293,9 +309,12 @@ class GangOps:
         layout = rank_layout(shares)
         for host in {h for h, _ in shares}:
             self.ad._info[host] = self.ad.hosts[host].info()
-        port = self._port(ch.job, template)
+        tf = placed.labels.rendezvous == "tensorflow"
+        port = self._port(ch.job, template, len(layout) if tf else 1)
         master = self.ad.hosts[shares[0][0]].spec.rendezvous_addr
         rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": port, "WORLD_SIZE": len(layout)}
+        # TensorFlow's workers each listen on a port of their own: rank r on the job's port + r.
+        workers = [f"{self.ad.hosts[h].spec.rendezvous_addr}:{port + r}" for h, r, _, _ in layout] if tf else None
         generation = member_of(template.labels).generation + 1
         from adapters.docker.adapter import _next_name
 
@@ -304,7 +323,7 @@ class GangOps:
         gpus_taken: dict[str, list[str]] = {}
         try:
             for slot in layout:
-                spec = self._spec(ch, placed, template, slot, rendezvous, generation, gpus_taken)
+                spec = self._spec(ch, placed, template, slot, rendezvous, generation, gpus_taken, workers)
                 host, rank = slot[0], slot[1]
                 cid = self.ad.hosts[host].create(spec, name0 if rank == 0 else f"{name0}-rank{rank}")
                 made.append((host, cid))

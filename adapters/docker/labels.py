@@ -33,6 +33,9 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.min_replicas``                 ``Job.min_replicas``: the fewest it can train with
 ``flowplan.max_nodes``                    ``Job.max_nodes``: the most hosts it may spread over (default 1)
 ``flowplan.elastic``                      ``false`` only: on Docker a new count is a checkpoint-restart
+``flowplan.rendezvous``                   how a gang's replicas find each other: ``torch`` (default:
+                                          torchrun's ``MASTER_ADDR``, ``RANK`` ...) or ``tensorflow``
+                                          (``TF_CONFIG``); not a Snapshot field
 ========================================  =========================================================
 
 The adapter writes four more on the containers of a gang it starts (:mod:`adapters.docker.ranks`):
@@ -58,6 +61,9 @@ from planner.snapshot import QoETarget
 
 PREFIX = "flowplan."
 JOB = "flowplan.job"
+RENDEZVOUS = "flowplan.rendezvous"
+#: The values of ``flowplan.rendezvous``: the variables a gang's replicas get (:mod:`adapters.docker.ranks`).
+RENDEZVOUS_KINDS = ("torch", "tensorflow")
 
 _INTS = {
     "min_cpu_millis": (1, 10**9),
@@ -89,7 +95,7 @@ _TARGET = {
 }
 #: Written by the adapter on the containers of a gang (:mod:`adapters.docker.ranks` parses them).
 WRITTEN = ("rank", "generation", "world_size", "master_port")
-KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", "elastic", *_INTS, *_FLOATS, *_BOOLS, *_TARGET, *WRITTEN}
+KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", "elastic", "rendezvous", *_INTS, *_FLOATS, *_BOOLS, *_TARGET, *WRITTEN}
 
 DEFAULTS: dict[str, Any] = {
     "min_cpu_millis": 250,
@@ -107,6 +113,8 @@ class JobLabels:
     job_id: str
     fields: dict[str, Any]
     steps_per_epoch: float | None = None
+    #: How a gang's replicas find each other (``flowplan.rendezvous``): one of :data:`RENDEZVOUS_KINDS`.
+    rendezvous: str = "torch"
 
 
 def _number(key: str, text: str) -> float:
@@ -181,7 +189,10 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
             f"label {PREFIX}{'job' if where == 'id' else where}: {err['msg']} ({own.get(where, job_id)!r})"
         ) from None
     steps = _ranged("steps_per_epoch", own["steps_per_epoch"], 1.0, 1e9) if "steps_per_epoch" in own else None
-    return JobLabels(job_id, fields, steps)
+    rendezvous = own.get("rendezvous", "torch").strip().lower()
+    if rendezvous not in RENDEZVOUS_KINDS:
+        raise LabelError(f"label {RENDEZVOUS}: expected {' or '.join(RENDEZVOUS_KINDS)} ({own['rendezvous']!r})")
+    return JobLabels(job_id, fields, steps, rendezvous)
 
 
 def _check_gang(own: Mapping[str, str], fields: dict[str, Any]) -> None:

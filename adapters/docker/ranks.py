@@ -5,6 +5,7 @@ and whether a running gang is whole. Pure functions of labels and placements (no
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,15 +14,19 @@ from typing import Any
 from adapters.base import ErrorKind, Shares
 from adapters.docker.engine import ContainerView
 from adapters.docker.errors import DockerAdapterError, LabelError
-from adapters.docker.labels import PREFIX
+from adapters.docker.labels import PREFIX, RENDEZVOUS
 
 RANK = PREFIX + "rank"
 GENERATION = PREFIX + "generation"
 WORLD_SIZE = PREFIX + "world_size"
 MASTER_PORT = PREFIX + "master_port"
 WRITTEN_LABELS = (RANK, GENERATION, WORLD_SIZE, MASTER_PORT)
-#: The rendezvous variables every replica gets (torchrun's names).
+#: The rendezvous variables every replica of a ``torch`` gang gets (torchrun's names).
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+#: What every replica of a ``tensorflow`` gang gets instead: the cluster and its own task, as JSON.
+TF_CONFIG = "TF_CONFIG"
+#: Every variable the adapter sets, in the order it writes them; a template's own values are dropped.
+WRITTEN_ENV = (*RENDEZVOUS_ENV, TF_CONFIG)
 PORT_BASE = 29500  # torchrun's default MASTER_PORT
 PORT_SPAN = 20000
 
@@ -97,22 +102,48 @@ def rank_layout(shares: Shares) -> list[tuple[str, int, int, int]]:
 
 
 def rendezvous_env(env: Sequence[str], values: Mapping[str, Any]) -> list[str]:
-    """``env`` (``NAME=value`` items) without any rendezvous variable, then ``values`` for them."""
-    names = set(RENDEZVOUS_ENV)
+    """``env`` (``NAME=value`` items) without any variable the adapter sets (:data:`WRITTEN_ENV`), then
+    ``values`` (some of those names) in that order."""
+    names = set(WRITTEN_ENV)
     kept = [item for item in env if item.partition("=")[0] not in names]
-    return [*kept, *(f"{name}={values[name]}" for name in RENDEZVOUS_ENV)]
+    return [*kept, *(f"{name}={values[name]}" for name in WRITTEN_ENV if name in values)]
 
 
-def choose_port(job_id: str, taken: Iterable[int], preferred: int | None = None) -> int:
-    """The rendezvous port of ``job_id``: ``preferred`` (its last one) when free, else the first port
-    not ``taken`` from a hash of the id in [:data:`PORT_BASE`, +:data:`PORT_SPAN`); deterministic."""
+def tf_config(workers: Sequence[str], index: int) -> str:
+    """TensorFlow's ``TF_CONFIG`` for worker ``index`` of ``workers`` (``host:port`` each, rank order):
+    the cluster of workers and this replica's task. There is no ``chief`` task: TensorFlow's
+    multi-worker strategies then make worker 0 the chief, and worker 0 is rank 0, the replica that
+    checkpoints and reports (``docs/docker.md``)."""
+    cluster = {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}}
+    return json.dumps(cluster, separators=(",", ":"))
+
+
+def ports_held(labels: Mapping[str, str]) -> range:
+    """The ports a running gang's rank 0 (its ``labels``) says its gang holds: its master port, and for a
+    ``tensorflow`` gang one port per replica from it (each worker listens on its own). Empty: none written."""
+    m = member_of(labels)
+    if m.port is None:
+        return range(0)
+    tf = labels.get(RENDEZVOUS, "").strip().lower() == "tensorflow"
+    return range(m.port, m.port + ((m.world_size or 1) if tf else 1))
+
+
+def choose_port(job_id: str, taken: Iterable[int], preferred: int | None = None, width: int = 1) -> int:
+    """The rendezvous port of ``job_id``, the first of ``width`` consecutive ones (a ``tensorflow`` gang's
+    workers each listen on one): ``preferred`` (its last one) when that block is free, else the first
+    block clear of ``taken`` from a hash of the id in [:data:`PORT_BASE`, +:data:`PORT_SPAN`), wrapping
+    within it; deterministic."""
     used = set(taken)
-    if preferred is not None and preferred not in used:
+
+    def clear(port: int) -> bool:
+        return not any(p in used for p in range(port, port + width))
+
+    if preferred is not None and clear(preferred):
         return preferred
     first = zlib.crc32(job_id.encode()) % PORT_SPAN
     for i in range(PORT_SPAN):
         port = PORT_BASE + (first + i) % PORT_SPAN
-        if port not in used:
+        if port + width <= PORT_BASE + PORT_SPAN and clear(port):
             return port
     raise DockerAdapterError("conflict", f"job {job_id}: no free rendezvous port in [{PORT_BASE}, {PORT_BASE + PORT_SPAN})")
 

@@ -1,7 +1,8 @@
 """A data-parallel training job over plain TCP: softmax regression on digits, gradients summed by an all-reduce.
 
 The replicas find each other with torchrun's variables (the Docker adapter sets them, ``docs/docker.md``):
-``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK`` (unset: one replica, alone). Rank 0 listens
+``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK`` (unset: one replica, alone), or with
+TensorFlow's ``TF_CONFIG`` (the adapter's ``flowplan.rendezvous=tensorflow``; :func:`rendezvous`). Rank 0 listens
 on ``MASTER_PORT``; every other rank connects, says its rank and the world size it was given, and
 receives the training state from rank 0 (epoch, weights, momentum), so only rank 0 reads the
 checkpoint. Each epoch is one full-batch gradient step:
@@ -33,11 +34,13 @@ numpy and scikit-learn's bundled digits only: no network beyond the rendezvous, 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import struct
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -186,6 +189,29 @@ class Group:
             peer.close()
 
 
+def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
+    """``(world size, rank, rank 0's address, its port)``: from torchrun's variables, or, without
+    ``MASTER_ADDR``, from TensorFlow's ``TF_CONFIG`` (the Docker adapter's ``flowplan.rendezvous=
+    tensorflow``: rank = the worker's index, rank 0 = worker 0, whose ``host:port`` it listens on; the
+    other workers' ports go unused by this all-reduce). Raises ValueError on a malformed one."""
+    if "MASTER_ADDR" not in env and "TF_CONFIG" in env:
+        try:
+            tf = json.loads(env["TF_CONFIG"])
+            workers, task = list(tf["cluster"]["worker"]), tf["task"]
+            host, _, port = str(workers[0]).rpartition(":")
+            if task["type"] != "worker":
+                raise ValueError(f"task type {task['type']!r}: only workers are run here")
+            return len(workers), int(task["index"]), host, int(port)
+        except (KeyError, IndexError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"TF_CONFIG: {exc!r}") from None
+    return (
+        int(env.get("WORLD_SIZE", "1")),
+        int(env.get("RANK", "0")),
+        env.get("MASTER_ADDR", "127.0.0.1"),
+        int(env.get("MASTER_PORT", "29500")),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", default=os.environ.get("FLOWPLAN_JOB", "gang"))
@@ -201,10 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rendezvous-timeout", type=float, default=120.0)
     args = ap.parse_args(argv)
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "29500"))
+    try:
+        world, rank, addr, port = rendezvous(os.environ)
+    except ValueError as exc:
+        print(f"bad rendezvous: {exc}", file=sys.stderr)
+        return 2
     if not 0 <= rank < world:
         print(f"RANK {rank} is outside WORLD_SIZE {world}", file=sys.stderr)
         return 2
