@@ -9,7 +9,8 @@ so every node's capacity stays exact.
 Candidate placements, per job and count level, deterministic (ties by node index):
 
 - where it runs (its current placement; and, for other counts, its current nodes filled first);
-- the greedy warm start's placements;
+- the greedy warm start's placements (a gang that starts: its fewest count packed, or spread as
+  *wide* below says);
 - *packed*: one node when the count fits one (best fit: the node that fits it with the least room
   to spare), else the fewest nodes, wholly free nodes first (a gang that takes whole nodes leaves
   no fragments), then the nodes with the most room. Packed twice: into the room the greedy plan
@@ -427,6 +428,8 @@ class GangGreedy:
         shares = pack(job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], job.max_nodes)
         if shares is None:
             return None
+        if j not in self.now:  # a gang that starts: over more nodes where the fewest are predicted slower
+            shares = pack_wide(m, job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], shares) or shares
         if j in self.now and self.now[j][0][0] in dict(shares):
             shares = tuple(sorted(shares, key=lambda x: x[0] != self.now[j][0][0]))
         base = block_level(m, job.fewest_replicas, len(shares))

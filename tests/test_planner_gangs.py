@@ -332,12 +332,12 @@ def test_pack_over_spreads_evenly_over_the_roomiest_nodes() -> None:
     assert pack_over(2, 3, room, cap, np.arange(4), need) is None
 
 
-@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_eight_replicas_spread_over_three_nodes_not_two(solver: str) -> None:
     """8 one-GPU replicas on 4-GPU nodes: the fewest nodes are two (4 + 4), but every model of the
     measured tables runs slower over exactly two nodes than over three (``NODE_FACTORS``), so the
-    gang is spread 3 + 3 + 2 where three nodes are free; where only two are, it takes them. (The
-    greedy fallback packs the fewest nodes: it places, the solvers weigh.)"""
+    gang is spread 3 + 3 + 2 where three nodes are free; where only two are, it takes them. The
+    greedy (the solvers' warm start and the fallback) spreads a gang that starts the same way."""
     job = gang("g", 8, max_nodes=8, speed=speed_points([(1, 1), (1, 4)]))
     a = of(planned(snapshot([job], n_nodes=5), solver), "g")
     assert a.replicas == 8 and sorted(k for _, k in assigned_shares(a)) == [2, 3, 3]
