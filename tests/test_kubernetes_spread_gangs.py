@@ -34,10 +34,16 @@ Case matrix:
   would), the next start binds the two. An elastic StatefulSet gang of 2 resized to 3 over two
   nodes: no checkpoint, nothing re-created, ``spec.replicas`` 2 → 3; the start after the third pod
   appears binds only it, the two running pods untouched (their UIDs kept).
+- Kubeflow's training jobs (real CustomResourceDefinitions; no training operator runs, so the test
+  makes their pods as it would): a PyTorchJob's gang is the pods seen without its CRD, its count
+  fixed; with it, a plan for 4 raises ``Worker`` 2 → 3 (``Master`` kept). A TFJob's Chief + 2 workers
+  are one gang whose plan for 4 raises ``Worker`` 2 → 3 (``Chief`` kept); a TFJob whose parameter
+  server asks other bounds than its workers is unmanaged, naming the pods that differ.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -385,7 +391,7 @@ def test_an_elastic_gang_grows_live_and_keeps_its_running_pods(k8s_sandbox: Any)
     ad.close()
 
 
-PYTORCH_CRD = {
+PYTORCH_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": "pytorchjobs.kubeflow.org"},
@@ -405,8 +411,9 @@ PYTORCH_CRD = {
 }
 
 
-def _pytorch_pods(api: Any, owner: dict[str, Any], names: list[str]) -> None:
-    """The pods the training operator would make for ``owner``: a controller ``ownerReference`` to it."""
+def _pytorch_pods(api: Any, owner: dict[str, Any], names: list[str], bounds: dict[str, dict[str, str]] | None = None) -> None:
+    """The pods the training operator would make for ``owner``: a controller ``ownerReference`` to it;
+    ``bounds``: other CPU bounds for some of them (by name)."""
     ref = {k: owner[k] for k in ("apiVersion", "kind")} | {
         "name": owner["metadata"]["name"],
         "uid": owner["metadata"]["uid"],
@@ -414,9 +421,17 @@ def _pytorch_pods(api: Any, owner: dict[str, Any], names: list[str]) -> None:
     }
     annotations = {**BOUNDS, "flowplan.io/max-replicas": "4", "flowplan.io/max-nodes": "2"}
     for name in names:
-        body = pod_body(name, cpu="1", limit="2", annotations=annotations)
+        body = pod_body(name, cpu="1", limit="2", annotations={**annotations, **(bounds or {}).get(name, {})})
         body["metadata"]["ownerReferences"] = [ref]
         create_pod(api, body)
+
+
+def _crd(kind: str, plural: str) -> dict[str, Any]:
+    """A CustomResourceDefinition of a Kubeflow training job, as ``PYTORCH_CRD`` (any spec accepted)."""
+    crd = copy.deepcopy(PYTORCH_CRD)
+    crd["metadata"]["name"] = f"{plural}.kubeflow.org"
+    crd["spec"]["names"] = {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"}
+    return crd
 
 
 @pytest.mark.slow
@@ -492,11 +507,62 @@ def test_a_pytorchjobs_gang_grows_its_workers_only_where_the_crd_exists(k8s_sand
     ad.close()
 
 
-def _served(custom: Any) -> bool:
+@pytest.mark.slow
+@pytest.mark.usefixtures("k8s_no_pods")
+def test_a_tfjobs_workers_are_scaled_and_its_chief_kept(k8s_sandbox: Any) -> None:
+    """A TFJob (Chief 1 + Worker 2; a real CustomResourceDefinition on the real server, its pods made
+    as the training operator would): one gang of 3 pods, and a plan for 4 raises ``Worker`` 2 -> 3,
+    the Chief kept. A TFJob whose parameter server asks other bounds than its workers is unmanaged,
+    saying which pods differ (the snapshot has no roles)."""
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    admin = api_client(k8s_sandbox)
+    ext, custom = client.ApiextensionsV1Api(admin), client.CustomObjectsApi(admin)
+    api = core(k8s_sandbox)
+    n0, n1, _ = k8s_sandbox.nodes
+    ext.create_custom_resource_definition(_crd("TFJob", "tfjobs"), _preload_content=False)
+    try:
+        wait_for(lambda: _served(custom, "tfjobs"), 30, "the TFJob CRD served")
+        template = {"spec": pod_body("t")["spec"]}
+
+        def tfjob(name: str, roles: dict[str, int]) -> dict[str, Any]:
+            specs = {role: {"replicas": k, "template": template} for role, k in roles.items()}
+            body = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name, "namespace": NAMESPACE}}
+            body["spec"] = {"tfReplicaSpecs": specs}
+            made = custom.create_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "tfjobs", body, _preload_content=False)
+            return json_of(made)
+
+        _pytorch_pods(api, tfjob("tf", {"Chief": 1, "Worker": 2}), ["tf-chief-0", "tf-worker-0", "tf-worker-1"])
+        ps_bounds = {"flowplan.io/min_cpu_millis": "500", "flowplan.io/max_cpu_millis": "500"}
+        _pytorch_pods(
+            api, tfjob("tfps", {"PS": 1, "Worker": 2}), ["tfps-ps-0", "tfps-worker-0", "tfps-worker-1"], {"tfps-ps-0": ps_bounds}
+        )
+        ad = adapter_for(k8s_sandbox)
+        [gang] = ad.observe().jobs
+        assert (gang.id, gang.status, gang.replicas, gang.min_replicas) == ("tfjob/tf", "pending", 4, 3)
+        assert ad.last.owner_fallback == {} and ad.last.fixed_count == {}
+        why = " ".join(v for k, v in ad.last.unmanaged.items() if k.startswith(f"{NAMESPACE}/tfps-"))
+        assert "disagree on annotation flowplan.io/max_cpu_millis" in why and "tfps-ps-0" in why, ad.last.unmanaged
+        [out] = ad.apply([Change("tfjob/tf", "start", n0, 1000, 0, replicas=4, placement=((n0, 2), (n1, 2)))])
+        assert (out.ok, out.error) == (False, "transient"), out
+        assert "TFJob default/tf spec.tfReplicaSpecs.Worker.replicas 2 -> 3" in out.message, out
+        specs = json_of(
+            custom.get_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "tfjobs", "tf", _preload_content=False)
+        )
+        assert {r: s["replicas"] for r, s in specs["spec"]["tfReplicaSpecs"].items()} == {"Chief": 1, "Worker": 3}
+        assert "3 of 4 pods exist (TFJob tf spec.tfReplicaSpecs)" in (ad.observe(), ad.last.waiting["tfjob/tf"])[1]
+    finally:
+        ext.delete_custom_resource_definition("tfjobs.kubeflow.org", _preload_content=False)
+    ad.close()
+
+
+def _served(custom: Any, plural: str = "pytorchjobs") -> bool:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        custom.list_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, "pytorchjobs", _preload_content=False)
+        custom.list_namespaced_custom_object("kubeflow.org", "v1", NAMESPACE, plural, _preload_content=False)
         return True
     except ApiException:
         return False

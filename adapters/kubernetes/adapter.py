@@ -195,10 +195,11 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         self.pool = CallPool(workers)
         widen_connections(api_client, workers)
         self.api = client.CoreV1Api(api_client)
-        #: Owners of gangs (Job; StatefulSet, ReplicaSet; PyTorchJob): one read per owner per observe, for its desired count.
+        #: Owners of gangs (Job; StatefulSet, ReplicaSet; Kubeflow's training jobs): one read per owner per observe,
+        #: for its desired count.
         self.batch = client.BatchV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
-        #: The owners' APIs by name (:mod:`adapters.kubernetes.owners`): a PyTorchJob is a custom object.
+        #: The owners' APIs by name (:mod:`adapters.kubernetes.owners`): a Kubeflow training job is a custom object.
         self.owner_apis = {"batch": self.batch, "apps": self.apps, "custom": client.CustomObjectsApi(api_client)}
         self.namespaces = list(namespaces) if namespaces else None  # None: every namespace
         self.store: ProgressStore = store if store is not None else MemoryStore()

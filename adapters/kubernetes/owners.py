@@ -1,4 +1,4 @@
-"""The owners of gangs (a Job, StatefulSet or ReplicaSet): their desired count of pods, read and changed.
+"""The owners of gangs (a Job, StatefulSet, ReplicaSet or Kubeflow training job): their desired count of pods, read and changed.
 
 A gang by owner (:mod:`adapters.kubernetes.gangs`) has as many pods as its owner asks for:
 
@@ -9,17 +9,22 @@ Job (``batch``)               ``spec.parallelism``    read; scale (at most ``spe
 StatefulSet (``apps``)        ``spec.replicas``       read; scale
 ReplicaSet (``apps``)         ``spec.replicas``       read; scale, unless a Deployment (any
                                                       controller of its own) sets its count
-PyTorchJob (``kubeflow.org``) the sum of              read; scale its ``Worker`` replicas (the
-                              ``spec.pytorchReplicas  ``Master`` stays); only where the Kubeflow
-                              Specs.*.replicas``      training operator's CRD is on the server
+PyTorchJob, TFJob, MPIJob,    the sum of its roles'   read; scale its ``Worker`` replicas (the
+XGBoostJob, PaddleJob, JAXJob ``replicas`` (``spec.   other roles: a ``Master``, ``Chief``, ``PS``,
+(``kubeflow.org``)            <x>ReplicaSpecs``)      ``Launcher`` or ``Evaluator``, stay); only where
+                                                      the Kubeflow training operator's CRD is on the
+                                                      server
 any other kind                --                      neither: the gang is the pods seen
 ============================  ======================  ==============================================
 
-A PyTorchJob whose CRD (``pytorchjobs.kubeflow.org``) is not on the server cannot be read (the
-server answers 404): its pods are then a gang of the pods seen, its count fixed, and the
-observation says why, as for any owner that cannot be read. Reading and scaling it takes ``get``
-and ``patch`` on ``pytorchjobs`` (``kubeflow.org``), which ``deploy/kubernetes/rbac.yaml`` does not
-grant (add them where the training operator runs).
+A Kubeflow training job whose CRD (``pytorchjobs.kubeflow.org``, ``tfjobs.kubeflow.org``, ...) is not
+on the server cannot be read (the server answers 404): its pods are then a gang of the pods seen, its
+count fixed, and the observation says why, as for any owner that cannot be read. Reading and scaling
+one takes ``get`` and ``patch`` on its plural (``pytorchjobs``, ``tfjobs``, ... in ``kubeflow.org``),
+which ``deploy/kubernetes/rbac.yaml`` does not grant (add them where the training operator runs).
+Every pod of such a job is one gang, so its roles' pods must ask alike (as any gang's): a TFJob whose
+parameter servers ask other resources than its workers is unmanaged, saying which pods differ (the
+snapshot has no roles).
 
 Scaling is a merge patch of the count with the ``resourceVersion`` just read (someone else's change
 in between is a ``conflict``, never overwritten). The owner's controller then creates or removes the
@@ -42,9 +47,17 @@ SCALABLE = {
     ("apps", "ReplicaSet"): ("apps", "namespaced_replica_set", "replicas"),
 }
 
-#: Kubeflow's PyTorchJob (a custom resource of the training operator).
-PYTORCH = ("kubeflow.org", "PyTorchJob")
-PYTORCH_PLURAL = "pytorchjobs"
+#: Kubeflow's training jobs (custom resources of its training operator): kind -> (plural, the key in
+#: ``spec`` of its roles' replica specs). FlowPlan scales the ``Worker`` role of each.
+KUBEFLOW_GROUP = "kubeflow.org"
+KUBEFLOW = {
+    "PyTorchJob": ("pytorchjobs", "pytorchReplicaSpecs"),
+    "TFJob": ("tfjobs", "tfReplicaSpecs"),
+    "MPIJob": ("mpijobs", "mpiReplicaSpecs"),
+    "XGBoostJob": ("xgboostjobs", "xgbReplicaSpecs"),
+    "PaddleJob": ("paddlejobs", "paddleReplicaSpecs"),
+    "JAXJob": ("jaxjobs", "jaxReplicaSpecs"),
+}
 WORKER = "Worker"
 
 
@@ -64,9 +77,14 @@ class Owner:
         return cls(group, str(ref["kind"]), str(ref["name"]), namespace, version or "v1")
 
     @property
+    def kubeflow(self) -> tuple[str, str] | None:
+        """(plural, the roles' key in ``spec``) of a Kubeflow training job; None for any other kind."""
+        return KUBEFLOW.get(self.kind) if self.group == KUBEFLOW_GROUP else None
+
+    @property
     def count_field(self) -> str:
-        if (self.group, self.kind) == PYTORCH:
-            return "spec.pytorchReplicaSpecs"
+        if self.kubeflow is not None:
+            return f"spec.{self.kubeflow[1]}"
         known = SCALABLE.get((self.group, self.kind))
         return f"spec.{known[2]}" if known else "spec.replicas"
 
@@ -88,38 +106,41 @@ class OwnerCount:
 
 def _read(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> Any:
     """The owner as the server has it (one read). Raises :class:`KubernetesAdapterError`."""
-    if (owner.group, owner.kind) == PYTORCH:
+    if owner.kubeflow is not None:
         get = apis["custom"].get_namespaced_custom_object
-        return json_call(get, owner.group, owner.version, owner.namespace, PYTORCH_PLURAL, owner.name)
+        return json_call(get, owner.group, owner.version, owner.namespace, owner.kubeflow[0], owner.name)
     api, suffix, _ = SCALABLE[(owner.group, owner.kind)]
     return json_call(getattr(apis[api], "read_" + suffix), owner.name, owner.namespace)
 
 
-def _pytorch_counts(body: Any) -> tuple[int, int | None]:
-    """``(all replicas, Worker replicas or None)`` of a PyTorchJob (each role's ``replicas``: default 1)."""
-    specs = ((body or {}).get("spec") or {}).get("pytorchReplicaSpecs") or {}
+def _kubeflow_counts(owner: Owner, body: Any) -> tuple[int, int | None]:
+    """``(all replicas, Worker replicas or None)`` of a Kubeflow training job (each role's ``replicas``:
+    default 1)."""
+    assert owner.kubeflow is not None
+    key = owner.kubeflow[1]
+    specs = ((body or {}).get("spec") or {}).get(key) or {}
     counts = {role: (spec or {}).get("replicas", 1) for role, spec in specs.items()}
-    if not all(isinstance(c, int) for c in counts.values()):
-        raise ValueError(f"spec.pytorchReplicaSpecs has a count that is not a whole number ({counts!r})")
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts.values()):
+        raise ValueError(f"spec.{key} has a count that is not a whole number ({counts!r})")
     return sum(counts.values()), counts.get(WORKER)
 
 
 def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> OwnerCount:
     """The owner's desired count of pods (one read); an API error never escapes (it is ``why``)."""
-    if (owner.group, owner.kind) == PYTORCH:
+    if owner.kubeflow is not None:
         try:
-            total, workers = _pytorch_counts(_read(owner, json_call, apis))
+            total, workers = _kubeflow_counts(owner, _read(owner, json_call, apis))
         except KubernetesAdapterError as exc:
-            crd = " (no such PyTorchJob, or no PyTorchJob CRD on the server)" if exc.kind == "not_found" else ""
+            crd = f" (no such {owner.kind}, or no {owner.kind} CRD on the server)" if exc.kind == "not_found" else ""
             why = f"{exc.kind}: {exc.message}{crd}"
             return OwnerCount(None, why, why)
         except ValueError as exc:
             return OwnerCount(None, str(exc), str(exc))
-        return OwnerCount(total, None, None if workers is not None else f"PyTorchJob {owner.name} has no {WORKER} replicas")
+        return OwnerCount(total, None, None if workers is not None else f"{owner.kind} {owner.name} has no {WORKER} replicas")
     known = SCALABLE.get((owner.group, owner.kind))
     if known is None:
         what = f"kind {owner.kind} ({owner.group or 'core'})"
-        why = f"{what}: its desired count is not read (Job, StatefulSet, ReplicaSet, PyTorchJob are)"
+        why = f"{what}: its desired count is not read (Job, StatefulSet, ReplicaSet and Kubeflow's training jobs are)"
         return OwnerCount(None, why, why)
     key = known[2]
     try:
@@ -144,11 +165,12 @@ def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]
 def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
     """Set the owner's desired count to ``count`` (a fresh read, then a merge patch carrying its
     ``resourceVersion``); what it did, one line. Raises :class:`KubernetesAdapterError`."""
-    if (owner.group, owner.kind) == PYTORCH:
-        return _scale_pytorch(owner, count, json_call, apis)
+    if owner.kubeflow is not None:
+        return _scale_kubeflow(owner, count, json_call, apis)
     known = SCALABLE.get((owner.group, owner.kind))
     if known is None:
-        raise KubernetesAdapterError("invalid", f"{owner}: FlowPlan scales a Job, StatefulSet, ReplicaSet or PyTorchJob only")
+        why = f"{owner}: FlowPlan scales a Job, StatefulSet, ReplicaSet or Kubeflow training job only"
+        raise KubernetesAdapterError("invalid", why)
     api, suffix, key = known
     body = _read(owner, json_call, apis) or {}
     spec = body.get("spec") or {}
@@ -166,14 +188,17 @@ def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[st
     return f"{owner} {owner.count_field} {before} -> {count}"
 
 
-def _scale_pytorch(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
-    """A PyTorchJob to ``count`` pods: its ``Worker`` replicas, the other roles (``Master``) kept."""
+def _scale_kubeflow(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
+    """A Kubeflow training job to ``count`` pods: its ``Worker`` replicas, the other roles (a ``Master``,
+    ``Chief``, ``PS`` ...) kept."""
+    assert owner.kubeflow is not None
+    plural, key = owner.kubeflow
     body = _read(owner, json_call, apis) or {}
     try:
-        total, workers = _pytorch_counts(body)
+        total, workers = _kubeflow_counts(owner, body)
     except ValueError as exc:
         raise KubernetesAdapterError("invalid", f"{owner}: {exc}") from exc
-    field = f"spec.pytorchReplicaSpecs.{WORKER}.replicas"
+    field = f"spec.{key}.{WORKER}.replicas"
     if workers is None or count - (total - workers) < 1:
         why = f"{owner}: {count} pods leave no {WORKER} beside its {total - (workers or 0)} other replicas"
         raise KubernetesAdapterError("invalid", why)
@@ -182,7 +207,7 @@ def _scale_pytorch(owner: Owner, count: int, json_call: Callable[..., Any], apis
         return f"{owner} {field} already {workers}"
     patch = {
         "metadata": {"resourceVersion": (body.get("metadata") or {}).get("resourceVersion")},
-        "spec": {"pytorchReplicaSpecs": {WORKER: {"replicas": wanted}}},
+        "spec": {key: {WORKER: {"replicas": wanted}}},
     }
     patch_call = apis["custom"].patch_namespaced_custom_object
     json_call(
@@ -190,7 +215,7 @@ def _scale_pytorch(owner: Owner, count: int, json_call: Callable[..., Any], apis
         owner.group,
         owner.version,
         owner.namespace,
-        PYTORCH_PLURAL,
+        plural,
         owner.name,
         patch,
         _content_type="application/merge-patch+json",
