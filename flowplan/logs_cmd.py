@@ -3,6 +3,7 @@
     flowplan logs train.log
     docker logs my-job 2>&1 | flowplan logs - --format json
     flowplan logs --mlflow http://mlflow:5000 --job my-job
+    flowplan logs --tensorboard lightning_logs/
 
 
 The log is read in pieces as it comes (a pipe may be endless: stop it with Ctrl-C, or give a file),
@@ -11,7 +12,9 @@ by the same parsers the Docker adapter uses (:mod:`adapters.logs`). Exit codes: 
 stderr naming the formats it knows), or an MLflow server that cannot be read.
 
 With ``--mlflow URI --job ID`` the points come from the runs tagged ``flowplan.job=ID`` on an MLflow
-tracking server instead (:mod:`adapters.logs.mlflow`), read as the service would read them.
+tracking server instead (:mod:`adapters.logs.mlflow`), read as the service would read them; with
+``--tensorboard PATH`` from the TensorBoard event files at PATH (a file, or a directory searched
+recursively: :mod:`adapters.logs.tensorboard`), read as the Docker daemon reads a container's.
 """
 
 from __future__ import annotations
@@ -56,7 +59,17 @@ def register(sub: Any) -> None:
         metavar="KEY",
         help="metric of the quality, repeatable (default: val_accuracy, accuracy)",
     )
-    ml.add_argument("--epoch-key", default="epoch", metavar="KEY", help="MLflow metric holding the epoch (default: epoch)")
+    ml.add_argument(
+        "--epoch-key",
+        metavar="KEY",
+        help="metric holding the epoch (default: epoch; with --tensorboard: epoch, then train/epoch)",
+    )
+    tb = p.add_argument_group(
+        "TensorBoard (instead of FILE): event files; --loss-key, --metric-key and --epoch-key name their scalar tags"
+    )
+    tb.add_argument(
+        "--tensorboard", metavar="PATH", help="an event file, or a directory searched for them (e.g. lightning_logs/)"
+    )
     p.set_defaults(func=run_logs)
 
 
@@ -64,10 +77,12 @@ def run_logs(args: argparse.Namespace) -> int:
     from adapters.logs import FORMAT_NAMES, LogEvent, LogPoint, LogReader, merge_points
     from flowplan.cli import UsageError
 
+    if args.tensorboard is not None:
+        return run_tensorboard(args)
     if args.mlflow is not None or args.job is not None:
         return run_mlflow(args)
     if args.log is None:
-        raise UsageError("logs: give a log FILE ('-' for standard input), or --mlflow URI --job ID")
+        raise UsageError("logs: give a log FILE ('-' for standard input), --mlflow URI --job ID, or --tensorboard PATH")
     name = "<stdin>" if args.log == "-" else args.log
     reader = LogReader(steps_per_epoch=args.steps_per_epoch, only=args.log_format)
     items = []
@@ -117,7 +132,9 @@ def run_mlflow(args: argparse.Namespace) -> int:
         raise UsageError("logs: --mlflow URI and --job ID go together, without a log FILE")
     default = MetricKeys()
     keys = MetricKeys(
-        epoch=args.epoch_key, loss=tuple(args.loss_key or default.loss), metric=tuple(args.metric_key or default.metric)
+        epoch=args.epoch_key or default.epoch,
+        loss=tuple(args.loss_key or default.loss),
+        metric=tuple(args.metric_key or default.metric),
     )
     try:
         read, _ = read_job(MlflowClient(args.mlflow), args.job, MlflowCursor(), keys=keys, steps_per_epoch=args.steps_per_epoch)
@@ -139,6 +156,51 @@ def run_mlflow(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(render(name, read.points, [], {"mlflow": len(read.points)}).replace(" lines)", " values)"))
+    return 0
+
+
+def run_tensorboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from flowplan.cli import UsageError
+
+    if args.log is not None or args.mlflow is not None or args.job is not None:
+        raise UsageError("logs: --tensorboard PATH goes alone, without a log FILE or --mlflow")
+    try:
+        from adapters.logs.tensorboard import TensorBoardCursor, TensorBoardError, TensorBoardKeys, files_under, read_files
+    except ImportError as exc:  # the tensorboard package decodes the events
+        why = f"--tensorboard needs the tensorboard package ({exc.name} missing): pip install 'flowplan[tensorboard]'"
+        raise UsageError(why) from None
+    default = TensorBoardKeys()
+    keys = TensorBoardKeys(
+        epoch=(args.epoch_key,) if args.epoch_key else default.epoch,
+        loss=tuple(args.loss_key or default.loss),
+        metric=tuple(args.metric_key or default.metric),
+    )
+    name = args.tensorboard
+    try:
+        files = files_under(Path(name))
+    except (TensorBoardError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    read, _ = read_files(files, TensorBoardCursor(), keys=keys, steps_per_epoch=args.steps_per_epoch)
+    for problem in read.problems:
+        print(f"flowplan: warning: {problem}", file=sys.stderr)
+    if not read.files:
+        raise UsageError(f"{name}: no TensorBoard event file (events.out.tfevents.*) there")
+    if read.unplaced:
+        print(
+            f"flowplan: warning: {name}: {read.unplaced} step(s) have no {' or '.join(keys.epoch)} scalar: "
+            "give --steps-per-epoch N to place them",
+            file=sys.stderr,
+        )
+    if not read.points:
+        tags = ", ".join(keys.loss + keys.metric)
+        raise UsageError(f"{name}: {len(read.files)} event file(s) but no step placed with a scalar of {tags}")
+    if args.format == "json":
+        doc = {"points": [p.as_dict() for p in read.points], "events": [], "files": read.files}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(name, read.points, [], {"tensorboard": len(read.points)}).replace(" lines)", " steps)"))
     return 0
 
 

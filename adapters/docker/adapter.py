@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
+import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,6 +188,7 @@ class DockerAdapter(Adapter):
         self._stats_pool: Any = None  # a ThreadPoolExecutor, made at the first stats request
         self._stats_pending: dict[str, Any] = {}  # container id -> the Future of its next stats sample
         self._broken_said: dict[str, str] = {}  # gang job -> why it is broken, as last logged
+        self._tensorboard_said: dict[str, str] = {}  # job -> why its event files were not (all) read, as last logged
         self.gangs = GangOps(self)
 
     # -- persistent per-job state (in the store's key-value table) ------------------------------
@@ -307,6 +309,7 @@ class DockerAdapter(Adapter):
             log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
         self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
+        self._read_tensorboard(job_id, host, c, placed.labels)
         if self.mlflow is not None and self._mlflow_ok and c.state != "created":
             self._mlflow_ok = self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
@@ -457,6 +460,31 @@ class DockerAdapter(Adapter):
             self._rates[c.id] = (self._rates.get(c.id, []) + progress.rates)[-MAX_RATES:]
         if stopped:
             self._drained.add(c.id)
+
+    def _read_tensorboard(self, job_id: str, host: str, c: ContainerView, labels: JobLabels) -> None:
+        """The points in the event files under the job's ``flowplan.tensorboard`` path, fetched from the
+        container as an archive (as ``docker cp`` reads it: the job is not touched; a stopped container's
+        files too). A path not there yet (the writer has not started), or files past the size limit, is
+        one log line for as long as it lasts."""
+        if labels.tensorboard is None or c.state == "created":
+            return
+        from adapters.logs.tensorboard import MAX_BYTES, TensorBoardError, files_in_tar
+
+        said = self._tensorboard_said.get(job_id)
+        try:
+            files = files_in_tar(self.hosts[host].archive(c.id, labels.tensorboard, MAX_BYTES + 1024 * 1024))
+            stopped = c.state not in ("running", "paused", "restarting")
+            read = self.progress.read_tensorboard(job_id, files, final=stopped, steps_per_epoch=labels.steps_per_epoch)
+        except (DockerAdapterError, TensorBoardError, tarfile.TarError) as exc:
+            why = f"flowplan.tensorboard {labels.tensorboard}: not read ({exc})"
+            if said != why:
+                self._tensorboard_said[job_id] = why
+                log.info("job %s: %s", job_id, why)
+            return
+        why = "; ".join(read.problems) or ("" if read.files else f"flowplan.tensorboard {labels.tensorboard}: no event file yet")
+        if why and said != why:
+            log.info("job %s: %s", job_id, why)
+        self._tensorboard_said[job_id] = why
 
     def _read_cpu_usage(self, obs: Observation) -> None:
         """Cores used by each running job since its previous sample, from engine stats, without waiting.
@@ -782,7 +810,9 @@ class DockerAdapter(Adapter):
         spec = recreate_spec(c, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
         if stop_first:
             code = self._checkpoint_stop(source, c)
-            self._read_progress(ch.job, placed.host, self._fresh(placed), placed.labels.steps_per_epoch)
+            fresh = self._fresh(placed)
+            self._read_progress(ch.job, placed.host, fresh, placed.labels.steps_per_epoch)
+            self._read_tensorboard(ch.job, placed.host, fresh, placed.labels)
             if code not in RESUMABLE_EXITS and code != 0:
                 log.warning("job %s: %s exited with %d while checkpointing", ch.job, c.name, code)
         name = c.name if target_name != placed.host else _next_name(c.name)

@@ -289,6 +289,21 @@ class Host:
                 kwargs["since"] = int(since)  # whole seconds: lines at or before the cursor are dropped by the reader
             return bytes(self.api().logs(container, **kwargs))
 
+    def archive(self, container: str, path: str, limit: int) -> bytes:
+        """The tar archive of ``path`` in the container (a file or a directory; ``docker cp``'s read, which
+        does not touch the container's processes), at most ``limit`` bytes: more is a ``conflict``."""
+        with _engine_errors():
+            stream, _ = self.api().get_archive(container, path, chunk_size=1024 * 1024)
+            out = bytearray()
+            for chunk in stream:
+                out += chunk
+                if len(out) > limit:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
+                    raise DockerAdapterError("conflict", f"{path} in {container[:12]}: more than {limit} bytes")
+            return bytes(out)
+
     def cpu_usage(self, container: str) -> tuple[float, float] | None:
         """(CPU seconds used so far, engine time) from one stats sample; ``None`` if not running."""
         with _engine_errors():

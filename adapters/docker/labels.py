@@ -28,6 +28,9 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.target.max_epochs``            ``QoETarget.max_epochs``
 ``flowplan.steps_per_epoch``              steps in one epoch, for logs that count steps, not epochs
                                           (not a Snapshot field: it tells the log reader)
+``flowplan.tensorboard``                  an absolute path in the container where it writes TensorBoard
+                                          event files (a directory, searched recursively): read every
+                                          interval besides its log (not a Snapshot field)
 ``flowplan.replicas``                     ``Job.replicas``: a gang of this many identical containers
                                           (its most when ``min_replicas`` is set; default 1)
 ``flowplan.min_replicas``                 ``Job.min_replicas``: the fewest it can train with
@@ -95,7 +98,20 @@ _TARGET = {
 }
 #: Written by the adapter on the containers of a gang (:mod:`adapters.docker.ranks` parses them).
 WRITTEN = ("rank", "generation", "world_size", "master_port")
-KNOWN = {"job", "gpu_type", "task", "steps_per_epoch", "elastic", "rendezvous", *_INTS, *_FLOATS, *_BOOLS, *_TARGET, *WRITTEN}
+KNOWN = {
+    "job",
+    "gpu_type",
+    "task",
+    "steps_per_epoch",
+    "elastic",
+    "rendezvous",
+    "tensorboard",
+    *_INTS,
+    *_FLOATS,
+    *_BOOLS,
+    *_TARGET,
+    *WRITTEN,
+}
 
 DEFAULTS: dict[str, Any] = {
     "min_cpu_millis": 250,
@@ -115,6 +131,8 @@ class JobLabels:
     steps_per_epoch: float | None = None
     #: How a gang's replicas find each other (``flowplan.rendezvous``): one of :data:`RENDEZVOUS_KINDS`.
     rendezvous: str = "torch"
+    #: Where in the container it writes TensorBoard event files (``flowplan.tensorboard``); None: nowhere.
+    tensorboard: str | None = None
 
 
 def _number(key: str, text: str) -> float:
@@ -192,7 +210,10 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
     rendezvous = own.get("rendezvous", "torch").strip().lower()
     if rendezvous not in RENDEZVOUS_KINDS:
         raise LabelError(f"label {RENDEZVOUS}: expected {' or '.join(RENDEZVOUS_KINDS)} ({own['rendezvous']!r})")
-    return JobLabels(job_id, fields, steps, rendezvous)
+    tensorboard = own.get("tensorboard", "").strip() or None
+    if tensorboard is not None and (not tensorboard.startswith("/") or len(tensorboard) > 4096 or "\x00" in tensorboard):
+        raise LabelError(f"label {PREFIX}tensorboard: expected an absolute path in the container ({own['tensorboard']!r})")
+    return JobLabels(job_id, fields, steps, rendezvous, tensorboard)
 
 
 def _check_gang(own: Mapping[str, str], fields: dict[str, Any]) -> None:

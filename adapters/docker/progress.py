@@ -23,13 +23,17 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
 from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
 from planner.snapshot import MetricPoint, QoETarget, ScheduleOnly, schedule_problem
+
+if TYPE_CHECKING:
+    from adapters.logs.tensorboard import TensorBoardRead
 
 #: A partial message's timestamp inside an engine line (Docker's RFC 3339 with 9 fractional digits).
 _INLINE_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) ")
@@ -270,6 +274,28 @@ class LogProgress:
             self.store.add_points(job_id, points)
         self._set_kv_json(key, cursor.as_dict())
         return True
+
+    def read_tensorboard(
+        self, job_id: str, files: Mapping[str, bytes], *, final: bool, steps_per_epoch: float | None = None
+    ) -> TensorBoardRead:
+        """Keep the points the job's TensorBoard event ``files`` (path -> the whole file) hold past the
+        last read (cursor ``<prefix>.tensorboard.<job>``: bytes read per file); ``final``: the job
+        writes no more (its newest step is read too)."""
+        from adapters.logs.tensorboard import TensorBoardCursor, read_files
+
+        key = f"{self.prefix}.tensorboard.{job_id}"
+        cursor = TensorBoardCursor.from_dict(self._kv_json(key))
+        read, cursor = read_files(files, cursor, steps_per_epoch=steps_per_epoch, final=final)
+        points = []
+        for p in read.points:
+            try:
+                points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
+            except ValueError:
+                continue
+        if points:
+            self.store.add_points(job_id, points)
+        self._set_kv_json(key, cursor.as_dict())
+        return read
 
     def delivered(self, job_id: str) -> bool:
         return bool(self._kv_json(f"{self.prefix}.delivered.{job_id}"))

@@ -36,7 +36,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.logs.points import LogPoint, finite, number
+from adapters.logs.points import LogPoint, finite, number, points_by_step
 
 #: The tag a run carries to say which FlowPlan job it is.
 JOB_TAG = "flowplan.job"
@@ -200,34 +200,18 @@ def read_job(
                     continue
                 by_step.setdefault(mark[0], {})[key] = (value, mark[1] / 1000.0)
                 run_seen[key] = max(run_seen.get(key, mark), mark)
-        for step in sorted(by_step):
-            vals = by_step[step]
-            if keys.epoch in vals:
-                e = vals[keys.epoch][0]
-                if run_id not in base:
-                    base[run_id] = 0 if e == 0 else 1
-                epoch = e + 1 - base[run_id] if float(e).is_integer() else e
-            elif steps_per_epoch:
-                if run_id not in base:
-                    base[run_id] = 0 if step == 0 else 1
-                epoch = (step + 1 - base[run_id]) / steps_per_epoch
-            else:
-                out.unplaced += 1
-                continue
-            loss = next((vals[k] for k in keys.loss if k in vals), None)
-            metric = next((vals[k] for k in keys.metric if k in vals), None)
-            if loss is None and metric is None:
-                continue
-            when = max(t for _, t in vals.values())
-            out.points.append(
-                LogPoint(
-                    epoch=float(epoch),
-                    loss=loss[0] if loss else None,
-                    metric=metric[0] if metric else None,
-                    time=when,
-                    partial=not float(epoch).is_integer(),
-                    format="mlflow",
-                )
-            )
+        points, unplaced, run_base = points_by_step(
+            by_step,
+            epoch_keys=(keys.epoch,),
+            loss_keys=keys.loss,
+            metric_keys=keys.metric,
+            base=base.get(run_id),
+            steps_per_epoch=steps_per_epoch,
+            fmt="mlflow",
+        )
+        out.points += points
+        out.unplaced += unplaced
+        if run_base is not None:
+            base[run_id] = run_base
     out.points.sort(key=lambda p: (p.epoch, p.time or 0.0))
     return out, MlflowCursor(seen=seen, base=base)

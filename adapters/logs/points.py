@@ -88,3 +88,67 @@ class EpochCount:
     def begun(self, e: int) -> float:
         self.see(e)
         return float(max(0, e - (self.base or 0)))
+
+
+#: Values logged at one step of a run: key -> (value, Unix seconds).
+StepValues = dict[str, tuple[float, float]]
+
+
+def points_by_step(
+    by_step: dict[int, StepValues],
+    *,
+    epoch_keys: tuple[str, ...],
+    loss_keys: tuple[str, ...],
+    metric_keys: tuple[str, ...],
+    base: int | None,
+    steps_per_epoch: float | None,
+    fmt: str,
+    index_in_progress: bool = False,
+) -> tuple[list[LogPoint], int, int | None]:
+    """The points of one run's values grouped by step (MLflow's metrics, TensorBoard's scalars):
+    ``(points, steps not placed, base)``.
+
+    ``epoch`` is the first of ``epoch_keys`` logged at the step (a whole number counts from the run's
+    ``base``: 0 when its first such value is 0, and is shifted by one, as ``flowplan logs`` does for
+    logs; a fractional one is epochs completed, as Hugging Face's ``train/epoch``), else the step over
+    ``steps_per_epoch`` (counted from the first step's base the same way), else the step is not placed.
+    ``loss`` is the first of ``loss_keys`` at the step, ``metric`` the first of ``metric_keys``;
+    ``time`` the latest of the step's values. ``base`` is the run's, None when not yet known.
+
+    ``index_in_progress``: a run that counts its epochs from 0 logs the *index* of the epoch in
+    progress (Lightning's ``epoch`` scalar, logged with every training step): a step with a loss and
+    no metric is then inside that epoch (epochs completed: the index), and one with a metric (the
+    validation at its end) has completed it (the index plus one)."""
+    points: list[LogPoint] = []
+    unplaced = 0
+    for step in sorted(by_step):
+        vals = by_step[step]
+        e = next((vals[k][0] for k in epoch_keys if k in vals), None)
+        metric = next((vals[k] for k in metric_keys if k in vals), None)
+        inside = False
+        if e is not None:
+            if base is None:
+                base = 0 if e == 0 else 1
+            inside = index_in_progress and base == 0 and float(e).is_integer() and metric is None
+            epoch = e if inside else (e + 1 - base if float(e).is_integer() else e)
+        elif steps_per_epoch:
+            if base is None:
+                base = 0 if step == 0 else 1
+            epoch = (step + 1 - base) / steps_per_epoch
+        else:
+            unplaced += 1
+            continue
+        loss = next((vals[k] for k in loss_keys if k in vals), None)
+        if loss is None and metric is None:
+            continue
+        points.append(
+            LogPoint(
+                epoch=float(epoch),
+                loss=loss[0] if loss else None,
+                metric=metric[0] if metric else None,
+                time=max(t for _, t in vals.values()),
+                partial=inside or not float(epoch).is_integer(),
+                format=fmt,
+            )
+        )
+    return points, unplaced, base
