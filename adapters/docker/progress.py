@@ -264,15 +264,7 @@ class LogProgress:
                 self.log.warning("job %s: progress from MLflow not read: %s", job_id, exc)
             return not isinstance(exc, MlflowError)
         self._mlflow_said = ""
-        points = []
-        for p in read.points:
-            try:
-                points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
-            except ValueError:
-                continue
-        if points:
-            self.store.add_points(job_id, points)
-        self._set_kv_json(key, cursor.as_dict())
+        self._keep(job_id, read.points, key, cursor.as_dict())
         return True
 
     def read_tensorboard(
@@ -286,16 +278,20 @@ class LogProgress:
         key = f"{self.prefix}.tensorboard.{job_id}"
         cursor = TensorBoardCursor.from_dict(self._kv_json(key))
         read, cursor = read_files(files, cursor, steps_per_epoch=steps_per_epoch, final=final)
+        self._keep(job_id, read.points, key, cursor.as_dict())
+        return read
+
+    def _keep(self, job_id: str, read: list[LogPoint], key: str, cursor: dict[str, Any]) -> None:
+        """Store the points of a read from a source other than the log (MLflow, event files), then its cursor."""
         points = []
-        for p in read.points:
+        for p in read:
             try:
                 points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
             except ValueError:
                 continue
         if points:
             self.store.add_points(job_id, points)
-        self._set_kv_json(key, cursor.as_dict())
-        return read
+        self._set_kv_json(key, cursor)
 
     def delivered(self, job_id: str) -> bool:
         return bool(self._kv_json(f"{self.prefix}.delivered.{job_id}"))
