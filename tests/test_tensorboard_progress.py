@@ -219,3 +219,22 @@ def test_the_docker_adapter_reads_a_containers_event_files_as_they_grow(docker_e
     assert [p.metric for p in job.history if p.metric is not None] == pytest.approx([0.7917, 0.9111, 0.9194], abs=1e-4)
     with pytest.raises(Exception, match=r"label flowplan.tensorboard: expected an absolute path in the container \('tb'\)"):
         parse_labels({"flowplan.job": "x", "flowplan.tensorboard": "tb"})
+
+
+def test_without_the_tensorboard_package_the_daemon_says_so_once(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    """The daemon installed without the ``tensorboard`` extra: a job labelled ``flowplan.tensorboard``
+    is not read, with one warning naming the missing package and the extra (not one a job an interval,
+    and no failed observe). The package is hidden from the import system; no engine is called."""
+    from adapters.docker import DockerAdapter, HostSpec
+    from adapters.docker.engine import view
+    from adapters.docker.labels import parse_labels
+
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.tensorflow_stub.pywrap_tensorflow", None)
+    ad = DockerAdapter([HostSpec("a", "unix:///nonexistent.sock", cpu_millis=8000)])
+    c = view({"Id": "t", "Name": "/x", "State": {"Status": "running"}, "Config": {"Labels": {}}, "HostConfig": {}})
+    labels = parse_labels({"flowplan.job": "x", "flowplan.tensorboard": "/tb"})
+    assert labels is not None
+    for _ in range(3):
+        ad._read_tensorboard("x", "a", c, labels)
+    said = [r.getMessage() for r in caplog.records if "tensorboard" in r.getMessage()]
+    assert len(said) == 1 and "pip install 'flowplan[tensorboard]'" in said[0], said

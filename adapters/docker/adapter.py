@@ -468,9 +468,18 @@ class DockerAdapter(Adapter):
         one log line for as long as it lasts."""
         if labels.tensorboard is None or c.state == "created":
             return
-        from adapters.logs.tensorboard import MAX_BYTES, TensorBoardError, files_in_tar
-
         said = self._tensorboard_said.get(job_id)
+        try:
+            from adapters.logs.tensorboard import MAX_BYTES, TensorBoardError, files_in_tar, masked_crc32c
+
+            masked_crc32c(b"")  # imports the tensorboard package, which decodes the events
+        except ImportError as exc:
+            why = f"flowplan.tensorboard: not read, the tensorboard package is missing ({exc.name}): "
+            why += "pip install 'flowplan[tensorboard]'"
+            if said != why:
+                self._tensorboard_said[job_id] = why
+                log.warning("job %s: %s", job_id, why)
+            return
         try:
             files = files_in_tar(self.hosts[host].archive(c.id, labels.tensorboard, MAX_BYTES + 1024 * 1024))
             stopped = c.state not in ("running", "paused", "restarting")
