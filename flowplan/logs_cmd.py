@@ -155,7 +155,8 @@ def run_mlflow(args: argparse.Namespace) -> int:
         doc = {"points": [p.as_dict() for p in read.points], "events": [], "runs": read.runs}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render(name, read.points, [], {"mlflow": len(read.points)}).replace(" lines)", " values)"))
+        table = render(name, read.points, [], {"mlflow": len(read.points)}, thinned=False)
+        sys.stdout.write(table.replace(" lines)", " values)"))
     return 0
 
 
@@ -200,7 +201,8 @@ def run_tensorboard(args: argparse.Namespace) -> int:
         doc = {"points": [p.as_dict() for p in read.points], "events": [], "files": read.files}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render(name, read.points, [], {"tensorboard": len(read.points)}).replace(" lines)", " steps)"))
+        table = render(name, read.points, [], {"tensorboard": len(read.points)}, thinned=False)
+        sys.stdout.write(table.replace(" lines)", " steps)"))
     return 0
 
 
@@ -227,11 +229,12 @@ def _time(t: float | None) -> str:
         return f"{t:g}"
 
 
-def render(name: str, points: list[Any], events: list[Any], formats: dict[str, int]) -> str:
+def render(name: str, points: list[Any], events: list[Any], formats: dict[str, int], *, thinned: bool = True) -> str:
+    """The table of ``flowplan logs``; ``thinned``: points inside an epoch were thinned (a log's redraws)."""
     inside = sum(1 for p in points if p.partial)
     read_as = ", ".join(f"{k} ({v} lines)" for k, v in sorted(formats.items(), key=lambda kv: -kv[1])) or "-"
     lines = [
-        f"{name}: {len(points)} point(s) ({inside} inside an epoch: loss only, thinned); "
+        f"{name}: {len(points)} point(s) ({inside} inside an epoch: loss only{', thinned' if thinned else ''}); "
         f"{len(events)} event(s); read as {read_as}",
         "",
         f"{'EPOCH':>9}  {'LOSS':>10}  {'METRIC':>8}  {'TIME':<24}  {'WHERE':<6}  FORMAT",
