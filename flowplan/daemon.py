@@ -137,7 +137,7 @@ def add_adapter_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mlflow",
         metavar="URI",
-        help="docker: also read jobs' progress from this MLflow tracking server (runs tagged flowplan.job=<job id>)",
+        help="also read jobs' progress from this MLflow tracking server (runs tagged flowplan.job=<job id>)",
     )
     p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0, metavar="S", help="control interval (default 30 s)")
     add_state_argument(p, "where histories, plans, actions and leases are kept")
@@ -247,9 +247,9 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
     if args.adapter == "kubernetes":
         if getattr(args, "scope", None):
             raise UsageError("--scope: Docker only for now; with --adapter kubernetes, --namespace limits what a daemon manages")
-        if getattr(args, "mlflow", None):
-            raise UsageError("--mlflow: Docker only for now; with --adapter kubernetes, report progress in the pods' logs")
         extra: dict[str, Any] = {k: options[k] for k in ("clock", "checkpoint_timeout") if k in options}
+        if getattr(args, "mlflow", None):
+            extra["mlflow"] = _mlflow_uri(args.mlflow)
         if getattr(args, "api_threads", None) is not None:
             extra["workers"] = args.api_threads
         return build_kubernetes_adapter(args, store, settings, **extra)
@@ -257,18 +257,23 @@ def build_adapter(args: argparse.Namespace, store: Any, **options: Any) -> Any:
         specs = [HostSpec.parse(h) for h in args.hosts]
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
-    mlflow = getattr(args, "mlflow", None)
-    if mlflow:
-        from adapters.logs.mlflow import MlflowClient
-
-        try:
-            MlflowClient(mlflow)
-        except ValueError as exc:
-            raise UsageError(f"--mlflow {mlflow!r}: {str(exc).removeprefix('mlflow: ')}") from None
+    mlflow = _mlflow_uri(args.mlflow) if getattr(args, "mlflow", None) else None
     try:
         return DockerAdapter(specs, store=store, settings=settings, scope=getattr(args, "scope", None), mlflow=mlflow, **options)
     except ValueError as exc:
         raise UsageError(f"--hosts: {exc}") from None
+
+
+def _mlflow_uri(uri: str) -> str:
+    """``--mlflow``'s tracking URI, checked (an address that is not http(s)://host:port is a usage error)."""
+    from adapters.logs.mlflow import MlflowClient
+    from flowplan.cli import UsageError
+
+    try:
+        MlflowClient(uri)
+    except ValueError as exc:
+        raise UsageError(f"--mlflow {uri!r}: {str(exc).removeprefix('mlflow: ')}") from None
+    return uri
 
 
 def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any, clock: Any = None, **options: Any) -> Any:

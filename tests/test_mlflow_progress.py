@@ -15,7 +15,9 @@ Cases:
 - the Docker adapter's progress store (``LogProgress.read_mlflow``, what ``--mlflow`` on the daemon and
   ``flowplan snapshot`` runs per job each interval) keeps the points in a real SQLite state store, the
   cursor in its key-value table, and a server that went down is one warning, not a crash;
-- ``--mlflow`` that is not an http(s) address, or with ``--adapter kubernetes``: one line, exit 2.
+- the Kubernetes adapter given ``mlflow=`` (``--mlflow`` with ``--adapter kubernetes``): a pod's tagged
+  run on a real kube-apiserver's FlowPlan pod, read into the job's history, then only what is new;
+- ``--mlflow`` that is not an http(s) address (either adapter): one line, exit 2.
 
 Without ``mlflow`` installed the tests skip, except in CI (``CI`` set), where they fail.
 """
@@ -33,6 +35,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, real_curve
@@ -212,11 +215,35 @@ def test_progress_store_reads_mlflow(server: str, client, tmp_path: Path, caplog
     assert len(store.history("stored")) == 6
 
 
+@pytest.mark.usefixtures("k8s_no_pods")
+def test_the_kubernetes_adapter_reads_a_pods_mlflow_runs(server: str, client, k8s_sandbox: Any) -> None:  # type: ignore[no-untyped-def]
+    """A pending FlowPlan pod on the real kube-apiserver (no log to read), and a run tagged with its
+    job id on the real tracking server: the adapter given ``mlflow=`` has the run's
+    points in the job's history, and the next observe adds only what was logged since."""
+    from k8s_env import NAMESPACE, core, create_pod, pod_body
+
+    from adapters.kubernetes import KubernetesAdapter
+    from adapters.kubernetes.sandbox import api_client
+
+    create_pod(core(k8s_sandbox), pod_body("mlf"))
+    exp = client.create_experiment("flowplan-k8s")
+    run = client.create_run(exp, tags={"flowplan.job": "mlf"}).info.run_id
+    t0 = 1_700_000_000_000
+    log_epochs(client, run, 0, 3, t0)
+    ad = KubernetesAdapter(api_client(k8s_sandbox), namespaces=[NAMESPACE], mlflow=server)
+    [job] = ad.observe().jobs
+    assert job.id == "mlf" and [(p.epoch, p.metric) for p in job.history] == list(zip([1.0, 2.0, 3.0], CURVE[:3], strict=True))
+    log_epochs(client, run, 3, 5, t0)
+    [job] = ad.observe().jobs
+    assert [p.epoch for p in job.history] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    ad.close()
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         pytest.param(["--mlflow", "mlflow:5000"], "--mlflow 'mlflow:5000'", id="not-http"),
-        pytest.param(["--adapter", "kubernetes", "--mlflow", "http://127.0.0.1:5000"], "Docker only", id="kubernetes"),
+        pytest.param(["--adapter", "kubernetes", "--mlflow", "mlflow:5000"], "--mlflow 'mlflow:5000'", id="kubernetes-not-http"),
     ],
 )
 def test_snapshot_mlflow_usage(args: list[str], says: str) -> None:

@@ -128,6 +128,7 @@ from adapters.kubernetes.pods import (
 )
 from adapters.kubernetes.pool import DEFAULT_SIZE, CallPool, widen_connections
 from adapters.kubernetes.spread import placement_text
+from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 from planner.transitions import diff_order
 
@@ -188,6 +189,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         read_logs: bool = True,
         checkpoint_timeout: float = 30.0,
         workers: int = DEFAULT_SIZE,
+        mlflow: str | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -219,6 +221,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         self.progress = LogProgress(self.store, "k8s", log)
         #: Reads each FlowPlan pod's log every observe (:mod:`adapters.kubernetes.logs`); None: not read.
         self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT, pool=self.pool) if read_logs else None
+        #: An MLflow tracking server whose runs tagged ``flowplan.job=<job id>`` add to the jobs' progress
+        #: (:mod:`adapters.logs.mlflow`), read every observe after the logs; None: none.
+        self.mlflow = MlflowClient(mlflow, timeout=5.0) if mlflow else None
         self._touched: dict[str, float] = {}  # "namespace/pod" -> time.monotonic() when a create/delete of ours returned
         self._touched_lock = threading.Lock()  # changes run on the pool's threads
 
@@ -324,6 +329,12 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
             going = obs.terminating
             self.logs.read_all([(j, [*going.get(j, []), p.pod], p.labels.steps_per_epoch) for j, p in obs.placed.items()])
             obs.log_failed.update({job_id: self.logs.failed[job_id] for job_id in obs.placed if job_id in self.logs.failed})
+        if self.mlflow is not None:
+            # Each job's tagged runs, one job after another; a server that fails is skipped for the rest
+            # of this observe (logged once per failure), not waited out once a job.
+            for job_id in sorted({*obs.placed, *gang_pods}):
+                if not self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=self._steps_of(obs, job_id, gang_pods)):
+                    break
         for job_id, placed in obs.placed.items():
             jobs.append(self._job(job_id, placed.pod, placed.labels, obs))
         jobs.extend(self._observe_gangs(gang_pods, obs, node_notes, held))
@@ -384,6 +395,17 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
                     raise AnnotationError(f"annotation {PREFIX}gpu_type: {why}")
             fields["gpu_type"] = models[0] if len(models) == 1 else models
         return dataclasses.replace(parsed, fields=fields)
+
+    def _steps_of(self, obs: Observation, job_id: str, gang_pods: dict[str, list[PodView]]) -> float | None:
+        """The steps per epoch a job's pod declares (its ``flowplan.io/steps_per_epoch``), for MLflow's steps."""
+        if job_id in obs.placed:
+            return obs.placed[job_id].labels.steps_per_epoch
+        for pod in gang_pods.get(job_id, []):
+            try:
+                return self._parse(job_id, pod).steps_per_epoch
+            except (AnnotationError, ValueError):
+                return None
+        return None
 
     def _job(self, job_id: str, pod: PodView, parsed: JobLabels, obs: Observation) -> Job:
         status = _status(pod)
