@@ -2,17 +2,19 @@
 the Docker adapter's ``flowplan.tensorboard`` label).
 
 The event files in ``tests/fixtures/tensorboard/`` were written by real runs of PyTorch's
-``SummaryWriter``, Lightning's ``TensorBoardLogger`` and Hugging Face's ``Trainer`` (``record/``,
-``versions.json``); they are decoded with the tensorboard package's own ``Event`` message. The
-Docker test runs a real engine: a container writes the recorded Lightning file into its own
-filesystem a few hundred bytes at a time (records cut in the middle, as a live writer leaves them),
-and the adapter reads it through the engine's archive API while it grows.
+``SummaryWriter``, Lightning's ``TensorBoardLogger``, Hugging Face's ``Trainer`` and Keras'
+``TensorBoard`` callback on TensorFlow (``record/``, ``versions.json``); they are decoded with the
+tensorboard package's own ``Event`` message. The Docker test runs a real engine: a container writes
+the recorded Lightning file into its own filesystem a few hundred bytes at a time (records cut in
+the middle, as a live writer leaves them), and the adapter reads it through the engine's archive
+API while it grows.
 
 Case matrix:
 
 - each framework's file: the points, their epochs (PyTorch's global steps over the declared steps per
   epoch; Lightning's ``epoch`` index, training steps inside the epoch and the validation at its end
-  completing it; Hugging Face's fractional ``train/epoch``), losses and accuracies, pinned;
+  completing it; Hugging Face's fractional ``train/epoch``; Keras' ``epoch_*`` values at the index,
+  its ``train/`` and ``validation/`` folders one run), losses and accuracies, pinned;
 - reading a file in arbitrary pieces with the cursor gives the same points as reading it whole;
   a record cut short, and the newest step (its values may be in two reads), are left for the next
   read unless it is final; a corrupt record ends the read with a problem named;
@@ -98,6 +100,14 @@ def test_hugging_face_fractional_epochs_and_eval_accuracy() -> None:
         (3.0, None, 0.9, False),
     ]
     assert all(a[0] <= b[0] for a, b in zip(got, got[1:], strict=False))
+
+
+def test_keras_train_and_validation_folders_are_one_run_its_epoch_values_done_at_the_index() -> None:
+    """Keras' callback (TensorFlow 2 tensor summaries): ``epoch_loss`` in ``train/``, the validation's
+    ``epoch_accuracy`` in ``validation/``, both at the epoch index from 0, written when it ends."""
+    read = _read("keras-callback")
+    assert sorted(read.files) == [f for f in read.files if f.startswith(("train/", "validation/"))] and len(read.files) == 2
+    assert _pts(read) == [(1.0, 2.1024, 0.6528, False), (2.0, 1.4325, 0.725, False), (3.0, 0.9, 0.7806, False)]
 
 
 @pytest.mark.parametrize("piece", [1, 37, 200, 4096])

@@ -14,11 +14,13 @@ and a record still being written is left for it. A record whose CRC does not mat
 of that file (``problems`` says where); nothing past it is guessed at.
 
 How scalars become the snapshot's points (:mod:`adapters.logs.points`): per *run* (the directory of
-an event file: Lightning's ``version_0/``, Hugging Face's ``runs/<date>/``; a restarted job that
+an event file: Lightning's ``version_0/``, Hugging Face's ``runs/<date>/``; Keras' ``train/`` and
+``validation/`` are one run, the validation's tags prefixed ``validation/``; a restarted job that
 writes a new file into the same directory goes on counting there), values are grouped by step;
 ``epoch`` is the first of :attr:`TensorBoardKeys.epoch` logged at that step (Lightning's ``epoch``,
 the index of the epoch in progress, from 0: a training step's loss is inside it, the validation at
-its end completes it; Hugging Face's fractional ``train/epoch``, epochs completed), else the step over the declared steps
+its end completes it; Hugging Face's fractional ``train/epoch``, epochs completed; Keras'
+``epoch_*`` values, logged at the epoch's index when it ends: the index plus one), else the step over the declared steps
 per epoch (``flowplan.steps_per_epoch``, ``--steps-per-epoch``), else the step is counted in
 ``unplaced``; ``loss`` the first of :attr:`TensorBoardKeys.loss`, ``metric`` of
 :attr:`TensorBoardKeys.metric`; ``time`` the event's wall time.
@@ -51,16 +53,45 @@ class TensorBoardError(Exception):
     """Event files that could not be read: a path that is not there, or more than :data:`MAX_BYTES`."""
 
 
+#: Keras' callback writes a run's training values into ``train/`` and its validation's into
+#: ``validation/`` beside it: one run (their parent), the validation's tags under this prefix.
+KERAS_VALIDATION = "validation/"
+#: Keras' epoch-level values (``epoch_loss``, ``epoch_accuracy``) are logged at the epoch's index
+#: (from 0) when it ends: such a step gets this value, the epochs completed (the index plus one).
+KERAS_EPOCHS = "keras/epochs_done"
+
+
 @dataclass(frozen=True)
 class TensorBoardKeys:
     """Which scalar tags mean what (the first tag present at a step wins)."""
 
-    epoch: tuple[str, ...] = ("epoch", "train/epoch")
-    loss: tuple[str, ...] = ("loss", "train_loss", "train/loss", "Loss/train", "loss/train")
-    metric: tuple[str, ...] = ("val_accuracy", "val_acc", "eval/accuracy", "Accuracy/val", "accuracy/val", "accuracy")
+    epoch: tuple[str, ...] = ("epoch", "train/epoch", KERAS_EPOCHS)
+    loss: tuple[str, ...] = ("loss", "train_loss", "train/loss", "Loss/train", "loss/train", "epoch_loss")
+    metric: tuple[str, ...] = (
+        "val_accuracy",
+        "val_acc",
+        "eval/accuracy",
+        "Accuracy/val",
+        "accuracy/val",
+        KERAS_VALIDATION + "epoch_accuracy",
+        "accuracy",
+        "epoch_accuracy",
+    )
 
     def all(self) -> frozenset[str]:
-        return frozenset((*self.epoch, *self.loss, *self.metric))
+        """Every tag read: the keys, with Keras' validation tags as the file holds them (unprefixed)."""
+        keys = (*self.epoch, *self.loss, *self.metric)
+        return frozenset((*keys, *(k.removeprefix(KERAS_VALIDATION) for k in keys)))
+
+
+def _run_of(name: str) -> tuple[str, str]:
+    """The run an event file belongs to (its directory; Keras' ``train/`` and ``validation/``: their
+    parent) and the prefix its tags get there."""
+    folder = posixpath.dirname(name)
+    base = posixpath.basename(folder)
+    if base in ("train", KERAS_VALIDATION.rstrip("/")):
+        return posixpath.dirname(folder), KERAS_VALIDATION if base != "train" else ""
+    return folder, ""
 
 
 @dataclass
@@ -207,10 +238,14 @@ def read_files(
                 decoded = [(at, vals) for at, vals in decoded if at < first]
                 end = first
         offsets[name] = end
-        by_step = runs.setdefault(posixpath.dirname(name), {})
+        run, prefix = _run_of(name)
+        by_step = runs.setdefault(run, {})
         for _, vals in decoded:
             for step, tag, value, when in vals:
-                by_step.setdefault(step, {})[tag] = (value, when)
+                at = by_step.setdefault(step, {})
+                at[prefix + tag] = (value, when)
+                if tag.startswith("epoch_"):
+                    at[KERAS_EPOCHS] = (float(step + 1), when)
     for run in sorted(runs):
         points, unplaced, run_base = points_by_step(
             runs[run],
