@@ -242,10 +242,10 @@ def read_files(
         by_step = runs.setdefault(run, {})
         for _, vals in decoded:
             for step, tag, value, when in vals:
-                at = by_step.setdefault(step, {})
-                at[prefix + tag] = (value, when)
+                logged = by_step.setdefault(step, {})
+                logged[prefix + tag] = (value, when)
                 if tag.startswith("epoch_"):
-                    at[KERAS_EPOCHS] = (float(step + 1), when)
+                    logged[KERAS_EPOCHS] = (float(step + 1), when)
     for run in sorted(runs):
         points, unplaced, run_base = points_by_step(
             runs[run],
