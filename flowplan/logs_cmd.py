@@ -151,12 +151,7 @@ def run_mlflow(args: argparse.Namespace) -> int:
         )
     if not read.points:
         raise UsageError(f"{name}: {len(read.runs)} run(s) but no {', '.join(keys.loss + keys.metric)} values")
-    if args.format == "json":
-        doc = {"points": [p.as_dict() for p in read.points], "events": [], "runs": read.runs}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        table = render(name, read.points, [], {"mlflow": len(read.points)}, thinned=False)
-        sys.stdout.write(table.replace(" lines)", " values)"))
+    _write_read(args, name, read.points, "mlflow", "values", {"runs": read.runs})
     return 0
 
 
@@ -197,13 +192,19 @@ def run_tensorboard(args: argparse.Namespace) -> int:
     if not read.points:
         tags = ", ".join(keys.loss + keys.metric)
         raise UsageError(f"{name}: {len(read.files)} event file(s) but no step placed with a scalar of {tags}")
+    _write_read(args, name, read.points, "tensorboard", "steps", {"files": read.files})
+    return 0
+
+
+def _write_read(args: argparse.Namespace, name: str, points: list[Any], source: str, unit: str, extra: dict[str, Any]) -> None:
+    """The points read from a source other than a log (MLflow, event files): JSON with ``extra``, or the
+    table counting them in ``unit`` (nothing of such a read is thinned)."""
     if args.format == "json":
-        doc = {"points": [p.as_dict() for p in read.points], "events": [], "files": read.files}
+        doc = {"points": [p.as_dict() for p in points], "events": [], **extra}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        table = render(name, read.points, [], {"tensorboard": len(read.points)}, thinned=False)
-        sys.stdout.write(table.replace(" lines)", " steps)"))
-    return 0
+        table = render(name, points, [], {source: len(points)}, thinned=False)
+        sys.stdout.write(table.replace(" lines)", f" {unit})"))
 
 
 def _read_all(fh: BinaryIO, reader: Any) -> list[Any]:
