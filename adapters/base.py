@@ -113,13 +113,17 @@ class Change:
     #: A gang spread over nodes (the plan's ``placement``): ``(node, replicas)`` per node, rank 0's
     #: first; ``None``: all ``replicas`` on ``node``. See :func:`refuse_spanning`.
     placement: Shares | None = None
+    #: Parameter servers on each node of the placement (the plan's ``servers``); ``None``: none. See
+    #: :func:`refuse_servers`.
+    servers: int | None = None
 
     def key(self) -> str:
         """Identifies the change, so that applying it twice can be recognised (idempotency)."""
         cap = f":cap{self.cpu_limit_millis}m" if self.cpu_limit_millis is not None else ""
         dev = f":{self.gpu_milli}mg@dev{self.gpu_device}" if self.gpu_milli is not None else ""
         spread = "@" + ",".join(f"{n}x{k}" for n, k in self.placement) if self.placement is not None else ""
-        what = f"{self.cpu_millis}m{cap}:{self.gpus}g{dev}:{self.replicas}r{spread}"
+        ps = f"+{self.servers}ps" if self.servers is not None else ""
+        what = f"{self.cpu_millis}m{cap}:{self.gpus}g{dev}:{self.replicas}r{ps}{spread}"
         return f"{self.job}:{self.kind}:{self.from_node}->{self.node}:{what}"
 
     def as_dict(self) -> dict[str, object]:
@@ -135,6 +139,7 @@ class Change:
             "cpu_limit_millis": self.cpu_limit_millis,
             **({"gpu_milli": self.gpu_milli, "gpu_device": self.gpu_device} if self.gpu_milli is not None else {}),
             **({"placement": [list(s) for s in self.placement]} if self.placement is not None else {}),
+            **({"servers": self.servers} if self.servers is not None else {}),
         }
 
 
@@ -186,6 +191,21 @@ def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger
     count = len(spread.placement or ())
     what = f"job {spread.job}: replicas on {count} nodes ({where}) cannot be placed by {adapter} yet (one node per job)"
     return refuse_whole(changes, spread, what, log)
+
+
+def refuse_servers(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
+    """For an adapter that does not start parameter servers yet (Docker and Kubernetes, both today):
+    ``None`` when no change places a job with servers, else every change refused as ``invalid``
+    before anything is applied, each message one line naming the job and its servers (logged once)."""
+    ps = next((c for c in changes if c.servers is not None and c.node is not None), None)
+    if ps is None or ps.servers is None:
+        return None
+    nodes = len(change_shares(ps))
+    what = (
+        f"job {ps.job}: {ps.servers * nodes} parameter server(s) ({ps.servers} on each of {nodes} node(s)) "
+        f"cannot be started by {adapter} yet"
+    )
+    return refuse_whole(changes, ps, what, log)
 
 
 def refuse_whole(changes: Sequence[Change], culprit: Change, what: str, log: logging.Logger) -> list[Outcome]:

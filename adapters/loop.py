@@ -89,6 +89,7 @@ def diff(snapshot: Snapshot, plan: Plan) -> list[Change]:
             gpu_milli=job.gpu_milli,
             gpu_device=a.gpu_device,
             placement=tuple((s.node, s.replicas) for s in a.placement) if a.placement is not None else None,
+            servers=a.servers,
         )
         shrinks = cur is not None and a.cpu_millis <= cur.cpu_millis and a.gpus <= cur.gpus
         out.append((diff_order(kind, shrinks), i, change))

@@ -40,7 +40,9 @@ every model found there.
    (``fit_ps_speed_model([], form)``) stands for the job. For a budget ``B`` (a worker costs 1, a
    server ``--ps-cost``), from (1 worker, 1 server): Coach's greedy rule adds the worker or server
    that buys the most speed while the budget allows; Optimus's adds the one with the most speed per
-   unit cost; ``best`` is the fastest allocation within the budget (enumerated). With a server as
+   unit cost; ``best`` is the fastest allocation within the budget (enumerated); *FlowPlan* gives
+   each worker count the servers the planner would (``models.gang_speed.PSScaling``: the fewest within
+   3 % of the fastest) and takes the fastest of those. With a server as
    dear as a worker the two rules are the same rule; ``--ps-cost`` defaults to 0.5, 1 and 2.
 
     python benchmarks/bench_placement.py
@@ -63,6 +65,7 @@ from typing import Any
 import numpy as np
 from bench_curves import md_table, text_table
 
+from models.gang_speed import PSScaling
 from models.placement import (
     PlacementObservation,
     PlacementSpeedModel,
@@ -358,6 +361,22 @@ def _best(model: PSSpeedModel, budget: float, ps_cost: float) -> tuple[int, int]
     return w, s
 
 
+def _flowplan(model: PSSpeedModel, budget: float, ps_cost: float) -> tuple[int, int]:
+    """FlowPlan's choice within the budget: for each worker count, the servers the planner gives it on
+    one node (:meth:`models.gang_speed.PSScaling.servers_per_node`: the fewest within 3 % of the
+    fastest the budget leaves room for); the fastest of those (ties: fewer workers)."""
+    cands = []
+    for w in range(1, int(budget) + 1):
+        room = int((budget - w) / ps_cost + 1e-9)
+        if room < 1:
+            break
+        scaling = PSScaling(model, 1.0, model.source, 1, room)
+        s = int(scaling.servers_per_node(np.array([w]), np.array([1]))[0])
+        cands.append((model.epochs_per_second(w, s), -w, w, s))
+    _, _, w, s = max(cands)
+    return w, s
+
+
 def ps_rows(ps_costs: Sequence[float]) -> list[dict[str, Any]]:
     out = []
     forms: tuple[PSForm, ...] = ("optimus", "coach")
@@ -373,6 +392,7 @@ def ps_rows(ps_costs: Sequence[float]) -> list[dict[str, Any]]:
                     ("coach", _greedy(model, budget, cost, per_cost=False)),
                     ("optimus", _greedy(model, budget, cost, per_cost=True)),
                     ("best", _best(model, budget, cost)),
+                    ("flowplan", _flowplan(model, budget, cost)),
                 ):
                     row[rule] = {"workers": w, "servers": s, "speedup": model.epochs_per_second(w, s) / base}
                 out.append(row)
@@ -390,11 +410,13 @@ def ps_table(rows: list[dict[str, Any]], markdown: bool) -> str:
         "speed-up",
         "best (w,s)",
         "speed-up",
+        "FlowPlan (w,s)",
+        "speed-up",
     ]
     body = []
     for r in rows:
         cells = [r["form"], f"{r['ps_cost']:g}", str(r["budget"])]
-        for rule in ("coach", "optimus", "best"):
+        for rule in ("coach", "optimus", "best", "flowplan"):
             a = r[rule]
             cells += [f"({a['workers']},{a['servers']})", f"{a['speedup']:.2f}x"]
         body.append(cells)

@@ -54,6 +54,7 @@ from models.placement import (
     fit_placement_model,
     predict_steps,
 )
+from models.speed import PSForm, PSSpeedModel, PSSpeedObservation, fit_ps_speed_model
 
 #: The prior's parameters in seconds per step for a compute time of one second (module docstring).
 PRIOR = PlacementParams(
@@ -95,6 +96,7 @@ class GangShape:
     replicas: int
     nodes: int
     relative: float
+    servers: int | None = None  # parameter-server jobs: the servers in all
 
 
 @dataclass(frozen=True)
@@ -164,3 +166,74 @@ def gang_scaling(replicas: int, shapes: Sequence[GangShape]) -> GangScaling:
         source = "fitted+prior"
     ref = float(np.exp(np.mean(np.log(_per_step(params, r, n, factors)))))
     return GangScaling(params, ref, source, factors)
+
+
+#: Parameter-server jobs get the fewest servers per node whose epoch is within this of the fastest.
+SERVER_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class PSScaling:
+    """Epoch-time factor of a parameter-server job by worker count and node count, its servers placed
+    as Optimus places them: the same number on each node that holds workers
+    (:meth:`servers_per_node`), so ``s = per node x nodes``; the factor is the job's
+    :class:`models.speed.PSSpeedModel` at ``(w, s)`` over ``reference``, what the per-replica model
+    stands for (as :class:`GangScaling`'s)."""
+
+    model: PSSpeedModel
+    reference: float
+    source: str
+    lo: int  # servers in all, at least
+    hi: int  # servers in all, at most
+
+    def servers_per_node(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Servers on each of ``nodes`` worker nodes at ``replicas`` workers: the fewest whose epoch time
+        is within :data:`SERVER_TOLERANCE` of the fastest with ``lo..hi`` servers in all, and never
+        more than on one node (so a packing that leaves room for one node's servers has room for a
+        wider spread's); 0 where ``nodes`` exceeds ``hi`` (no spread that wide)."""
+        w = np.maximum(np.asarray(replicas, dtype=np.int64), 1)
+        n = np.maximum(np.asarray(nodes, dtype=np.int64), 1)
+        out = np.zeros(np.broadcast(w, n).shape, dtype=np.int64)
+        for i, (wi, ni) in enumerate(np.broadcast(w, n)):
+            out.flat[i] = self._per_node(int(wi), int(ni))
+        return out
+
+    def _per_node(self, w: int, n: int) -> int:
+        top = self.hi // n
+        if n > 1:
+            top = min(top, self._per_node(w, 1))
+        least = max(1, -(-self.lo // n))
+        if top < least:
+            return 0
+        sigma = np.arange(least, top + 1, dtype=float)
+        t = self.model.seconds_per_epoch_many(np.full(sigma.size, float(w)), sigma * n)
+        return least + int(np.argmax(t <= t.min() * (1.0 + SERVER_TOLERANCE)))
+
+    def per_step(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """The model's epoch time at ``replicas`` workers with their servers over ``nodes`` nodes."""
+        w = np.maximum(np.asarray(replicas, dtype=float), 1.0)
+        n = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+        s = np.maximum(self.servers_per_node(w.astype(np.int64), n.astype(np.int64)), 1) * n
+        return np.asarray(self.model.seconds_per_epoch_many(w, s), dtype=float)
+
+    def factor(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Multiply the per-replica model's epoch time by this for ``replicas`` workers on ``nodes`` nodes."""
+        return self.per_step(replicas, nodes) / self.reference
+
+
+def ps_scaling(replicas: int, lo: int, hi: int, form: PSForm, shapes: Sequence[GangShape]) -> PSScaling:
+    """The scaling of a parameter-server job of at most ``replicas`` workers and ``[lo, hi]`` servers,
+    given its observed ``shapes`` (each with its servers in all; may be empty): the ``form``'s prior
+    (:func:`models.speed.fit_ps_speed_model`), fitted to the observations when there are any."""
+    usable = [s for s in shapes if s.relative > 0 and math.isfinite(s.relative) and s.servers is not None]
+    obs = [PSSpeedObservation(s.replicas, int(s.servers or 1), s.relative) for s in usable]
+    model = fit_ps_speed_model(obs, form, default_epoch_seconds=1.0)
+    source = "prior" if not obs else ("scaled-prior" if model.source == "scaled-prior" else "fitted+prior")
+    shell = PSScaling(model, 1.0, source, lo, hi)
+    if obs:
+        w = np.array([o.workers for o in obs], dtype=float)
+        s = np.array([o.servers for o in obs], dtype=float)
+        ref = float(np.exp(np.mean(np.log(model.seconds_per_epoch_many(w, s)))))
+    else:
+        ref = float(shell.per_step(np.array([replicas]), np.array([1]))[0])
+    return PSScaling(model, ref, source, lo, hi)

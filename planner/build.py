@@ -17,6 +17,7 @@ Steps, each a function below:
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -29,10 +30,14 @@ from planner.gangs import (
     gang_greedy,
     gang_mask,
     gang_options,
+    node_fixed,
     pack,
+    pack_fixed,
     pack_onto,
+    packed,
     per_replica,
     reservation,
+    server_need,
     stay_allocs,
 )
 from planner.gangs import candidates as gang_candidates
@@ -165,8 +170,9 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
         m = menus[j]
         if gang[j]:
             need = per_replica(m)[:, int(np.argmax(stay_allocs(m, True)))]
+            own = m.outlook.job.running_servers * server_need(m)
             for n, k in current_shares(m, node_index):
-                forced[:, n] += k * need
+                forced[:, n] += k * need + own
             continue
         lv = int(np.argmax(stay_ok[j]))  # type: ignore[arg-type]
         forced[:, current[j]] += (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
@@ -195,7 +201,8 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
             reserved = np.array(sorted(n for n, _ in shares), dtype=np.int64)
             open_node = np.ones(N, dtype=bool)
             open_node[reserved] = False
-            shadow_s = _shadow(menus, g, shares, per_replica(menus[keeper])[:, 0], cap)
+            fixed = pack_fixed(menus[keeper], menus[keeper].outlook.job.fewest_replicas)
+            shadow_s = _shadow(menus, g, shares, per_replica(menus[keeper])[:, 0], cap, fixed)
             shadow_q = int(shadow_s // pricing.quantum_seconds)
             # A job that can finish by the shadow time keeps the reserved nodes among its candidates.
             early = [j != keeper and _fastest_q(m) <= shadow_q for j, m in enumerate(menus)]
@@ -289,7 +296,8 @@ def _left_by(menus: Sequence[JobMenu], g: GreedyChoice, cap: np.ndarray, running
         if n < 0 or (running_only and m.outlook.job.status != "running"):
             continue
         if j in g.shares:
-            gang_take(free, per_replica(m)[:, lv % m.n_alloc], g.shares[j][1])
+            shares = g.shares[j][1]
+            gang_take(free, per_replica(m)[:, lv % m.n_alloc], shares, fixed=node_fixed(m, shares))
         else:
             free[:, n] -= (m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem)
     return free
@@ -308,20 +316,29 @@ def gang_reservation(
     return reservation(menus, gang, g.shares, eligible, _left_by(menus, g, cap, running_only=True), cap, now, after)
 
 
-def _shadow(menus: Sequence[JobMenu], g: GreedyChoice, shares: Shares, need: np.ndarray, cap: np.ndarray) -> float:
+def _shadow(
+    menus: Sequence[JobMenu],
+    g: GreedyChoice,
+    shares: Shares,
+    need: np.ndarray,
+    cap: np.ndarray,
+    fixed: np.ndarray,
+) -> float:
     """Seconds until the running jobs of the greedy plan ``g`` leave room for the reserved ``shares``
     (:func:`planner.gangs.drain_seconds`), each at its predicted finish where ``g`` keeps it."""
-    running: list[tuple[float, Shares, np.ndarray]] = []
+    running: list[tuple[float, Shares, np.ndarray, np.ndarray]] = []
     for j, m in enumerate(menus):
         n, lv, way = int(g.node[j]), int(g.level[j]), int(g.way[j])
         if n < 0 or m.outlook.job.status != "running":
             continue
         finish = float(m.finish_s[way, lv])
         if j in g.shares:
-            running.append((finish, g.shares[j][1], per_replica(m)[:, lv % m.n_alloc]))
+            at = g.shares[j][1]
+            running.append((finish, at, per_replica(m)[:, lv % m.n_alloc], node_fixed(m, at)))
         else:
-            running.append((finish, ((n, 1),), np.array([m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem], dtype=np.int64)))
-    return drain_seconds(shares, need, cap, running)
+            own = np.array([m.dem_cpu[lv], m.dem_gpu[lv], m.dem_mem], dtype=np.int64)
+            running.append((finish, ((n, 1),), own, np.zeros(3, dtype=np.int64)))
+    return drain_seconds(shares, need, cap, running, fixed)
 
 
 def _fastest_q(m: JobMenu) -> int:
@@ -697,10 +714,10 @@ def _gangs_into(
         }
         got: list[Shares] = []
         for c in sorted(set(m.count.tolist())):
-            packed = [pack(c, room, cap, el, need, job.max_nodes)]
+            found = [packed(m, c, partial(pack, c, room, cap, el, need, job.max_nodes))]
             if j in now:
-                packed.insert(0, pack_onto(c, room, cap, el, need, job.max_nodes, now[j]))
-            for s in packed:
+                found.insert(0, packed(m, c, partial(pack_onto, c, room, cap, el, need, job.max_nodes, now[j])))
+            for s in found:
                 if s is not None and frozenset(s) not in have:
                     have.add(frozenset(s))
                     got.append(s)

@@ -13,8 +13,11 @@ Rules:
   ``replicas`` replicas, or none; on one node, or, with a ``placement``, on at most ``max_nodes``
   distinct known nodes, rank 0's node (the assignment's ``node``) first, adding up to its count;
   every node a replica arrives on is schedulable and qualifies;
+- parameter servers: a placed job with ``servers`` names the servers on each of its nodes, within
+  ``servers.min..max`` in all; no other assignment names any; new servers are a new shape (a restart
+  unless the job is elastic);
 - per node, CPU, GPU and memory used by all jobs placed there fit its capacity (a gang's per-replica
-  figures times its replicas there) — a node that jobs
+  figures times its replicas there, plus its servers there) — a node that jobs
   which cannot move already overfill may stay over, as long as the plan adds nothing to it; a node's
   GPUs in use are the whole-GPU jobs' GPUs plus the devices fractional jobs share;
 - GPU fractions: a placed fractional job (``gpu_milli``) names a ``gpu_device`` in range, no other
@@ -74,7 +77,9 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
         cur_alloc = job.allocation if running else None
         moved = running and a.node is not None and a.node != job.node
         current = dict(job.shares())
-        same_shares = dict(shares) == current
+        servers = _servers_problems(job, a, len(shares), bad)
+        # Servers are part of the shape: new ones are a new count (a restart unless elastic).
+        same_shares = dict(shares) == current and (not running or servers == job.running_servers)
         frac = job.gpu_milli is not None
         if a.gpu_device is not None and (not frac or a.node is None):
             what = "the job uses whole GPUs" if not frac else "the job has no node"
@@ -114,7 +119,8 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             elif moved:
                 what = f"moved {job.node} -> {a.node}"
             elif not same_shares:
-                what = "replicas changed" + ("" if job.elastic else " (not elastic)")
+                what = "replicas changed" if dict(shares) != current else f"servers changed ({job.running_servers} -> {servers})"
+                what += "" if job.elastic else " (not elastic)"
             elif same:
                 what = "allocation unchanged"
             elif not job.resizable:
@@ -144,6 +150,9 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
             u = use[name]
             u[0] += a.cpu_millis * count
             u[2] += job.memory_mib * count
+            if job.servers is not None:
+                u[0] += servers * job.servers.cpu_millis
+                u[2] += servers * job.servers.memory_mib
             if not frac:
                 u[1] += a.gpus * count
             if arrives or count > current.get(name, 0) or cur_alloc is None:
@@ -175,6 +184,9 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
                 b = before[name]
                 b[0] += j.allocation.cpu_millis * count
                 b[2] += j.memory_mib * count
+                if j.servers is not None:
+                    b[0] += j.running_servers * j.servers.cpu_millis
+                    b[2] += j.running_servers * j.servers.memory_mib
                 if j.gpu_milli is None or j.allocation.gpu_device is None:
                     b[1] += j.allocation.gpus * count
     for name, devices in shared_before.items():
@@ -213,6 +225,25 @@ def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     if migrations > max(snapshot.settings.migration_budget, forced):
         bad.append(f"{migrations} migrations and pauses exceed the budget of {snapshot.settings.migration_budget}")
     return bad
+
+
+def _servers_problems(job: Job, a: Assignment, nodes: int, bad: list[str]) -> int:
+    """The servers per node an assignment gives (0: none), its problems appended to ``bad``: a
+    parameter-server job that is placed names them, the same on each of its nodes, within
+    ``servers.min..max`` in all; no other assignment does."""
+    if job.servers is None or a.node is None:
+        if a.servers is not None:
+            what = "the job has no parameter servers" if job.servers is None else "the job has no node"
+            bad.append(f"{a.job}: servers {a.servers} set, but {what}")
+        return 0
+    if a.servers is None or a.servers < 1:
+        bad.append(f"{a.job}: a parameter-server job placed without its servers (servers {a.servers})")
+        return 0
+    total = a.servers * nodes
+    if not job.servers.min <= total <= job.servers.max:
+        span = f"[{job.servers.min}, {job.servers.max}]"
+        bad.append(f"{a.job}: {a.servers} server(s) on each of {nodes} node(s), {total} in all, outside {span}")
+    return a.servers
 
 
 def _placement_problems(job: Job, a: Assignment, nodes: Mapping[str, object]) -> list[str]:

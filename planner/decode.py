@@ -9,6 +9,7 @@ from typing import cast
 import numpy as np
 
 from planner.build import eligibility
+from planner.gangs import servers_on
 from planner.menu import MOVE, STAY, JobMenu
 from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
@@ -138,6 +139,10 @@ def explain(
             parts.append(f"{was} -> {count} replicas")
         if count < job.replicas:
             parts.append(f"runs {count} of its up to {job.replicas} replicas")
+        if job.servers is not None and shares:
+            per = servers_on(m, count, len(shares))
+            each = f", {per} on each node" if len(shares) > 1 else ""
+            parts.append(f"{per * len(shares)} parameter server(s) of {cores(job.servers.cpu_millis)}{each}")
         if m.outlook.remaining_finish <= 0:
             parts.append("has nothing left to learn (" + _done_reason(m) + ")")
         elif pred.eta_finish is not None:
@@ -416,6 +421,7 @@ def decode(
                 gpu_device=devices.get(j) if node is not None else None,
                 replicas=count,
                 placement=[Share(node=n, replicas=k) for n, k in shares] if len(shares) > 1 else None,
+                servers=servers_on(m, count, len(shares)) if job.servers is not None and node is not None else None,
                 action=action,
                 deliver=deliver,
                 previous=prev,

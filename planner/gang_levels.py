@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from models.gang_speed import GangScaling, GangShape, gang_scaling
+from models.gang_speed import GangScaling, GangShape, PSScaling, gang_scaling, ps_scaling
 from models.speed import SpeedObservation, fit_speed_model
 from planner.config import PlannerConfig
 from planner.outlook import JobOutlook, SpeedLike
@@ -34,14 +34,14 @@ from planner.snapshot import Job
 
 def is_gang(job: Job) -> bool:
     """Does the planner choose this job's count or placement (else: all ``replicas`` on one node)?"""
-    return job.max_nodes > 1 or job.fewest_replicas < job.replicas
+    return job.max_nodes > 1 or job.fewest_replicas < job.replicas or job.servers is not None
 
 
 @dataclass(frozen=True)
 class GangLevels:
     count: np.ndarray  # (B,) replicas per block
     nodes: np.ndarray  # (B,) nodes per block (a level of node_levels; 1: packed on one node)
-    scaling: GangScaling
+    scaling: GangScaling | PSScaling
     speed: SpeedLike  # the per-replica model the factor multiplies
     current_factor: float  # the scaling at the count and spread it runs with (1 if not running)
     note: str
@@ -82,15 +82,43 @@ def _shapes(outlook: JobOutlook) -> list[GangShape]:
     """The job's observed epochs as (count, nodes, relative to the per-replica model)."""
     job = outlook.job
     out = []
+    least = 0 if job.servers is None else job.servers.min
     for p in job.speed:
         model = float(outlook.speed.seconds_per_epoch(p.cpu_millis, p.gpus))
         if model > 0 and math.isfinite(model):
-            out.append(GangShape(p.replicas or job.replicas, p.nodes, p.seconds_per_epoch / model))
+            servers = None if job.servers is None else (p.servers or least * p.nodes)
+            out.append(GangShape(p.replicas or job.replicas, p.nodes, p.seconds_per_epoch / model, servers))
     if not job.speed and outlook.speed_basis == "observed" and job.status == "running":
         # Fitted from its recent history, at the count and spread it runs with.
         shares = job.shares()
-        out.append(GangShape(sum(k for _, k in shares), len(shares), 1.0))
+        servers = None if job.servers is None else job.running_servers * len(shares)
+        out.append(GangShape(sum(k for _, k in shares), len(shares), 1.0, servers))
     return out
+
+
+def _ps_levels(outlook: JobOutlook, shapes: list[GangShape]) -> tuple[PSScaling, SpeedLike, float]:
+    """A parameter-server job's scaling, the per-replica model it multiplies (refitted on its epochs
+    scaled to the full count on one node, as :func:`gang_levels` does for data-parallel gangs), and
+    the factor at the count, node count and servers it runs with."""
+    job = outlook.job
+    role = job.servers
+    assert role is not None
+    scaling = ps_scaling(job.replicas, role.min, role.max, role.form, shapes)
+    speed: SpeedLike = outlook.speed
+    if scaling.source != "prior" and job.speed:
+        full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
+        obs = []
+        for p in job.speed:
+            at = scaling.model.seconds_per_epoch(p.replicas or job.replicas, p.servers or role.min * p.nodes)
+            obs.append(SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at))
+        speed = fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+        scaling = replace(scaling, reference=full)
+    shares = job.shares()
+    current = 1.0
+    if shares:
+        count = sum(k for _, k in shares)
+        current = scaling.model.seconds_per_epoch(count, job.running_servers * len(shares)) / scaling.reference
+    return scaling, speed, current
 
 
 def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
@@ -100,6 +128,9 @@ def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     count = np.array([c for c, _ in blocks], dtype=np.int64)
     nodes = np.array([n for _, n in blocks], dtype=np.int64)
     shapes = _shapes(outlook)
+    if job.servers is not None:
+        ps, ps_speed, ps_current = _ps_levels(outlook, shapes)
+        return GangLevels(count, nodes, ps, ps_speed, ps_current, f"workers/servers scaling {ps.source} ({job.servers.form})")
     scaling = gang_scaling(job.replicas, shapes)
     speed: SpeedLike = outlook.speed
     if scaling.source != "prior" and job.speed:

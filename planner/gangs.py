@@ -41,7 +41,7 @@ the predictions hold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -68,6 +68,64 @@ def per_replica(m: JobMenu) -> np.ndarray:
     k = m.n_alloc
     gpu = m.gpu[:k] * MILLI_PER_GPU // m.gpu_unit
     return np.stack([m.cpu[:k], gpu, np.full(k, m.outlook.job.memory_mib, dtype=np.int64)]).astype(np.int64)
+
+
+def server_need(m: JobMenu) -> np.ndarray:
+    """(3,) CPU, GPU and memory of one of the job's parameter servers (zeros without servers)."""
+    role = m.outlook.job.servers
+    if role is None:
+        return np.zeros(3, dtype=np.int64)
+    return np.array([role.cpu_millis, 0, role.memory_mib], dtype=np.int64)
+
+
+def servers_on(m: JobMenu, count: int, nodes: int) -> int:
+    """The parameter servers on each node of a placement of ``count`` workers over ``nodes`` nodes:
+    what the job runs with where its count and node count stay (its servers change only with its
+    shape), else the scaling's choice (:meth:`models.gang_speed.PSScaling.servers_per_node`); 0 for
+    a job without servers."""
+    job = m.outlook.job
+    if job.servers is None:
+        return 0
+    shares = job.shares()
+    if shares and (count, nodes) == (sum(k for _, k in shares), len(shares)):
+        return job.running_servers
+    per_node = getattr(m.scaling, "servers_per_node", None)
+    if per_node is None:
+        return max(1, -(-job.servers.min // nodes))
+    return int(per_node(np.array([count]), np.array([nodes]))[0])
+
+
+def node_fixed(m: JobMenu, shares: Shares) -> np.ndarray:
+    """(3,) what each node of ``shares`` holds besides the workers: the job's servers there."""
+    return servers_on(m, sum(k for _, k in shares), len(shares)) * server_need(m)
+
+
+def pack_fixed(m: JobMenu, count: int) -> np.ndarray:
+    """(3,) the servers per node a packing of ``count`` workers leaves room for first: as many as on one
+    node (a wider spread never has more per node), or as the job runs with now if that is more."""
+    per = servers_on(m, count, 1)
+    return max(per, m.outlook.job.running_servers) * server_need(m)
+
+
+def packed(m: JobMenu, count: int, place: Callable[[np.ndarray | None], Shares | None]) -> Shares | None:
+    """``place(fixed)`` for ``count`` workers of gang ``m``: a parameter-server job's placement, tried with
+    room for as many servers per node as on one node (:func:`pack_fixed`), then for as few as each wider
+    spread takes, kept where the servers its own spread takes fit what was left for them; any other
+    gang's, at once."""
+    if m.outlook.job.servers is None:
+        return place(None)
+    need = server_need(m)
+    tried: set[int] = set()
+    first = pack_fixed(m, count)
+    for fixed in (first, *(servers_on(m, count, n) * need for n in range(2, m.outlook.job.max_nodes + 1))):
+        key = int(fixed[0]) * 1_000_003 + int(fixed[2])
+        if key in tried:
+            continue
+        tried.add(key)
+        got = place(fixed)
+        if got is not None and (node_fixed(m, got) <= fixed).all():
+            return got
+    return None
 
 
 def block_level(m: JobMenu, count: int, nodes: int) -> int | None:
@@ -100,18 +158,31 @@ def current_shares(m: JobMenu, node_index: dict[str, int]) -> Shares:
     return tuple((node_index[n], k) for n, k in m.outlook.job.shares())
 
 
-def slots(room: np.ndarray, need: np.ndarray) -> np.ndarray:
-    """(N,) replicas of demand ``need`` (3,) that fit each node's ``room`` (3, N)."""
+def slots(room: np.ndarray, need: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
+    """(N,) replicas of demand ``need`` (3,) that fit each node's ``room`` (3, N), with ``fixed`` (3,)
+    taken once on a node that holds any (a parameter-server job's servers there)."""
     out = np.full(room.shape[1], 1 << 20, dtype=np.int64)
+    if fixed is not None and fixed.any():
+        room = room - fixed[:, None]
+        out[(room < 0).any(axis=0)] = 0
     for r in range(3):
         if need[r] > 0:
             out = np.minimum(out, np.floor_divide(np.maximum(room[r], 0), need[r]).astype(np.int64))
     return out
 
 
-def pack(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int) -> Shares | None:
-    """``count`` replicas of ``need`` into ``room`` on ``eligible`` nodes (module docstring), or None."""
-    fit = slots(room[:, eligible], need)
+def pack(
+    count: int,
+    room: np.ndarray,
+    cap: np.ndarray,
+    eligible: np.ndarray,
+    need: np.ndarray,
+    max_nodes: int,
+    fixed: np.ndarray | None = None,
+) -> Shares | None:
+    """``count`` replicas of ``need`` (and ``fixed`` on each node used) into ``room`` on ``eligible``
+    nodes (module docstring), or None."""
+    fit = slots(room[:, eligible], need, fixed)
     ok = fit > 0
     el, fit = eligible[ok], fit[ok]
     if el.size == 0:
@@ -133,11 +204,19 @@ def pack(count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, ne
     return None
 
 
-def pack_over(count: int, nodes: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray) -> Shares | None:
+def pack_over(
+    count: int,
+    nodes: int,
+    room: np.ndarray,
+    cap: np.ndarray,
+    eligible: np.ndarray,
+    need: np.ndarray,
+    fixed: np.ndarray | None = None,
+) -> Shares | None:
     """``count`` replicas of ``need`` over exactly ``nodes`` of the ``eligible`` nodes, as evenly as
     their room takes, the nodes in :func:`pack`'s order (wholly free first, then the most room);
     None when those nodes cannot hold ``count`` with a replica on each."""
-    fit = slots(room[:, eligible], need)
+    fit = slots(room[:, eligible], need, fixed)
     ok = fit > 0
     el, fit = eligible[ok], fit[ok]
     if el.size < nodes or count < nodes:
@@ -157,7 +236,14 @@ def pack_over(count: int, nodes: int, room: np.ndarray, cap: np.ndarray, eligibl
 
 
 def pack_wide(
-    m: JobMenu, count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, fewest: Shares | None
+    m: JobMenu,
+    count: int,
+    room: np.ndarray,
+    cap: np.ndarray,
+    eligible: np.ndarray,
+    need: np.ndarray,
+    fewest: Shares | None,
+    fixed: np.ndarray | None = None,
 ) -> Shares | None:
     """Where the node count matters (:mod:`models.gang_speed`): ``count`` replicas over the fewest
     nodes among the counts the gang's scaling predicts within :data:`WIDE_TOLERANCE` of its fastest
@@ -165,24 +251,31 @@ def pack_wide(
     if fewest is None or len(fewest) < 2 or m.scaling is None:
         return None
     lo = len(fewest)
-    hi = min(count, m.outlook.job.max_nodes, int((slots(room[:, eligible], need) > 0).sum()))
+    hi = min(count, m.outlook.job.max_nodes, int((slots(room[:, eligible], need, fixed) > 0).sum()))
     if hi <= lo:
         return None
     n = np.arange(lo, hi + 1)
     step = m.scaling.per_step(np.full(n.size, count), n)
     best = int(n[np.flatnonzero(step <= step.min() * (1.0 + WIDE_TOLERANCE))[0]])
-    return None if best == lo else pack_over(count, best, room, cap, eligible, need)
+    return None if best == lo else pack_over(count, best, room, cap, eligible, need, fixed)
 
 
 def pack_onto(
-    count: int, room: np.ndarray, cap: np.ndarray, eligible: np.ndarray, need: np.ndarray, max_nodes: int, first: Shares
+    count: int,
+    room: np.ndarray,
+    cap: np.ndarray,
+    eligible: np.ndarray,
+    need: np.ndarray,
+    max_nodes: int,
+    first: Shares,
+    fixed: np.ndarray | None = None,
 ) -> Shares | None:
     """``count`` replicas on the nodes of ``first`` (in its order, as many as their room takes), the
     rest packed on other eligible nodes: a running gang's new count where it runs."""
     out: list[tuple[int, int]] = []
     left = count
     for n, _ in first:
-        k = int(min(slots(room[:, [n]], need)[0], left))
+        k = int(min(slots(room[:, [n]], need, fixed)[0], left))
         if k > 0 and len(out) < max_nodes:
             out.append((n, k))
             left -= k
@@ -191,17 +284,19 @@ def pack_onto(
     if not out:
         return None
     rest_el = eligible[~np.isin(eligible, [n for n, _ in out])]
-    rest = pack(left, room, cap, rest_el, need, max_nodes - len(out)) if max_nodes > len(out) else None
+    rest = pack(left, room, cap, rest_el, need, max_nodes - len(out), fixed) if max_nodes > len(out) else None
     return None if rest is None else (*out, *rest)
 
 
-def take(free: np.ndarray, need: np.ndarray, shares: Shares, sign: float = 1.0) -> None:
+def take(free: np.ndarray, need: np.ndarray, shares: Shares, sign: float = 1.0, fixed: np.ndarray | None = None) -> None:
+    """Charge ``shares`` (replicas of ``need``, and ``fixed`` on each node) to ``free`` (``sign`` -1: give back)."""
     for n, k in shares:
-        free[:, n] -= sign * k * need
+        free[:, n] -= sign * (k * need + (0 if fixed is None else fixed))
 
 
-def fits(free: np.ndarray, need: np.ndarray, shares: Shares) -> bool:
-    return all(bool((k * need <= free[:, n] + 1e-9).all()) for n, k in shares)
+def fits(free: np.ndarray, need: np.ndarray, shares: Shares, fixed: np.ndarray | None = None) -> bool:
+    extra = 0 if fixed is None else fixed
+    return all(bool((k * need + extra <= free[:, n] + 1e-9).all()) for n, k in shares)
 
 
 @dataclass
@@ -274,8 +369,12 @@ def gang_options(
                 continue
             on = np.array([n for n, _ in shares], dtype=np.int64)
             ks = np.array([k for _, k in shares], dtype=np.int64)
+            if m.outlook.job.servers is not None and servers_on(m, int(ks.sum()), len(shares)) == 0:
+                continue  # wider than its servers allow
+            fixed = node_fixed(m, shares)
             # (K,): each per-replica level fits every node of the placement when it is empty.
-            fit_all = (ks[:, None, None] * per[None, :, :] <= cap[:, on].T[:, :, None]).all(axis=(0, 1))
+            room = cap[:, on].T[:, :, None] - fixed[None, :, None]
+            fit_all = (ks[:, None, None] * per[None, :, :] <= room).all(axis=(0, 1))
             for a in range(m.n_alloc):
                 fit = bool(fit_all[a])
                 for way in ways_in(m, shares, now.get(j, ()), a, fit, stay_ok, bool(pinned[j])):
@@ -285,8 +384,8 @@ def gang_options(
                     out.node.append(n0)
                     out.level.append(base + a)
                     out.way.append(way)
-                    out.dem.append(tuple(int(x) for x in k0 * per[:, a]))  # type: ignore[arg-type]
-                    out.ext.extend((o, n, k, *(int(x) for x in k * per[:, a])) for n, k in rest)  # type: ignore[misc]
+                    out.dem.append(tuple(int(x) for x in k0 * per[:, a] + fixed))  # type: ignore[arg-type]
+                    out.ext.extend((o, n, k, *(int(x) for x in k * per[:, a] + fixed)) for n, k in rest)  # type: ignore[misc]
     return out
 
 
@@ -328,19 +427,21 @@ def candidates(
         own_room = running_room.copy()
         if j in chosen[0]:
             lv, sh = chosen[0][j]
-            take(own_free, per[:, lv % m.n_alloc], sh, sign=-1.0)
+            fixed = node_fixed(m, sh)
+            take(own_free, per[:, lv % m.n_alloc], sh, sign=-1.0, fixed=fixed)
             if job.status == "running":
-                take(own_room, per[:, lv % m.n_alloc], sh, sign=-1.0)
+                take(own_room, per[:, lv % m.n_alloc], sh, sign=-1.0, fixed=fixed)
         for c in sorted(set(m.count.tolist())):
+            el = eligible[j]
             if j in now:
-                add(pack_onto(c, own_free, cap, eligible[j], need, job.max_nodes, now[j]))
+                add(packed(m, c, partial(pack_onto, c, own_free, cap, el, need, job.max_nodes, now[j])))
             for room in (own_free, own_room):
-                fewest = pack(c, room, cap, eligible[j], need, job.max_nodes)
+                fewest = packed(m, c, partial(pack, c, room, cap, el, need, job.max_nodes))
                 add(fewest)
                 if job.status != "running":
                     # Only where the gang starts: a running gang would restart for a spread whose
                     # gain is the prior's guess (it has not run over that many nodes) at a certain loss.
-                    add(pack_wide(m, c, room, cap, eligible[j], need, fewest))
+                    add(packed(m, c, partial(pack_wide, m, c, room, cap, el, need, fewest)))
         out[j] = got
     return out
 
@@ -365,31 +466,39 @@ def reservation(
     for _, _, j in sorted(waiting):
         m = menus[j]
         need = per_replica(m)[:, 0]
-        shares = pack(m.outlook.job.fewest_replicas, running_room, cap, eligible[j], need, m.outlook.job.max_nodes)
+        job = m.outlook.job
+        c, el = job.fewest_replicas, eligible[j]
+        shares = packed(m, c, partial(pack, c, running_room, cap, el, need, job.max_nodes))
         if shares is None:
-            shares = pack(m.outlook.job.fewest_replicas, cap, cap, eligible[j], need, m.outlook.job.max_nodes)
+            shares = packed(m, c, partial(pack, c, cap, cap, el, need, job.max_nodes))
         if shares is not None:
             return j, shares
     return None
 
 
 def drain_seconds(
-    shares: Shares, need: np.ndarray, cap: np.ndarray, running: Sequence[tuple[float, Shares, np.ndarray]]
+    shares: Shares,
+    need: np.ndarray,
+    cap: np.ndarray,
+    running: Sequence[tuple[float, Shares, np.ndarray, np.ndarray]],
+    fixed: np.ndarray | None = None,
 ) -> float:
-    """Seconds from now until the reserved placement ``shares`` of replicas of ``need`` fits, the
-    ``running`` jobs (predicted finish in seconds, their placement, their demand per replica) leaving
-    as they are predicted to finish: the *shadow time* of EASY backfilling. Jobs that end before it
+    """Seconds from now until the reserved placement ``shares`` of replicas of ``need`` (and ``fixed``
+    on each node) fits, the ``running`` jobs (predicted finish in seconds, their placement, their demand
+    per replica and per node besides) leaving as they are predicted to finish: the *shadow time* of
+    EASY backfilling. Jobs that end before it
     may use the reserved nodes without delaying the gang."""
     nodes = np.array([n for n, _ in shares], dtype=np.int64)
-    want = np.stack([k * need for _, k in shares], axis=1)  # (3, nodes of the reservation)
+    extra = 0 if fixed is None else fixed
+    want = np.stack([k * need + extra for _, k in shares], axis=1)  # (3, nodes of the reservation)
     free = cap[:, nodes].astype(np.float64).copy()
     leaving: list[tuple[float, int, np.ndarray]] = []
-    for finish, placement, per in running:
+    for finish, placement, per, own in running:
         for n, k in placement:
             at = np.flatnonzero(nodes == n)
             if at.size:
-                free[:, at[0]] -= k * per
-                leaving.append((finish, int(at[0]), k * per))
+                free[:, at[0]] -= k * per + own
+                leaving.append((finish, int(at[0]), k * per + own))
     if (free >= want).all():
         return 0.0
     for finish, i, freed in sorted(leaving, key=lambda x: (x[0], x[1])):
@@ -410,6 +519,10 @@ class GangGreedy:
     stay_ok: dict[int, np.ndarray]
     eligible: dict[int, np.ndarray]
 
+    def fixed(self, m: JobMenu, j: int, shares: Shares) -> np.ndarray:
+        """(3,) what each node of the gang's ``shares`` holds besides its workers (its servers)."""
+        return node_fixed(m, shares)
+
     def stay(self, m: JobMenu, j: int, from_current: bool) -> tuple[int, Shares] | None:
         """The level and placement a running gang stays with (None: it may not hold any level there)."""
         ok = self.stay_ok[j]
@@ -425,11 +538,13 @@ class GangGreedy:
         """(level, way, placement) of the fewest count at the lowest level, packed into ``free``."""
         job = m.outlook.job
         per = self.per[j]
-        shares = pack(job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], job.max_nodes)
+        c, el, need = job.fewest_replicas, self.eligible[j], per[:, 0]
+        shares = packed(m, c, partial(pack, c, free, cap, el, need, job.max_nodes))
         if shares is None:
             return None
         if j not in self.now:  # a gang that starts: over more nodes where the fewest are predicted slower
-            shares = pack_wide(m, job.fewest_replicas, free, cap, self.eligible[j], per[:, 0], shares) or shares
+            fewest = shares
+            shares = packed(m, c, partial(pack_wide, m, c, free, cap, el, need, fewest)) or shares
         if j in self.now and self.now[j][0][0] in dict(shares):
             shares = tuple(sorted(shares, key=lambda x: x[0] != self.now[j][0][0]))
         base = block_level(m, job.fewest_replicas, len(shares))

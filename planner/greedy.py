@@ -105,10 +105,11 @@ def greedy(
         if gang[j]:
             assert gangs is not None
             got = gangs.stay(menus[j], j, from_current)
-            if got is not None and (pinned[j] or gang_fits(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1])):
+            extra = None if got is None else gangs.fixed(menus[j], j, got[1])
+            if got is not None and (pinned[j] or gang_fits(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1], extra)):
                 node[j], level[j], way[j] = cn, got[0], STAY
                 placed[j] = got
-                gang_take(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1])
+                gang_take(free, gangs.per[j][:, got[0] % menus[j].n_alloc], got[1], fixed=extra)
             else:
                 waiting.append(j)
             continue
@@ -143,7 +144,7 @@ def greedy(
                 lv, w, shares = put
                 node[j], level[j], way[j] = shares[0][0], lv, w
                 placed[j] = (lv, shares)
-                gang_take(free, gangs.per[j][:, lv % m.n_alloc], shares)
+                gang_take(free, gangs.per[j][:, lv % m.n_alloc], shares, fixed=gangs.fixed(m, j, shares))
             continue
         nodes = eligible[j]
         if nodes.size == 0:

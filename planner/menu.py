@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.gang_speed import GangScaling
+from models.gang_speed import GangScaling, PSScaling
 from planner.config import PlannerConfig
 from planner.gang_levels import gang_levels, is_gang, node_block
 from planner.outlook import JobOutlook
@@ -126,7 +126,7 @@ class JobMenu:
     #: node count. ``None`` / 0 for every other job.
     count: np.ndarray | None = None
     nodes: np.ndarray | None = None
-    scaling: GangScaling | None = None
+    scaling: GangScaling | PSScaling | None = None
     n_alloc: int = 0
     gang_note: str = ""
 

@@ -36,6 +36,7 @@ class Placement(Contract):
     gpu_device: int | None = None
     replicas: int = 1
     placement: list[Share] | None = None
+    servers: int | None = None
 
 
 class Predictions(Contract):
@@ -78,6 +79,11 @@ class Assignment(Contract):
         None,
         description="When the replicas do not all run on `node`: the replicas on each node, rank 0's node (`node`) "
         "first, adding up to `replicas`. Null: all on node (or no node).",
+    )
+    servers: int | None = Field(
+        None,
+        description="Parameter-server jobs that are placed: the servers on each node of the placement (the same on "
+        "each; in all, this times the nodes). Null for every other job.",
     )
     action: Action
     deliver: bool = False

@@ -101,6 +101,11 @@ class Allocation(Input):
     cpu_limit_millis: Annotated[int, Field(ge=1, le=10**9)] | None = Field(
         None, description="Hard CPU cap (quota) in force, per replica; null: none beyond the job's max_cpu_millis."
     )
+    servers: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="Parameter-server jobs (`servers` set on the job) only: the servers it runs on each of its worker "
+        "nodes now (null: servers.min).",
+    )
 
 
 class Share(Input):
@@ -136,6 +141,9 @@ class SpeedPoint(Input):
         None, description="How many replicas ran (null: the job's replicas)."
     )
     nodes: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="Over how many nodes they were spread.")
+    servers: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None, description="Parameter-server jobs: how many servers ran, in all (null: servers.min on each node)."
+    )
 
 
 #: Most jobs, and most points, a speed prior may carry (what an adapter borrows is a handful).
@@ -377,6 +385,61 @@ def gpu_fraction_problem(job: Job) -> str | None:
     return None
 
 
+class ServerRole(Input):
+    """A job's parameter servers (TensorFlow's ``ps`` tasks, MXNet's servers): CPU-only processes that
+    hold the model, beside its ``replicas`` workers.
+
+    The planner places them as Optimus does: the same number on each node that holds workers, so the
+    load on every node's network is even. It chooses that number per worker count from the job's
+    parameter-server speed model (``models.speed.PSSpeedModel``): the fewest servers per node whose
+    epoch time is within 3 % of the fastest the model gives. ``min`` and ``max`` bound the servers in
+    all; a spread over more than ``max`` nodes is not offered."""
+
+    min: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="The fewest servers the job trains with, in all.")
+    max: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="The most servers the job may have, in all.")
+    cpu_millis: Annotated[int, Field(ge=1, le=10**9)] = Field(
+        1000, description="CPU share of each server (a weight, like a replica's)."
+    )
+    memory_mib: Annotated[int, Field(ge=0, le=10**9)] = Field(0, description="Memory of each server in MiB.")
+    form: Literal["optimus", "coach"] = Field(
+        "optimus", description="The speed model's form before the job's own speeds pin it: Optimus' or Coach's."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ServerRole:
+        if self.min > self.max:
+            raise ValueError(f"servers.min {self.min} exceeds servers.max {self.max}")
+        return self
+
+
+def server_problem(job: Job) -> str | None:
+    """Why ``job``'s parameter servers do not go with the rest of it (``None``: they do), naming the field."""
+    alloc = job.allocation
+    if job.servers is None:
+        if alloc is not None and alloc.servers is not None:
+            return f"allocation.servers: {alloc.servers}, but the job has no parameter servers (no 'servers')"
+        for i, p in enumerate(job.speed):
+            if p.servers is not None:
+                return f"speed[{i}].servers: {p.servers}, but the job has no parameter servers (no 'servers')"
+        return None
+    if job.gpu_milli is not None:
+        return f"servers: set, but a fractional job (gpu_milli {job.gpu_milli}) runs as one replica"
+    if job.max_nodes > job.servers.max:
+        return (
+            f"max_nodes: {job.max_nodes}, but servers.max is {job.servers.max} and every node with workers holds at "
+            "least one server"
+        )
+    if job.status == "running" and alloc is not None:
+        per = alloc.servers if alloc.servers is not None else job.servers.min
+        total = per * len(job.shares())
+        if not job.servers.min <= total <= job.servers.max:
+            return (
+                f"allocation.servers: {per} per node on {len(job.shares())} node(s) is {total} in all, outside "
+                f"[{job.servers.min}, {job.servers.max}] (servers.min, servers.max)"
+            )
+    return None
+
+
 class Job(Input):
     """One training run (a container, or a gang of ``replicas`` containers on one node).
 
@@ -481,6 +544,11 @@ class Job(Input):
         "cosine, warmup_cosine, warmup_linear (these three need target.max_epochs), plateau.",
     )
     delivered: bool = Field(False, description="The tier-1 model was already handed over.")
+    servers: ServerRole | None = Field(
+        None,
+        description="Parameter servers beside the workers (null: none, a data-parallel job). The planner then "
+        "chooses the workers (replicas) and the servers together.",
+    )
 
     @field_validator("gpu_type", mode="before")
     @classmethod
@@ -512,6 +580,14 @@ class Job(Input):
         """The smallest count the job may run with (``min_replicas``, else ``replicas``)."""
         return self.replicas if self.min_replicas is None else self.min_replicas
 
+    @property
+    def running_servers(self) -> int:
+        """Parameter servers a running job has on each of its nodes (``allocation.servers``, else
+        ``servers.min``); 0 for a job without servers or not running."""
+        if self.servers is None or self.status != "running" or self.allocation is None:
+            return 0
+        return self.allocation.servers if self.allocation.servers is not None else self.servers.min
+
     def shares(self) -> tuple[tuple[str, int], ...]:
         """Where a running job's replicas are, ``(node, replicas)`` per node, rank 0's first; ``()``
         for a job that is not running."""
@@ -532,7 +608,7 @@ class Job(Input):
                 raise ValueError("a running job needs 'node'")
             if self.allocation is None:
                 raise ValueError("a running job needs 'allocation'")
-        problem = gpu_fraction_problem(self) or gang_problem(self)
+        problem = gpu_fraction_problem(self) or gang_problem(self) or server_problem(self)
         if problem is not None:
             raise ValueError(problem)
         if self.speed_prior is not None:

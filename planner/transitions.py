@@ -102,6 +102,7 @@ def previous_placement(job: Job) -> Placement | None:
             gpu_device=job.allocation.gpu_device,
             replicas=sum(k for _, k in job.shares()),
             placement=job.placement,
+            servers=job.running_servers or None,
         )
     return None
 

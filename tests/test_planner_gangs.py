@@ -529,7 +529,8 @@ def test_drain_seconds_is_the_shadow_time() -> None:
     cap = np.array([[64000, 64000], [4, 4], [262144, 262144]])
     need = np.array([4000, 1, 8192])
     one = np.array([4000, 1, 8192])
-    running = [(100.0, ((0, 1),), one), (50.0, ((1, 1),), one), (300.0, ((1, 1),), one)]
+    none = np.zeros(3, dtype=np.int64)
+    running = [(100.0, ((0, 1),), one, none), (50.0, ((1, 1),), one, none), (300.0, ((1, 1),), one, none)]
     assert drain_seconds(((0, 3), (1, 4)), need, cap, running) == 300.0
     assert drain_seconds(((0, 3),), need, cap, running) == 0.0
     assert drain_seconds(((0, 4),), need, cap, running) == 100.0

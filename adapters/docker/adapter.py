@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions, refuse_servers
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -669,8 +669,10 @@ class DockerAdapter(Adapter):
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data. A
         plan that places a GPU fraction is refused whole, before anything is applied: Docker hands
-        out whole devices (``--gpus``) and cannot share one without MPS or vGPU."""
+        out whole devices (``--gpus``) and cannot share one without MPS or vGPU; so is one that
+        places parameter servers (not started here yet)."""
         refused = refuse_fractions(changes, "Docker", "it hands out whole devices; sharing one needs MPS or vGPU", log)
+        refused = refused or refuse_servers(changes, "Docker", log)
         if refused is not None:
             return refused
         return apply_each(changes, self._apply_one, DockerAdapterError, log)

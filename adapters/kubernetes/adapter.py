@@ -91,7 +91,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, outcome_of, refuse_fractions, refuse_whole
+from adapters.base import (
+    Adapter,
+    Change,
+    Clock,
+    Outcome,
+    WallClock,
+    outcome_of,
+    refuse_fractions,
+    refuse_servers,
+    refuse_whole,
+)
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress
@@ -441,9 +451,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         errors as data (a bug of ours too: it must not stop the other changes). A plan that places a
         GPU fraction is refused whole, before anything is applied: ``nvidia.com/gpu`` is a whole-device
         count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
-        does not configure."""
+        does not configure; so is one that places parameter servers (not started here yet)."""
         why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
-        refused = refuse_fractions(changes, "Kubernetes", why, log)
+        refused = refuse_fractions(changes, "Kubernetes", why, log) or refuse_servers(changes, "Kubernetes", log)
         if refused is not None:
             return refused
         for ch in changes:
