@@ -194,7 +194,8 @@ def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger
 
 
 def refuse_servers(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
-    """For an adapter that does not start parameter servers yet (Docker and Kubernetes, both today):
+    """For an adapter that does not start parameter servers yet (Kubernetes; Docker does,
+    :mod:`adapters.docker.gangs`):
     ``None`` when no change places a job with servers, else every change refused as ``invalid``
     before anything is applied, each message one line naming the job and its servers (logged once)."""
     ps = next((c for c in changes if c.servers is not None and c.node is not None), None)

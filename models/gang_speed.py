@@ -40,6 +40,7 @@ the prior's factors taken out, so the two do not count the same slowness twice).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -195,19 +196,8 @@ class PSScaling:
         n = np.maximum(np.asarray(nodes, dtype=np.int64), 1)
         out = np.zeros(np.broadcast(w, n).shape, dtype=np.int64)
         for i, (wi, ni) in enumerate(np.broadcast(w, n)):
-            out.flat[i] = self._per_node(int(wi), int(ni))
+            out.flat[i] = _per_node(self, int(wi), int(ni))
         return out
-
-    def _per_node(self, w: int, n: int) -> int:
-        top = self.hi // n
-        if n > 1:
-            top = min(top, self._per_node(w, 1))
-        least = max(1, -(-self.lo // n))
-        if top < least:
-            return 0
-        sigma = np.arange(least, top + 1, dtype=float)
-        t = self.model.seconds_per_epoch_many(np.full(sigma.size, float(w)), sigma * n)
-        return least + int(np.argmax(t <= t.min() * (1.0 + SERVER_TOLERANCE)))
 
     def per_step(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """The model's epoch time at ``replicas`` workers with their servers over ``nodes`` nodes."""
@@ -219,6 +209,21 @@ class PSScaling:
     def factor(self, replicas: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """Multiply the per-replica model's epoch time by this for ``replicas`` workers on ``nodes`` nodes."""
         return self.per_step(replicas, nodes) / self.reference
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _per_node(scaling: PSScaling, w: int, n: int) -> int:
+    """:meth:`PSScaling.servers_per_node` for one worker count and node count (cached: the packers ask
+    for the same few again and again)."""
+    top = scaling.hi // n
+    if n > 1:
+        top = min(top, _per_node(scaling, w, 1))
+    least = max(1, -(-scaling.lo // n))
+    if top < least:
+        return 0
+    sigma = np.arange(least, top + 1, dtype=float)
+    t = scaling.model.seconds_per_epoch_many(np.full(sigma.size, float(w)), sigma * n)
+    return least + int(np.argmax(t <= t.min() * (1.0 + SERVER_TOLERANCE)))
 
 
 def ps_scaling(replicas: int, lo: int, hi: int, form: PSForm, shapes: Sequence[GangShape]) -> PSScaling:

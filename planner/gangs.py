@@ -115,15 +115,16 @@ def packed(m: JobMenu, count: int, place: Callable[[np.ndarray | None], Shares |
     if m.outlook.job.servers is None:
         return place(None)
     need = server_need(m)
-    tried: set[int] = set()
-    first = pack_fixed(m, count)
-    for fixed in (first, *(servers_on(m, count, n) * need for n in range(2, m.outlook.job.max_nodes + 1))):
-        key = int(fixed[0]) * 1_000_003 + int(fixed[2])
-        if key in tried:
-            continue
-        tried.add(key)
-        got = place(fixed)
-        if got is not None and (node_fixed(m, got) <= fixed).all():
+    per = [int(pack_fixed(m, count)[0] // max(int(need[0]), 1))] if need[0] else [1]
+    for n in range(2, m.outlook.job.max_nodes + 1):
+        if per[-1] <= 1:
+            break  # none fewer (what a node holds only falls with the spread)
+        v = servers_on(m, count, n)
+        if v not in per:
+            per.append(v)
+    for k in per:
+        got = place(k * need)
+        if got is not None and (node_fixed(m, got) <= k * need).all():
             return got
     return None
 

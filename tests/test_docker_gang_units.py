@@ -229,17 +229,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _gang(world: int, ckpt: Path, *args: str, tf: bool = False) -> list[subprocess.Popen[str]]:
-    """``world`` processes of the example job; ``tf``: they find each other with ``TF_CONFIG``, as the
-    adapter writes it for ``flowplan.rendezvous=tensorflow`` (each worker its own port), not torchrun's variables."""
+def _gang(world: int, ckpt: Path, *args: str, tf: bool = False, servers: int = 0) -> list[subprocess.Popen[str]]:
+    """``world`` processes of the example job (rank order), then ``servers`` parameter servers; ``tf``
+    (implied by ``servers``): they find each other with ``TF_CONFIG``, as the adapter writes it for
+    ``flowplan.rendezvous=tensorflow`` (each task its own port, the servers' after the workers'), not
+    torchrun's variables."""
     port = _free_port()
+    workers = [f"127.0.0.1:{port + r}" for r in range(world)]
+    ps = [f"127.0.0.1:{port + world + i}" for i in range(servers)]
     procs = []
-    for rank in range(world):
+    for task, index in [*(("worker", r) for r in range(world)), *(("ps", i) for i in range(servers))]:
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-        if world > 1 and tf:
-            env["TF_CONFIG"] = tf_config([f"127.0.0.1:{port + r}" for r in range(world)], rank)
+        if (world > 1 and tf) or servers:
+            env["TF_CONFIG"] = tf_config(workers, index, ps, task=task)
         elif world > 1:
-            env.update(WORLD_SIZE=str(world), RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env.update(WORLD_SIZE=str(world), RANK=str(index), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         cmd = [sys.executable, str(JOB), "--job", "g", "--checkpoint-dir", str(ckpt), *args]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     return procs
@@ -273,17 +277,19 @@ def _last_loss(out: str) -> float:
 
 @pytest.mark.slow
 def test_the_job_trains_to_the_same_loss_with_any_world_size(tmp_path: Path) -> None:
+    """One process, 3 ranks (torchrun's variables), 2 through TF_CONFIG, and 2 workers summing through
+    3 parameter servers (each server one slice of the gradient) reach the same loss; the servers exit 0."""
     losses = {}
-    for world, tf in ((1, False), (3, False), (2, True)):
-        procs = _gang(world, tmp_path / f"w{world}", "--epochs", "30", "--work", "1", tf=tf)
+    for world, tf, servers in ((1, False, 0), (3, False, 0), (2, True, 0), (2, True, 3)):
+        procs = _gang(world, tmp_path / f"w{world}{servers}", "--epochs", "30", "--work", "1", tf=tf, servers=servers)
         outs = [p.communicate(timeout=120)[0] for p in procs]
-        assert [p.returncode for p in procs] == [0] * world
+        assert [p.returncode for p in procs] == [0] * (world + servers)
         rendezvous = [r for r in _records(outs[0]) if r.get("event") == "rendezvous"]
-        assert [r["world_size"] for r in rendezvous] == [world]
-        losses[world] = _last_loss(outs[0])
-    print(f"loss after 30 epochs: 1 replica {losses[1]!r}, 3 replicas {losses[3]!r}, 2 through TF_CONFIG {losses[2]!r}")
-    assert losses[3] == pytest.approx(losses[1], rel=1e-9)
-    assert losses[2] == pytest.approx(losses[1], rel=1e-9)
+        assert [(r["world_size"], r["servers"]) for r in rendezvous] == [(world, servers)]
+        losses[(world, servers)] = _last_loss(outs[0])
+    print(f"loss after 30 epochs: {losses!r}")
+    for key in ((3, 0), (2, 0), (2, 3)):
+        assert losses[key] == pytest.approx(losses[(1, 0)], rel=1e-9), key
 
 
 @pytest.mark.parametrize(
@@ -291,7 +297,8 @@ def test_the_job_trains_to_the_same_loss_with_any_world_size(tmp_path: Path) -> 
     [
         ('{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}', "IndexError"),
         ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "KeyError"),
-        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "only workers are run here"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "parameter server 0, but 0 listed"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', "only workers and parameter servers"),
         ("not json", "JSONDecodeError"),
     ],
 )
@@ -301,6 +308,31 @@ def test_the_job_refuses_a_bad_tf_config_in_one_line(tmp_path: Path, tf_config_t
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.startswith("bad rendezvous: ") and must in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_parameter_server_gang_checkpoints_and_resumes_with_other_servers(tmp_path: Path) -> None:
+    """2 workers and 1 server; SIGTERM to rank 0 after 3 epochs: the workers exit 75 (the server passes
+    rank 0's stop on), the server 0; resumed with 3 workers and 2 servers from the checkpoint, the
+    loss at the end is that of one process."""
+    reference = _gang(1, tmp_path / "ref", "--epochs", "40", "--work", "1")[0].communicate(timeout=120)[0]
+    two = _gang(2, tmp_path / "ckpt", "--epochs", "40", "--work", "2000", "--checkpoint-every", "0", servers=1)
+    assert two[0].stdout is not None
+    seen, deadline = 0, time.time() + 120
+    while seen < 3 and time.time() < deadline:
+        line = two[0].stdout.readline()
+        if line.startswith('{"epoch"'):
+            seen = json.loads(line)["epoch"]
+    os.kill(two[0].pid, signal.SIGTERM)
+    rest = two[0].communicate(timeout=120)[0]
+    assert [p.wait(timeout=60) for p in two] == [75, 75, 0]
+    (checkpoint,) = [r for r in _records(rest) if r.get("event") == "checkpoint"]
+    three = _gang(3, tmp_path / "ckpt", "--epochs", "40", "--work", "1", servers=2)
+    outs = [p.communicate(timeout=120)[0] for p in three]
+    assert [p.returncode for p in three] == [0] * 5
+    (resumed,) = [r for r in _records(outs[0]) if r.get("event") == "resumed"]
+    assert resumed["epoch"] == checkpoint["epoch"] >= 3
+    assert _last_loss(outs[0]) == pytest.approx(_last_loss(reference), rel=1e-9)
 
 
 @pytest.mark.slow

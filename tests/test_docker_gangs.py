@@ -26,8 +26,14 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
 - a gang labelled ``flowplan.rendezvous=tensorflow`` (main:1 + extra0:1): each replica gets
   ``TF_CONFIG`` (the workers at the job's port and the next, its own index) and no torchrun
   variable; the ranks find each other through it and train to the loss of one process;
-- bad gang labels (min_replicas "x", negative, above replicas; elastic true) make the container
-  unmanaged with one line naming the label and its value.
+- a parameter-server gang (``flowplan.servers.*``, TensorFlow's rendezvous) started with 2 workers
+  and a server on each of main and extra0: every worker and server gets ``TF_CONFIG`` listing the
+  workers and the ``ps`` tasks (ports after the workers'), the servers run at their own CPU share
+  with ``flowplan.role=ps``; observe says 1 server per host; the plan grows it to 3 workers and 2
+  servers on main (a checkpoint-restart): the old servers are removed, the new set resumes from the
+  checkpoint, and the servers' sums train it to the loss of one process; a ``resize`` keeps them;
+- bad gang labels (min_replicas "x", negative, above replicas; elastic true; servers without
+  TensorFlow's rendezvous) make the container unmanaged with one line naming the label and its value.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from test_docker_engine import _clean, adapter_for, containers, job_of, log_even
 
 from adapters.base import Change
 from adapters.docker import UNMANAGED_PREFIX
-from adapters.docker.ranks import MASTER_PORT, RANK
+from adapters.docker.engine import shares_for
+from adapters.docker.ranks import MASTER_PORT, PS, RANK, ROLE
 
 pytestmark = pytest.mark.slow
 
@@ -221,6 +228,75 @@ def test_a_tensorflow_gang_finds_its_workers_through_tf_config(docker_engines: A
     assert done.history[-1].loss == pytest.approx(reference, rel=1e-9)
 
 
+def test_a_parameter_server_gang_trains_through_its_servers_and_rescales(docker_engines: Any, tmp_path: Path) -> None:
+    """Workers and parameter servers on two engines, through TF_CONFIG; grown 2 -> 3 workers with
+    new servers by a checkpoint-restart; the final loss that of one process (module docstring)."""
+    from docker_env import api
+
+    main, e0, _ = docker_engines.engines
+    labels = {**GANG, "flowplan.rendezvous": "tensorflow", "flowplan.servers.max": "2", "flowplan.servers.cpu_millis": "300"}
+    template(docker_engines, "fp-ps", "ps", labels=labels)
+    ad = adapter_for(docker_engines)
+    pending = job_of(ad, "ps")
+    assert pending.status == "pending" and pending.servers is not None
+    assert (pending.servers.min, pending.servers.max, pending.servers.cpu_millis) == (1, 2, 300)
+    start = Change("ps", "start", "main", 500, 0, replicas=2, placement=(("main", 1), ("extra0", 1)), servers=1)
+    (out,) = ad.apply([start])
+    assert out.ok and "2 parameter server(s), 1 on each host" in out.message, out
+    by_engine = {
+        name: {(c["Labels"].get(ROLE, "worker"), c["Labels"][RANK]): c for c in containers(e, "ps")}
+        for name, e in (("main", main), ("extra0", e0))
+    }
+    assert sorted(by_engine["main"]) == [("ps", "0"), ("worker", "0")] and sorted(by_engine["extra0"]) == [
+        ("ps", "1"),
+        ("worker", "1"),
+    ]
+    port = int(by_engine["main"][("worker", "0")]["Labels"][MASTER_PORT])
+    cluster = {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"], "ps": [f"127.0.0.1:{port + 2}", f"127.0.0.1:{port + 3}"]}
+    for name, engine in (("main", main), ("extra0", e0)):
+        for (role, index), c in by_engine[name].items():
+            task = {"type": role, "index": int(index)}
+            assert json.loads(env_of(engine, c["Id"])["TF_CONFIG"]) == {"cluster": cluster, "task": task}
+            assert c["Labels"][PS] == "2" and c["HostConfig"]["NetworkMode"] == "host"
+            shares = api(engine.url).inspect_container(c["Id"])["HostConfig"]["CpuShares"]
+            assert shares == shares_for(300 if role == "ps" else 500)
+    running = wait_for(lambda: (j := job_of(ad, "ps")) and len(j.history) >= 5 and j, 90, "5 epochs through the servers")
+    assert running.allocation.servers == 1 and [(s.node, s.replicas) for s in running.placement] == [("main", 1), ("extra0", 1)]
+    (again,) = ad.apply([start])
+    assert again.ok and "already running" in again.message, again
+    (kept,) = ad.apply(
+        [Change("ps", "resize", "main", 400, 0, replicas=2, from_node="main", placement=start.placement, servers=1)]
+    )
+    assert kept.ok and "2 replicas" in kept.message, kept  # the workers' share, live; the servers kept
+    assert len(containers(main, "ps")) == 2 and len(containers(e0, "ps")) == 2
+
+    # The plan grows it to 3 workers, two servers on main: a restart through rank 0's checkpoint.
+    three = Change("ps", "migrate", "main", 500, 0, replicas=3, from_node="main", placement=(("main", 3),), servers=2)
+    (out,) = ad.apply([three])
+    assert out.ok and "3 replicas on 3 on main and 2 parameter server(s), 2 on each host" in out.message, out
+    assert containers(e0, "ps") == []  # the old worker and server there removed
+    now = {(c["Labels"].get(ROLE, "worker"), c["Labels"][RANK]): c for c in containers(main, "ps")}
+    assert sorted(now) == [("ps", "0"), ("ps", "1"), ("worker", "0"), ("worker", "1"), ("worker", "2")]
+    held = max(p.epoch for p in ad.store.history("ps"))
+    resumed = wait_for(
+        lambda: [e for e in log_events(main, now[("worker", "0")]["Id"]) if e["event"] == "resumed"], 180, "rank 0 to resume"
+    )
+    assert resumed[0]["epoch"] == held
+    assert [
+        (e["world_size"], e["servers"]) for e in log_events(main, now[("worker", "0")]["Id"]) if e["event"] == "rendezvous"
+    ] == [(3, 2)]
+    grown = wait_for(lambda: (j := job_of(ad, "ps")) and j.status == "running" and j, 30, "the gang of 3 with 2 servers")
+    assert grown.allocation.servers == 2 and grown.placement is None and grown.replicas == 3
+    done = wait_for(lambda: (j := job_of(ad, "ps")) and j.status == "finished" and j, 180, "the PS gang to finish")
+    assert {(p.replicas, p.nodes, p.servers) for p in done.speed} <= {(2, 2, 2), (3, 1, 2)}, done.speed
+    assert [p.epoch for p in done.history] == [float(i) for i in range(1, EPOCHS + 1)]
+    reference = unscaled_loss(tmp_path)
+    print(f"final loss: PS gang 2 -> 3 workers {done.history[-1].loss!r}, one process {reference!r}")
+    assert done.history[-1].loss == pytest.approx(reference, rel=1e-9)
+    servers = [c for c in containers(main, "ps") if c["Labels"].get(ROLE) == "ps"]
+    assert len(servers) == 2 and all(c["State"] == "exited" and c["Status"].startswith("Exited (0)") for c in servers), servers
+
+
 def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) -> None:
     main, e0, _ = docker_engines.engines
     template(docker_engines, "fp-pause", "pause", args=LONG)
@@ -337,6 +413,18 @@ BAD = {
         "label flowplan.min_replicas: 5 exceeds flowplan.replicas 2 ('5')",
     ),
     "elastic": ({**GANG, "flowplan.elastic": "true"}, "label flowplan.elastic: a live rescale is not supported on Docker"),
+    "servers without TensorFlow": (
+        {**GANG, "flowplan.servers.max": "2"},
+        "label flowplan.servers.max: parameter servers find the workers through TF_CONFIG",
+    ),
+    "servers min above max": (
+        {**GANG, "flowplan.rendezvous": "tensorflow", "flowplan.servers.max": "2", "flowplan.servers.min": "3"},
+        "label flowplan.servers.min: 3 exceeds flowplan.servers.max 2",
+    ),
+    "servers fewer than hosts": (
+        {**GANG, "flowplan.rendezvous": "tensorflow", "flowplan.servers.max": "1"},
+        "label flowplan.max_nodes: 2, but servers.max is 1",
+    ),
 }
 
 

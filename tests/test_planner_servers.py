@@ -258,3 +258,14 @@ def test_adapters_refuse_servers_whole_until_they_start_them() -> None:
     assert all("the plan was refused" in o.message for o in out if o.change.job != "ps")
     plain = [c for c in changes if c.job != "ps"]
     assert refuse_servers(plain, "Docker", logging.getLogger("test")) is None
+
+
+def test_the_plan_table_shows_the_servers() -> None:
+    """``flowplan plan``'s table: the spread, then the servers on each of its nodes (``n0x4+n2x4 +2ps``)."""
+    from flowplan.render import render_table
+
+    dp = {"id": "dp", "status": "pending", "replicas": 4, "min_gpus": 1, "max_gpus": 1, "history": HISTORY}
+    _, p = _plan(_snap(_nodes(16000, 4), [_ps(), dp]), "cpsat")
+    a = next(x for x in p.assignments if x.job == "ps")
+    where = "+".join(f"{s.node}x{s.replicas}" for s in a.placement or [])
+    assert f"{where} +{a.servers}ps" in render_table(p)

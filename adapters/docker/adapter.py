@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions, refuse_servers
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -74,7 +74,7 @@ from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
 from adapters.docker.progress import LogProgress, kv_json, parse_timestamp, set_kv_json
-from adapters.docker.ranks import broken, is_gang, member_of, shares_of, split_members
+from adapters.docker.ranks import broken, is_gang, is_member, member_of, shares_of, split_members
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import (
@@ -228,7 +228,7 @@ class DockerAdapter(Adapter):
                     continue  # another daemon's job
                 try:
                     parsed = parse_labels(c.labels, created=c.created)
-                    rank = member_of(c.labels).rank
+                    member = is_member(c.labels)
                 except LabelError as exc:
                     obs.unmanaged[f"{name}/{c.name}"] = str(exc)
                     node_labels[UNMANAGED_PREFIX + c.name] = str(exc)[:200]
@@ -238,7 +238,7 @@ class DockerAdapter(Adapter):
                     continue
                 if parsed is None or c.state in ("removing", "dead"):
                     continue
-                if rank > 0:
+                if member:
                     others.setdefault(parsed.job_id, []).append((name, c))
                 else:
                     found.setdefault(parsed.job_id, []).append((name, c, parsed))
@@ -314,13 +314,16 @@ class DockerAdapter(Adapter):
             self._mlflow_ok = self.progress.read_mlflow(job_id, self.mlflow, steps_per_epoch=placed.labels.steps_per_epoch)
         fields = dict(placed.labels.fields)
         history = self.store.history(job_id)
-        speed = self._speeds(job_id, c, history, status, shares)
+        ps = member_of(c.labels).servers if "servers" in placed.labels.fields else None
+        speed = self._speeds(job_id, c, history, status, shares, ps)
         image = _image(c)
         self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished")
         delivered = self.progress.delivered(job_id)
         fields["target"] = self._with_declared(job_id, fields.get("target"))
         fields["schedule"] = self._declared_schedule(job_id, fields["target"])
         allocation = self._allocation(host, c, fields) if status == "running" else None
+        if allocation is not None and ps:
+            allocation = allocation.model_copy(update={"servers": ps // len(shares or ((host, 1),))})
         # The latest measured window (a sample comes at the engine's 1 s tick, not at every observe).
         used = obs.cpu_usage.get(job_id, self._last_used.get(c.id)) if status == "running" else None
         return Job(
@@ -562,6 +565,7 @@ class DockerAdapter(Adapter):
         history: Sequence[MetricPoint],
         status: str,
         shares: tuple[tuple[str, int], ...] | None = None,
+        servers: int | None = None,
     ) -> list[SpeedPoint]:
         """Observed seconds per epoch, at the CPU the job actually used.
 
@@ -573,9 +577,12 @@ class DockerAdapter(Adapter):
         for it. Each epoch counts once. The rates progress bars show join the same groups.
 
         A running gang's points (``shares``: its replicas per host) are kept per CPU (rank 0's), count
-        and hosts: the seconds an epoch of the whole job took with that many replicas on that many hosts.
+        and hosts: the seconds an epoch of the whole job took with that many replicas on that many hosts
+        (and, for a parameter-server job, ``servers`` in all).
         """
         shape = "" if shares is None else f":{sum(k for _, k in shares)}:{len(shares)}"
+        if shape and servers:
+            shape += f":{servers}"
         key = f"docker.speed.{job_id}"
         table: dict[str, float] = self._kv_json(key) or {}
         samples = self._usage.get(c.id) or []
@@ -616,8 +623,11 @@ class DockerAdapter(Adapter):
         for k, v in sorted(table.items(), key=lambda kv: [int(x) for x in kv[0].split(":")]):
             millis, *gang = (int(x) for x in k.split(":"))
             if millis >= 1 and math.isfinite(v) and v > 0:
-                count, nodes = gang if len(gang) == 2 else (None, 1)
-                out.append(SpeedPoint(cpu_millis=millis, gpus=c.gpu_count, seconds_per_epoch=v, replicas=count, nodes=nodes))
+                count, nodes = gang[:2] if len(gang) >= 2 else (None, 1)
+                ps = gang[2] if len(gang) == 3 and servers is not None else None
+                out.append(
+                    SpeedPoint(cpu_millis=millis, gpus=c.gpu_count, seconds_per_epoch=v, replicas=count, nodes=nodes, servers=ps)
+                )
         return out
 
     def _jobs_of_down_hosts(self, obs: Observation, seen: set[str], now: float) -> list[Job]:
@@ -669,10 +679,8 @@ class DockerAdapter(Adapter):
     def apply(self, changes: Sequence[Change]) -> list[Outcome]:
         """Carry out ``changes`` in order, each on its own; one outcome per change, errors as data. A
         plan that places a GPU fraction is refused whole, before anything is applied: Docker hands
-        out whole devices (``--gpus``) and cannot share one without MPS or vGPU; so is one that
-        places parameter servers (not started here yet)."""
+        out whole devices (``--gpus``) and cannot share one without MPS or vGPU."""
         refused = refuse_fractions(changes, "Docker", "it hands out whole devices; sharing one needs MPS or vGPU", log)
-        refused = refused or refuse_servers(changes, "Docker", log)
         if refused is not None:
             return refused
         return apply_each(changes, self._apply_one, DockerAdapterError, log)

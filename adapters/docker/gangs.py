@@ -33,8 +33,17 @@ none of torchrun's variables): the cluster's workers, ``<host address>:<port + r
 order, and its own task, ``{"type": "worker", "index": rank}``. Each worker listens on its own port,
 so such a gang holds ``world size`` consecutive ports from its port (:func:`~adapters.docker.ranks.ports_held`),
 and no other gang's port falls among them. Without a ``chief`` task, TensorFlow's multi-worker
-strategies make worker 0 the chief: rank 0, the replica that checkpoints and reports. Parameter
-servers are not offered (the snapshot has no roles).
+strategies make worker 0 the chief: rank 0, the replica that checkpoints and reports.
+
+**Parameter servers** (``flowplan.servers.*``, a ``tensorflow`` gang only): the plan's ``servers``
+on each host of the placement, as containers made from rank 0's configuration like the workers, at
+the servers' CPU share (``flowplan.servers.cpu_millis``), without GPUs or a cap, labelled
+``flowplan.role=ps`` and ``flowplan.rank=<index>``. ``TF_CONFIG`` lists them as the cluster's ``ps``
+tasks, ``<host address>:<port + world size + index>``, on every worker and server (each server's
+task ``{"type": "ps", "index": index}``); every container of the start carries ``flowplan.ps``, the
+servers in all, which the snapshot reads back (``Allocation.servers``, per host). A running gang
+whose servers are not all running is broken, like one missing a worker. New servers (a new
+count) are a checkpoint-restart of the whole set, as a new worker count is; a ``resize`` keeps them.
 
 **State.** The job is its rank 0 (``adapter.Placed``): created → pending, exited 75/137/143 →
 pending, 0 → finished, running → running with its replicas where they are (``Job.placement`` when they
@@ -74,7 +83,10 @@ from adapters.docker.gpu import gpu_request
 from adapters.docker.ranks import (
     GENERATION,
     MASTER_PORT,
+    PS,
     RANK,
+    ROLE,
+    SERVER_ROLE,
     TF_CONFIG,
     WORLD_SIZE,
     WRITTEN_LABELS,
@@ -87,6 +99,7 @@ from adapters.docker.ranks import (
     shares_of,
     shares_problem,
     tf_config,
+    workers_of,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +144,9 @@ class GangOps:
             return False
         if placed.host != ch.node or shares_of(placed.host, members) != change_shares(ch):
             return False
-        return all(self._in_effect(ch, h, c, fields) for h, c in [(placed.host, rank0), *members])
+        if member_of(rank0.labels).servers != _servers_wanted(ch, fields):
+            return False
+        return all(self._in_effect(ch, h, c, fields) for h, c in [(placed.host, rank0), *workers_of(members)])
 
     # -- the changes -------------------------------------------------------------------------------
 
@@ -196,7 +211,9 @@ class GangOps:
                 f"job {ch.job}: a resize from {_where(now)} to {_where(change_shares(ch))}: Docker changes a gang's "
                 "count or placement by checkpoint-restart (migrate), not live",
             )
-        replicas = [(placed.host, rank0), *members]
+        if member_of(rank0.labels).servers != _servers_wanted(ch, placed.labels.fields):
+            return self._restart(ch, placed, rank0, members)  # new servers: a new cluster for TensorFlow
+        replicas = [(placed.host, rank0), *workers_of(members)]
         if any(c.gpu_count != ch.gpus for _, c in replicas):
             return self._restart(ch, placed, rank0, members)
         if all(self._in_effect(ch, h, c, placed.labels.fields) for h, c in replicas):
@@ -265,10 +282,11 @@ class GangOps:
         generation: int,
         gpus_taken: dict[str, list[str]],
         workers: Sequence[str] | None = None,
+        servers: Sequence[str] = (),
     ) -> dict[str, Any]:
         """The create spec of the replica at ``slot`` (host, rank, local rank, local world size);
         ``workers`` (``host:port`` per rank): a ``tensorflow`` gang's, whose replicas get ``TF_CONFIG``
-        instead of torchrun's variables."""
+        instead of torchrun's variables, with its parameter ``servers`` (``host:port`` each) if any."""
         host, rank, local_rank, local_world = slot
         target = self.ad.hosts[host]
         fields = placed.labels.fields
@@ -281,13 +299,28 @@ class GangOps:
         spec = recreate_spec(template, ch.cpu_millis, cap, gpu, mechanism=target.spec.mechanism)
         values: dict[str, Any] = {**rendezvous, "RANK": rank, "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": local_world}
         if workers is not None:
-            values = {TF_CONFIG: tf_config(workers, rank)}
-        spec["config"]["environment"] = rendezvous_env(spec["config"]["environment"], values)
-        labels = {k: v for k, v in spec["config"]["labels"].items() if k not in WRITTEN_LABELS}
-        labels.update({RANK: str(rank), GENERATION: str(generation), WORLD_SIZE: str(rendezvous["WORLD_SIZE"])})
-        labels[MASTER_PORT] = str(rendezvous["MASTER_PORT"])
-        spec["config"]["labels"] = labels
-        spec["host_config"]["network_mode"] = "host"
+            values = {TF_CONFIG: tf_config(workers, rank, servers)}
+        return _labelled(spec, values, rank, generation, rendezvous, len(servers))
+
+    def _server_spec(
+        self,
+        placed: Placed,
+        template: ContainerView,
+        index: int,
+        rendezvous: Mapping[str, Any],
+        generation: int,
+        workers: Sequence[str],
+        servers: Sequence[str],
+    ) -> dict[str, Any]:
+        """The create spec of parameter server ``index``: the template's image and command, the
+        servers' CPU share (``flowplan.servers.cpu_millis``), no GPU and no cap, ``TF_CONFIG`` with
+        task ``{"type": "ps", "index": index}``, ``flowplan.role=ps``."""
+        role = placed.labels.fields["servers"]
+        spec = recreate_spec(template, int(role.get("cpu_millis", 1000)), None, None)
+        spec = _labelled(
+            spec, {TF_CONFIG: tf_config(workers, index, servers, task="ps")}, index, generation, rendezvous, len(servers)
+        )
+        spec["config"]["labels"][ROLE] = SERVER_ROLE
         return spec
 
     def _held_gpus(self, host: str, job: str) -> list[str]:
@@ -310,11 +343,14 @@ class GangOps:
         for host in {h for h, _ in shares}:
             self.ad._info[host] = self.ad.hosts[host].info()
         tf = placed.labels.rendezvous == "tensorflow"
-        port = self._port(ch.job, template, len(layout) if tf else 1)
+        per_node = _servers_wanted(ch, placed.labels.fields) // len(shares)
+        ps_hosts = [h for h, _ in shares for _ in range(per_node)]  # the same number on each worker host
+        port = self._port(ch.job, template, len(layout) + len(ps_hosts) if tf else 1)
         master = self.ad.hosts[shares[0][0]].spec.rendezvous_addr
         rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": port, "WORLD_SIZE": len(layout)}
-        # TensorFlow's workers each listen on a port of their own: rank r on the job's port + r.
+        # TensorFlow's tasks each listen on a port of their own: rank r on the job's port + r, then the servers'.
         workers = [f"{self.ad.hosts[h].spec.rendezvous_addr}:{port + r}" for h, r, _, _ in layout] if tf else None
+        servers = [f"{self.ad.hosts[h].spec.rendezvous_addr}:{port + len(layout) + i}" for i, h in enumerate(ps_hosts)]
         generation = member_of(template.labels).generation + 1
         from adapters.docker.adapter import _next_name
 
@@ -323,9 +359,15 @@ class GangOps:
         gpus_taken: dict[str, list[str]] = {}
         try:
             for slot in layout:
-                spec = self._spec(ch, placed, template, slot, rendezvous, generation, gpus_taken, workers)
+                spec = self._spec(ch, placed, template, slot, rendezvous, generation, gpus_taken, workers, servers)
                 host, rank = slot[0], slot[1]
                 cid = self.ad.hosts[host].create(spec, name0 if rank == 0 else f"{name0}-rank{rank}")
+                made.append((host, cid))
+                self.ad._touch(cid)
+            for i, host in enumerate(ps_hosts):
+                assert workers is not None  # servers need TensorFlow's rendezvous (labels.parse_labels)
+                spec = self._server_spec(placed, template, i, rendezvous, generation, workers, servers)
+                cid = self.ad.hosts[host].create(spec, f"{name0}-ps{i}")
                 made.append((host, cid))
                 self.ad._touch(cid)
             for host, cid in made:
@@ -347,9 +389,10 @@ class GangOps:
         self._remember_new(ch, placed, made)
         cap = self.ad._wanted_cap(shares[0][0], template, placed.labels.fields, ch.cpu_limit_millis)
         cap_text = f" cap {cap}m" if cap is not None else ""
+        ps_text = f" and {len(ps_hosts)} parameter server(s), {per_node} on each host" if ps_hosts else ""
         return (
-            f"{len(layout)} replicas on {_where(shares)} (rendezvous {master}:{port}) at {ch.cpu_millis}m{cap_text}/{ch.gpus}g "
-            f"each{removed}"
+            f"{len(layout)} replicas on {_where(shares)}{ps_text} (rendezvous {master}:{port}) at {ch.cpu_millis}m{cap_text}"
+            f"/{ch.gpus}g each{removed}"
         )
 
     def _undo(self, made: Sequence[tuple[str, str]]) -> str:
@@ -415,6 +458,33 @@ class GangOps:
             except DockerAdapterError as exc:
                 done.append(f"{job_id}: could not remove replicas without a rank 0: {exc.kind}: {exc.message}")
         return done
+
+
+def _servers_wanted(ch: Change, fields: Mapping[str, Any]) -> int:
+    """The parameter servers ``ch`` asks for, in all: its servers on each host of its placement (the
+    job's ``servers.min`` spread over them when the plan names none); 0 for a job without servers."""
+    role = fields.get("servers")
+    if role is None:
+        return 0
+    nodes = len(change_shares(ch))
+    per = ch.servers if ch.servers is not None else max(1, -(-int(role.get("min", 1)) // nodes))
+    return per * nodes
+
+
+def _labelled(
+    spec: dict[str, Any], values: Mapping[str, Any], rank: int, generation: int, rendezvous: Mapping[str, Any], servers: int
+) -> dict[str, Any]:
+    """``spec`` with the rendezvous ``values`` in its environment, the adapter's labels (rank or server
+    index, generation, world size, port, the servers in all) and host networking."""
+    spec["config"]["environment"] = rendezvous_env(spec["config"]["environment"], values)
+    labels = {k: v for k, v in spec["config"]["labels"].items() if k not in WRITTEN_LABELS}
+    labels.update({RANK: str(rank), GENERATION: str(generation), WORLD_SIZE: str(rendezvous["WORLD_SIZE"])})
+    labels[MASTER_PORT] = str(rendezvous["MASTER_PORT"])
+    if servers:
+        labels[PS] = str(servers)
+    spec["config"]["labels"] = labels
+    spec["host_config"]["network_mode"] = "host"
+    return spec
 
 
 def _where(shares: Shares) -> str:

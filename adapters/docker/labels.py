@@ -39,10 +39,15 @@ label                                     meaning (the Snapshot field it fills)
 ``flowplan.rendezvous``                   how a gang's replicas find each other: ``torch`` (default:
                                           torchrun's ``MASTER_ADDR``, ``RANK`` ...) or ``tensorflow``
                                           (``TF_CONFIG``); not a Snapshot field
+``flowplan.servers.max``                  ``Job.servers``: parameter servers beside the workers, at most
+                                          this many in all (``.min``, default 1; ``.cpu_millis``, each
+                                          server's CPU, default 1000; ``.memory_mib``; ``.form``,
+                                          ``optimus`` or ``coach``); needs ``flowplan.rendezvous=tensorflow``
 ========================================  =========================================================
 
-The adapter writes four more on the containers of a gang it starts (:mod:`adapters.docker.ranks`):
-``flowplan.rank``, ``flowplan.generation``, ``flowplan.world_size`` and ``flowplan.master_port``. They
+The adapter writes six more on the containers of a gang it starts (:mod:`adapters.docker.ranks`):
+``flowplan.rank``, ``flowplan.generation``, ``flowplan.world_size``, ``flowplan.master_port``,
+``flowplan.role`` (``ps`` on a parameter server) and ``flowplan.ps`` (the servers in all). They
 are accepted here and checked there; they are not Snapshot fields.
 
 Parsing is all or nothing: one bad value (a number that is not one, NaN, min above max, an unknown
@@ -97,7 +102,14 @@ _TARGET = {
     "target.max_epochs",
 }
 #: Written by the adapter on the containers of a gang (:mod:`adapters.docker.ranks` parses them).
-WRITTEN = ("rank", "generation", "world_size", "master_port")
+WRITTEN = ("rank", "generation", "world_size", "master_port", "role", "ps")
+#: ``flowplan.servers.*``: a parameter-server job's ``Job.servers`` (whole numbers but the form).
+_SERVERS = {
+    "servers.min": (1, 1024),
+    "servers.max": (1, 1024),
+    "servers.cpu_millis": (1, 10**9),
+    "servers.memory_mib": (0, 10**9),
+}
 KNOWN = {
     "job",
     "gpu_type",
@@ -111,6 +123,8 @@ KNOWN = {
     *_BOOLS,
     *_TARGET,
     *WRITTEN,
+    *_SERVERS,
+    "servers.form",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -184,6 +198,7 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
                 raise LabelError(f"label {PREFIX}{key}: expected true or false ({own[key]!r})")
             fields[key] = text in ("true", "1", "yes")
     _check_gang(own, fields)
+    _servers(own, fields)
     if "gpu_type" in own:
         models = [m.strip() for m in own["gpu_type"].split("|")]
         if not all(models):
@@ -203,17 +218,50 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "labels"
-        raise LabelError(
-            f"label {PREFIX}{'job' if where == 'id' else where}: {err['msg']} ({own.get(where, job_id)!r})"
-        ) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        field, _, rest = msg.partition(": ")
+        if where == "labels" and field in own:  # a rule across fields names the one it is about
+            raise LabelError(f"label {PREFIX}{field}: {rest} ({own[field]!r})") from None
+        raise LabelError(f"label {PREFIX}{'job' if where == 'id' else where}: {msg} ({own.get(where, job_id)!r})") from None
     steps = _ranged("steps_per_epoch", own["steps_per_epoch"], 1.0, 1e9) if "steps_per_epoch" in own else None
     rendezvous = own.get("rendezvous", "torch").strip().lower()
     if rendezvous not in RENDEZVOUS_KINDS:
         raise LabelError(f"label {RENDEZVOUS}: expected {' or '.join(RENDEZVOUS_KINDS)} ({own['rendezvous']!r})")
+    if "servers" in fields and rendezvous != "tensorflow":
+        raise LabelError(
+            f"label {PREFIX}servers.max: parameter servers find the workers through TF_CONFIG; set {RENDEZVOUS}=tensorflow "
+            f"({own.get('servers.max', '')!r})"
+        )
     tensorboard = own.get("tensorboard", "").strip() or None
     if tensorboard is not None and (not tensorboard.startswith("/") or len(tensorboard) > 4096 or "\x00" in tensorboard):
         raise LabelError(f"label {PREFIX}tensorboard: expected an absolute path in the container ({own['tensorboard']!r})")
     return JobLabels(job_id, fields, steps, rendezvous, tensorboard)
+
+
+def _servers(own: Mapping[str, str], fields: dict[str, Any]) -> None:
+    """``flowplan.servers.*`` into ``fields["servers"]`` (a ``Job.servers``), when any is set."""
+    keys = [k for k in own if k.startswith("servers.")]
+    if not keys:
+        return
+    if "servers.max" not in own:
+        raise LabelError(f"label {PREFIX}servers.max: missing (other {PREFIX}servers.* labels are set)")
+    role: dict[str, Any] = {}
+    for key, (lo, hi) in _SERVERS.items():
+        if key in own:
+            v = _ranged(key, own[key], lo, hi)
+            if v != int(v):
+                raise LabelError(f"label {PREFIX}{key}: must be a whole number ({own[key]!r})")
+            role[key.split(".", 1)[1]] = int(v)
+    if "servers.form" in own:
+        form = own["servers.form"].strip().lower()
+        if form not in ("optimus", "coach"):
+            raise LabelError(f"label {PREFIX}servers.form: expected optimus or coach ({own['servers.form']!r})")
+        role["form"] = form
+    if role.get("min", 1) > role["max"]:
+        raise LabelError(
+            f"label {PREFIX}servers.min: {role['min']} exceeds {PREFIX}servers.max {role['max']} ({own['servers.min']!r})"
+        )
+    fields["servers"] = role
 
 
 def _check_gang(own: Mapping[str, str], fields: dict[str, Any]) -> None:

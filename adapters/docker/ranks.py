@@ -20,7 +20,11 @@ RANK = PREFIX + "rank"
 GENERATION = PREFIX + "generation"
 WORLD_SIZE = PREFIX + "world_size"
 MASTER_PORT = PREFIX + "master_port"
-WRITTEN_LABELS = (RANK, GENERATION, WORLD_SIZE, MASTER_PORT)
+ROLE = PREFIX + "role"
+PS = PREFIX + "ps"
+WRITTEN_LABELS = (RANK, GENERATION, WORLD_SIZE, MASTER_PORT, ROLE, PS)
+#: ``flowplan.role`` of a parameter server (a worker has none).
+SERVER_ROLE = "ps"
 #: The rendezvous variables every replica of a ``torch`` gang gets (torchrun's names).
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 #: What every replica of a ``tensorflow`` gang gets instead: the cluster and its own task, as JSON.
@@ -35,10 +39,12 @@ PORT_SPAN = 20000
 class Member:
     """What the adapter-written labels of one container of a gang say (defaults: the user's own container)."""
 
-    rank: int = 0
+    rank: int = 0  # a parameter server's: its index among the servers
     generation: int = 0
     world_size: int | None = None
     port: int | None = None
+    server: bool = False  # a parameter server (``flowplan.role=ps``), not a worker
+    servers: int = 0  # the parameter servers of this start, in all (``flowplan.ps``)
 
 
 def member_of(labels: Mapping[str, str]) -> Member:
@@ -56,17 +62,28 @@ def member_of(labels: Mapping[str, str]) -> Member:
             raise LabelError(f"label {key}: must be between {lo} and {hi} ({text!r})")
         return v
 
+    role = labels.get(ROLE)
+    if role is not None and role.strip() != SERVER_ROLE:
+        raise LabelError(f"label {ROLE}: expected {SERVER_ROLE} (a parameter server) or none ({role!r})")
     return Member(
         rank=whole(RANK, 0, 1023) or 0,
         generation=whole(GENERATION, 0, 10**9) or 0,
         world_size=whole(WORLD_SIZE, 1, 1024),
         port=whole(MASTER_PORT, 1, 65535),
+        server=role is not None,
+        servers=whole(PS, 0, 1024) or 0,
     )
 
 
+def is_member(labels: Mapping[str, str]) -> bool:
+    """A container of a gang other than its rank 0: a worker of rank 1 or more, or a parameter server."""
+    m = member_of(labels)
+    return m.server or m.rank > 0
+
+
 def is_gang(fields: Mapping[str, Any]) -> bool:
-    """A job whose labels declare more than one replica."""
-    return int(fields.get("replicas", 1)) > 1
+    """A job whose labels declare more than one replica, or parameter servers."""
+    return int(fields.get("replicas", 1)) > 1 or "servers" in fields
 
 
 def shares_problem(fields: Mapping[str, Any], shares: Shares, hosts: Iterable[str]) -> tuple[ErrorKind, str] | None:
@@ -109,13 +126,16 @@ def rendezvous_env(env: Sequence[str], values: Mapping[str, Any]) -> list[str]:
     return [*kept, *(f"{name}={values[name]}" for name in WRITTEN_ENV if name in values)]
 
 
-def tf_config(workers: Sequence[str], index: int) -> str:
-    """TensorFlow's ``TF_CONFIG`` for worker ``index`` of ``workers`` (``host:port`` each, rank order):
-    the cluster of workers and this replica's task. There is no ``chief`` task: TensorFlow's
-    multi-worker strategies then make worker 0 the chief, and worker 0 is rank 0, the replica that
-    checkpoints and reports (``docs/docker.md``)."""
-    cluster = {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}}
-    return json.dumps(cluster, separators=(",", ":"))
+def tf_config(workers: Sequence[str], index: int, servers: Sequence[str] = (), task: str = "worker") -> str:
+    """TensorFlow's ``TF_CONFIG`` for task ``index`` of type ``task`` (``worker`` or ``ps``): the cluster
+    of ``workers`` (``host:port`` each, rank order) and, for a parameter-server job, its ``servers``
+    (``ps``), and this container's task. There is no ``chief`` task: TensorFlow's multi-worker
+    strategies then make worker 0 the chief, and worker 0 is rank 0, the replica that checkpoints and
+    reports (``docs/docker.md``)."""
+    cluster: dict[str, list[str]] = {"worker": list(workers)}
+    if servers:
+        cluster["ps"] = list(servers)
+    return json.dumps({"cluster": cluster, "task": {"type": task, "index": index}}, separators=(",", ":"))
 
 
 def ports_held(labels: Mapping[str, str]) -> range:
@@ -125,7 +145,7 @@ def ports_held(labels: Mapping[str, str]) -> range:
     if m.port is None:
         return range(0)
     tf = labels.get(RENDEZVOUS, "").strip().lower() == "tensorflow"
-    return range(m.port, m.port + ((m.world_size or 1) if tf else 1))
+    return range(m.port, m.port + ((m.world_size or 1) + m.servers if tf else 1))
 
 
 def choose_port(job_id: str, taken: Iterable[int], preferred: int | None = None, width: int = 1) -> int:
@@ -149,9 +169,10 @@ def choose_port(job_id: str, taken: Iterable[int], preferred: int | None = None,
 
 
 def shares_of(rank0_host: str, members: Sequence[tuple[str, ContainerView]]) -> Shares:
-    """Replicas per host, rank 0's host first, then the hosts in the order of their lowest rank."""
+    """Replicas (workers) per host, rank 0's host first, then the hosts in the order of their lowest rank."""
     counts: dict[str, int] = {rank0_host: 1}
-    for host, _ in sorted(members, key=lambda m: member_of(m[1].labels).rank):
+    workers = [m for m in members if not member_of(m[1].labels).server]
+    for host, _ in sorted(workers, key=lambda m: member_of(m[1].labels).rank):
         counts[host] = counts.get(host, 0) + 1
     return tuple(counts.items())
 
@@ -159,28 +180,43 @@ def shares_of(rank0_host: str, members: Sequence[tuple[str, ContainerView]]) -> 
 def split_members(
     rank0: ContainerView, others: Sequence[tuple[str, ContainerView]]
 ) -> tuple[list[tuple[str, ContainerView]], list[tuple[str, ContainerView]]]:
-    """``(members, stale)``: the replicas of rank 0's generation (one per rank, rank order), and the rest."""
+    """``(members, stale)``: the replicas of rank 0's generation (one per rank, rank order; then its
+    parameter servers, one per index), and the rest."""
     gen = member_of(rank0.labels).generation
-    members: dict[int, tuple[str, ContainerView]] = {}
+    members: dict[tuple[bool, int], tuple[str, ContainerView]] = {}
     stale: list[tuple[str, ContainerView]] = []
     for host, c in sorted(others, key=lambda m: -m[1].created):  # the newest of a rank wins
         m = member_of(c.labels)
-        if m.generation == gen and gen > 0 and m.rank not in members:
-            members[m.rank] = (host, c)
+        if m.generation == gen and gen > 0 and (m.server, m.rank) not in members:
+            members[(m.server, m.rank)] = (host, c)
         else:
             stale.append((host, c))
-    return [members[r] for r in sorted(members)], stale
+    return [members[k] for k in sorted(members)], stale
+
+
+def servers_of(members: Sequence[tuple[str, ContainerView]]) -> list[tuple[str, ContainerView]]:
+    """The parameter servers among a gang's members."""
+    return [m for m in members if member_of(m[1].labels).server]
+
+
+def workers_of(members: Sequence[tuple[str, ContainerView]]) -> list[tuple[str, ContainerView]]:
+    """The workers among a gang's members (rank 0 is not a member)."""
+    return [m for m in members if not member_of(m[1].labels).server]
 
 
 def broken(
     rank0_host: str, rank0: ContainerView, members: Sequence[tuple[str, ContainerView]], fields: Mapping[str, Any]
 ) -> str | None:
     """Why a running rank 0 is not a whole gang (``None``: it is), in one line."""
-    world = member_of(rank0.labels).world_size
+    own = member_of(rank0.labels)
+    world = own.world_size
     if world is None:
         return "rank 0 runs without its gang (started outside FlowPlan?)"
-    running = [m for m in members if m[1].state == "running"]
+    running = [m for m in workers_of(members) if m[1].state == "running"]
     if len(running) + 1 != world:
         return f"{len(running) + 1} of its {world} replicas running"
+    serving = [m for m in servers_of(members) if m[1].state == "running"]
+    if len(serving) != own.servers:
+        return f"{len(serving)} of its {own.servers} parameter servers running"
     problem = shares_problem(fields, shares_of(rank0_host, running), [rank0_host, *(h for h, _ in running)])
     return None if problem is None else problem[1]

@@ -13,7 +13,15 @@ checkpoint. Each epoch is one full-batch gradient step:
   holds the gradient of the whole training set and takes the same step.
 
 So the trajectory is that of one process on the whole set, whatever ``WORLD_SIZE``: only the order
-of the floating-point sums differs (relative differences of about 1e-15). ``--work`` repeats each
+of the floating-point sums differs (relative differences of about 1e-15).
+
+With parameter servers (``TF_CONFIG`` lists ``ps`` tasks: the Docker adapter's ``flowplan.servers.*``)
+the reduce moves off rank 0: the vector is cut into one contiguous slice per server, every worker
+sends each server its slice, and each server adds the workers' slices (in rank order) and sends the
+sum back. A server holds no state of its own (the weights stay with the workers, the checkpoint with
+rank 0), so a restart with other servers loses nothing. A container whose task is ``ps`` runs
+:func:`serve`: it accepts every worker, sums until rank 0 says stop or done (which it passes on to
+the others), and exits 0; 1 when a worker goes away. ``--work`` repeats each
 shard's forward pass (the cost of a bigger model): with more replicas each has fewer rows, and an
 epoch is faster.
 
@@ -115,6 +123,7 @@ class Group:
     def __init__(self, rank: int, world: int, addr: str, port: int, timeout: float) -> None:
         self.rank, self.world = rank, world
         self.peers: list[socket.socket] = []
+        self.servers: Servers | None = None
         if world == 1:
             return
         deadline = time.monotonic() + timeout
@@ -155,7 +164,10 @@ class Group:
             self.peers = [conn]
 
     def all_reduce(self, values: np.ndarray) -> np.ndarray:
-        """The sum of every rank's ``values`` (rank 0 adds them in rank order and sends the sum back)."""
+        """The sum of every rank's ``values`` (rank 0 adds them in rank order and sends the sum back;
+        with parameter servers, each server its slice)."""
+        if self.servers is not None:
+            return self.servers.reduce(values)
         if self.world == 1:
             return values
         if self.rank != 0:
@@ -178,15 +190,120 @@ class Group:
 
     def tell(self, kind: int, values: np.ndarray | None = None) -> None:
         """Rank 0: send every other rank one message (errors ignored: a rank that is gone is gone)."""
-        for peer in self.peers:
+        for peer in self.peers + (self.servers.socks if self.servers is not None and kind in (STOP, DONE) else []):
             try:
                 send(peer, kind, values)
             except OSError:
                 pass
 
     def close(self) -> None:
-        for peer in self.peers:
+        for peer in self.peers + (self.servers.socks if self.servers is not None else []):
             peer.close()
+
+
+def _connect(addr: str, port: int, deadline: float, what: str) -> socket.socket:
+    while True:
+        try:
+            return socket.create_connection((addr, port), timeout=5)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise PeerLost(f"{what} at {addr}:{port} did not answer in time") from None
+            time.sleep(0.2)
+
+
+class Servers:
+    """A worker's connections to the parameter servers: one socket each, in server order."""
+
+    def __init__(self, rank: int, world: int, servers: list[tuple[str, int]], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self.socks: list[socket.socket] = []
+        for i, (addr, port) in enumerate(servers):
+            conn = _connect(addr, port, deadline, f"parameter server {i}")
+            conn.settimeout(timeout)
+            send(conn, HELLO, np.array([rank, world, len(servers)], dtype=float))
+            self.socks.append(conn)
+
+    def reduce(self, values: np.ndarray) -> np.ndarray:
+        """Each server's slice of ``values`` sent to it; the sums it sends back, joined."""
+        parts = np.array_split(values, len(self.socks))
+        for sock, part in zip(self.socks, parts, strict=True):
+            send(sock, GRAD, part)
+        out = []
+        for sock, part in zip(self.socks, parts, strict=True):
+            kind, total = receive(sock)
+            if kind == STOP:
+                raise SystemExit(EX_CHECKPOINTED)
+            if kind != SUM or total.shape != part.shape:
+                raise PeerLost(f"expected a sum of {part.size} values from a parameter server, got kind {kind}")
+            out.append(total)
+        return np.concatenate(out)
+
+
+def serve(index: int, servers: int, world: int, port: int, timeout: float) -> int:
+    """Parameter server ``index`` of ``servers``: accept the ``world`` workers on ``port``, then, step
+    after step, add their slices in rank order and send each the sum; rank 0's stop or done is passed
+    on to every worker and ends it (exit 0); a worker gone is exit 1."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", port))
+    listener.listen(world)
+    deadline = time.monotonic() + timeout
+    by_rank: dict[int, socket.socket] = {}
+    try:
+        while len(by_rank) < world:
+            listener.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                print(f"ps {index}: only {len(by_rank)} of {world} workers came within {timeout:g} s", file=sys.stderr)
+                return 1
+            kind, hello = receive(conn)
+            r, w, n = (int(v) for v in hello[:3])
+            if kind != HELLO or w != world or n != servers or not 0 <= r < world or r in by_rank:
+                print(f"ps {index}: worker {r} of world {w} with {n} servers does not fit", file=sys.stderr)
+                return 1
+            conn.settimeout(None)  # a step waits for the slowest worker, however long
+            by_rank[r] = conn
+        workers = [by_rank[r] for r in range(world)]
+        print(f"ps {index} of {servers}: serving {world} workers on port {port}", file=sys.stderr, flush=True)
+        while True:
+            total: np.ndarray | None = None
+            for conn in workers:
+                kind, got = receive(conn)
+                if kind in (STOP, DONE):
+                    for other in workers:
+                        try:
+                            send(other, kind)
+                        except OSError:
+                            pass
+                    return 0
+                total = got.copy() if total is None else total + got
+            for conn in workers:
+                send(conn, SUM, total)
+    except PeerLost as exc:
+        print(f"ps {index}: a worker was lost: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        listener.close()
+        for conn in by_rank.values():
+            conn.close()
+
+
+def ps_tasks(env: Mapping[str, str]) -> tuple[list[tuple[str, int]], int | None]:
+    """The parameter servers ``TF_CONFIG`` lists (``(host, port)`` each, in order) and this container's
+    index among them (None: it is a worker); none without ``TF_CONFIG``."""
+    if "MASTER_ADDR" in env or "TF_CONFIG" not in env:
+        return [], None
+    try:
+        tf = json.loads(env["TF_CONFIG"])
+        servers = [(h, int(p)) for h, _, p in (str(a).rpartition(":") for a in tf["cluster"].get("ps", []))]
+        task = tf["task"]
+        index = int(task["index"]) if task["type"] == "ps" else None
+    except (KeyError, ValueError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"TF_CONFIG: {exc!r}") from None
+    if index is not None and not 0 <= index < len(servers):
+        raise ValueError(f"TF_CONFIG: task parameter server {index}, but {len(servers)} listed")
+    return servers, index
 
 
 def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
@@ -199,9 +316,9 @@ def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
             tf = json.loads(env["TF_CONFIG"])
             workers, task = list(tf["cluster"]["worker"]), tf["task"]
             host, _, port = str(workers[0]).rpartition(":")
-            if task["type"] != "worker":
-                raise ValueError(f"task type {task['type']!r}: only workers are run here")
-            return len(workers), int(task["index"]), host, int(port)
+            if task["type"] not in ("worker", "ps"):
+                raise ValueError(f"task type {task['type']!r}: only workers and parameter servers are run here")
+            return len(workers), int(task["index"]) if task["type"] == "worker" else 0, host, int(port)
         except (KeyError, IndexError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"TF_CONFIG: {exc!r}") from None
     return (
@@ -229,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         world, rank, addr, port = rendezvous(os.environ)
+        servers, ps_index = ps_tasks(os.environ)
     except ValueError as exc:
         print(f"bad rendezvous: {exc}", file=sys.stderr)
         return 2
+    if ps_index is not None:
+        return serve(ps_index, len(servers), world, servers[ps_index][1], args.rendezvous_timeout)
     if not 0 <= rank < world:
         print(f"RANK {rank} is outside WORLD_SIZE {world}", file=sys.stderr)
         return 2
@@ -258,9 +378,11 @@ def main(argv: list[str] | None = None) -> int:
             control_dir=os.environ.get("FLOWPLAN_CONTROL_DIR") or ckpt_dir,
             resumed_from=resumed,
         )
-        run.event("rendezvous", world_size=world, master=f"{addr}:{port}")
+        run.event("rendezvous", world_size=world, master=f"{addr}:{port}", servers=len(servers))
     try:
         group = Group(rank, world, addr, port, args.rendezvous_timeout)
+        if servers:
+            group.servers = Servers(rank, world, servers, args.rendezvous_timeout)
     except PeerLost as exc:
         print(f"rank {rank}: rendezvous failed: {exc}", file=sys.stderr, flush=True)
         return EX_CHECKPOINTED if rank == 0 else 1
