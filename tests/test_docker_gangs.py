@@ -22,7 +22,8 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
   ``not_found`` and leaves nothing behind: no container on extra0, the template on main as it was;
 - the real planner in the control loop: it starts the pending gang (a count in [2, 3], over at most
   2 hosts), every change is applied ``ok``, no plan violates the checker, and the next intervals
-  find the gang as planned (no change asked for is already in effect);
+  find the gang as planned (no change asked for is already in effect); the same for a gang with
+  parameter servers, whose planned servers (the same number on each host) the next observe reads back;
 - a gang labelled ``flowplan.rendezvous=tensorflow`` (main:1 + extra0:1): each replica gets
   ``TF_CONFIG`` (the workers at the job's port and the next, its own index) and no torchrun
   variable; the ranks find each other through it and train to the loss of one process;
@@ -376,11 +377,17 @@ def test_a_start_that_cannot_make_every_replica_leaves_nothing(docker_engines: A
     assert job_of(ad, "half").status == "pending"
 
 
-def test_the_planner_starts_a_gang_and_the_next_intervals_keep_it(docker_engines: Any) -> None:
+PS_LABELS = {**GANG, "flowplan.rendezvous": "tensorflow", "flowplan.servers.max": "4", "flowplan.servers.cpu_millis": "200"}
+
+
+@pytest.mark.parametrize("labels", [GANG, PS_LABELS], ids=["workers", "with-servers"])
+def test_the_planner_starts_a_gang_and_the_next_intervals_keep_it(docker_engines: Any, labels: dict[str, str]) -> None:
+    """The real planner in the loop starts the gang (with its servers where it has them: the plan's
+    servers on each host, read back by the next observe), and the next intervals change nothing."""
     from adapters.loop import ControlLoop
     from planner.policies import make_policy
 
-    template(docker_engines, "fp-planned", "planned", args=["--epochs", "1000", "--work", "300"])
+    template(docker_engines, "fp-planned", "planned", labels=labels, args=["--epochs", "100000", "--work", "300"])
     ad = adapter_for(docker_engines)
     loop = ControlLoop(ad, make_policy("flowplan", time_limit=0.5), ad.clock)
     ticks = []
@@ -398,11 +405,20 @@ def test_the_planner_starts_a_gang_and_the_next_intervals_keep_it(docker_engines
     shares = [(s.node, s.replicas) for s in job.placement] if job.placement else [(job.node, job.replicas)]
     assert 2 <= sum(k for _, k in shares) <= 3 and len(shares) <= 2, shares
     seen = sorted(
-        (h, c["Labels"][RANK])
+        (h, c["Labels"].get(ROLE, "worker"), c["Labels"][RANK])
         for h, e in zip(("main", "extra0", "extra1"), docker_engines.engines, strict=True)
         for c in containers(e, "planned")
     )
-    assert len(seen) == sum(k for _, k in shares), seen
+    workers = [x for x in seen if x[1] == "worker"]
+    assert len(workers) == sum(k for _, k in shares), seen
+    servers = [x for x in seen if x[1] == "ps"]
+    if labels is PS_LABELS:
+        per = job.allocation.servers
+        assert per is not None and per >= 1 and len(servers) == per * len(shares), (per, seen)
+        assert all(sum(1 for x in servers if x[0] == h) == per for h, _ in shares), seen  # the same on each host
+        assert ticks[0].changes[0].servers == per
+    else:
+        assert servers == [] and job.allocation.servers is None
 
 
 BAD = {
