@@ -62,7 +62,19 @@ from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
 from planner.outlook import JobTruth
 from planner.snapshot import MILLI_PER_GPU as ONE_GPU_MILLI
-from planner.snapshot import Allocation, Job, JobStatus, MetricPoint, Node, QoETarget, Settings, Snapshot, SpeedPoint, Tier
+from planner.snapshot import (
+    Allocation,
+    Job,
+    JobStatus,
+    MetricPoint,
+    Node,
+    QoETarget,
+    ServerRole,
+    Settings,
+    Snapshot,
+    SpeedPoint,
+    Tier,
+)
 
 #: A finished job stays in the snapshot this long after it ended (module docstring).
 FINISHED_SHOWN_SECONDS = 3600.0
@@ -97,9 +109,11 @@ def share_cpu(capacity: float, weights: Sequence[float], caps: Sequence[float]) 
     return out
 
 
-def _epoch_seconds(truth: GroundTruth, cpu_millis: float, gpus: int, placement: tuple[int, ...] = ()) -> float:
+def _epoch_seconds(
+    truth: GroundTruth, cpu_millis: float, gpus: int, placement: tuple[int, ...] = (), servers: int | None = None
+) -> float:
     # ``epoch_seconds`` reads ``cpu_millis / 1000``: a fractional effective share is exact.
-    return truth.epoch_seconds(cast(int, cpu_millis), gpus, placement)
+    return truth.epoch_seconds(cast(int, cpu_millis), gpus, placement, servers)
 
 
 class TruthSpeed:
@@ -144,14 +158,15 @@ class SimJob:
     gpu_device: int | None = None  # a fractional job's shared device (spec.gpu_milli)
     replicas: int = 1  # replicas running (the spec's count while not running)
     shares: Shares = ()  # where they run: (node, replicas) per node, rank 0's (``node``) first
+    servers: int = 0  # a parameter-server job's servers on each of its nodes (0: none)
     progress: float = 0.0  # epochs done (continuous)
     blocked_until: float = 0.0
     history: list[MetricPoint] = field(default_factory=list)
     reported: list[float] = field(default_factory=list)  # reported metric per epoch so far
     values: list[float] = field(default_factory=list)  # the reported metric of every epoch, drawn at creation
     stop_epoch: int = 0  # the epoch at which the job stops (from ``values``)
-    #: CPU used, GPUs, replicas, nodes -> [seconds, epochs]
-    trained: dict[tuple[int, int, int, int], list[float]] = field(default_factory=dict)
+    #: CPU used, GPUs, replicas, nodes, servers in all -> [seconds, epochs]
+    trained: dict[tuple[int, int, int, int, int], list[float]] = field(default_factory=dict)
     first_start: float | None = None
     finish: float | None = None
     tier1_time: float | None = None
@@ -194,10 +209,21 @@ class SimJob:
         """Replicas placed on ``node``."""
         return dict(self.shares).get(node, 0)
 
+    def server_cpu(self, node: str) -> int:
+        """CPU share of the job's parameter servers on ``node`` (0 without servers there)."""
+        if self.spec.servers is None or self.here(node) == 0:
+            return 0
+        return self.servers * self.spec.servers[2]
+
+    def weight_on(self, node: str) -> float:
+        """The job's CPU weight on ``node``: its replicas' guarantees there and its servers'."""
+        return float(self.cpu_millis * self.here(node) + self.server_cpu(node))
+
     def cap_on(self, node: str) -> float:
-        """Most CPU the job can use on ``node`` (its replicas there): its cap, or, for GPU jobs, its guarantee."""
+        """Most CPU the job can use on ``node`` (its replicas there): its cap, or, for GPU jobs, its
+        guarantee (and its servers' there)."""
         if self.spec.kind == "gpu":
-            return float(self.cpu_millis * self.here(node))
+            return float(self.cpu_millis * self.here(node) + self.server_cpu(node))
         top = self.spec.max_cpu_millis
         limit = top if self.cpu_limit is None else min(self.cpu_limit, top)
         return float(limit * self.here(node))
@@ -208,6 +234,10 @@ class SimJob:
         if self.spec.gpu_milli is not None and self.gpus:
             return self.spec.gpu_milli / ONE_GPU_MILLI
         return float(self.gpus * self.replicas)
+
+    def servers_in_all(self) -> int | None:
+        """A parameter-server job's servers over all its nodes (None for any other job)."""
+        return None if self.spec.servers is None else self.servers * len(self.shares)
 
     def spread(self) -> tuple[int, ...]:
         """The replicas per node the truth's speed reads (``()`` for one replica on one node)."""
@@ -336,16 +366,14 @@ class SimCluster(Adapter):
                 self._advance(j, self.t)  # at the old rates, up to now
             jobs = list(self.on[name].values())
             active = [j for j in jobs if j.blocked_until <= self.t + EPS]
-            shares = share_cpu(
-                self.nodes[name].cpu_millis, [j.cpu_millis * j.here(name) for j in active], [j.cap_on(name) for j in active]
-            )
+            shares = share_cpu(self.nodes[name].cpu_millis, [j.weight_on(name) for j in active], [j.cap_on(name) for j in active])
             for j in jobs:
                 j.effective, j.rate = 0.0, 0.0
             for j, s in zip(active, shares, strict=True):
                 # A gang spans nodes only on GPUs, whose speed does not depend on CPU: it uses its
                 # guarantee on every node, so any of its nodes gives the same share per replica.
-                j.effective = s / j.here(name)
-                t = _epoch_seconds(j.truth, j.effective, j.gpus, j.spread())
+                j.effective = max(s - j.server_cpu(name), 0.0) / j.here(name)
+                t = _epoch_seconds(j.truth, j.effective, j.gpus, j.spread(), j.servers_in_all())
                 j.rate = 0.0 if not math.isfinite(t) or t <= 0 else 1.0 / t
             for j in jobs:
                 if j.blocked_until > self.t + EPS:
@@ -374,7 +402,7 @@ class SimCluster(Adapter):
             t = min(t, t0 + (stop - p0) / rate)
         train = t - t0
         self._hold(j, train, train * j.effective * j.replicas / 1000.0)
-        key = (int(round(j.effective)), j.gpus, j.replicas, len(j.shares))
+        key = (int(round(j.effective)), j.gpus, j.replicas, len(j.shares), j.servers_in_all() or 0)
         rec = j.trained.setdefault(key, [0.0, 0.0])
         rec[0] += train
         rec[1] += p1 - p0
@@ -427,9 +455,18 @@ class SimCluster(Adapter):
 
     # -- placing -----------------------------------------------------------------------------------
     def _place(
-        self, j: SimJob, shares: Shares, cpu: int, gpus: int, limit: int | None, blocked_until: float, device: int | None = None
+        self,
+        j: SimJob,
+        shares: Shares,
+        cpu: int,
+        gpus: int,
+        limit: int | None,
+        blocked_until: float,
+        device: int | None = None,
+        servers: int = 0,
     ) -> None:
         j.status, j.node, j.cpu_millis, j.gpus, j.cpu_limit = "running", shares[0][0], cpu, gpus, limit
+        j.servers = servers if j.spec.servers is not None else 0
         j.shares, j.replicas = shares, sum(k for _, k in shares)
         j.gpu_device = device if j.spec.gpu_milli is not None and gpus else None
         j.blocked_until = blocked_until
@@ -468,8 +505,8 @@ class SimCluster(Adapter):
             # Seconds per epoch at each CPU actually used (and GPUs), from the step counter the jobs
             # log with their progress (the JSON-lines format): time spent training / epochs gained there.
             speeds = tuple(
-                (max(1, c), g, round(sec / ep, 4), None if k == s.replicas else k, n)
-                for (c, g, k, n), (sec, ep) in sorted(j.trained.items())
+                (max(1, c), g, round(sec / ep, 4), None if k == s.replicas else k, n, ps or None)
+                for (c, g, k, n, ps), (sec, ep) in sorted(j.trained.items())
                 if ep >= MIN_SPEED_EPOCHS and c >= 1
             )
             key = (
@@ -479,6 +516,7 @@ class SimCluster(Adapter):
                 j.gpus,
                 j.gpu_device,
                 j.cpu_limit,
+                j.servers,
                 len(j.history),
                 j.delivered_at is not None,
                 speeds,
@@ -498,7 +536,10 @@ class SimCluster(Adapter):
                 tier2=tier2,
                 max_epochs=s.epochs,
             )
-            speed = [SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=v, replicas=k, nodes=n) for c, g, v, k, n in speeds]
+            speed = [
+                SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=v, replicas=k, nodes=n, servers=ps)
+                for c, g, v, k, n, ps in speeds
+            ]
             running = j.status == "running"
             jobs.append(
                 Job(
@@ -507,7 +548,11 @@ class SimCluster(Adapter):
                     task=task_name(s.model, s.batch_size),
                     node=j.node if running else None,
                     allocation=Allocation(
-                        cpu_millis=j.cpu_millis, gpus=j.gpus, cpu_limit_millis=j.cpu_limit, gpu_device=j.gpu_device
+                        cpu_millis=j.cpu_millis,
+                        gpus=j.gpus,
+                        cpu_limit_millis=j.cpu_limit,
+                        gpu_device=j.gpu_device,
+                        servers=j.servers or None,
                     )
                     if running
                     else None,
@@ -534,6 +579,9 @@ class SimCluster(Adapter):
                     speed=speed,
                     target=target,
                     delivered=j.delivered_at is not None,
+                    servers=None
+                    if s.servers is None
+                    else ServerRole(min=s.servers[0], max=s.servers[1], cpu_millis=s.servers[2], form=s.servers[3]),  # type: ignore[arg-type]
                 )
             )
             j.view, j.view_key = jobs[-1], key
@@ -585,7 +633,7 @@ class SimCluster(Adapter):
             if not placed:
                 continue
             jobs = list(placed.values())
-            weights = [j.cpu_millis * j.here(name) for j in jobs]
+            weights = [j.weight_on(name) for j in jobs]
             split = share_cpu(self.nodes[name].cpu_millis, weights, [j.cap_on(name) for j in jobs])
             for j, used in zip(jobs, split, strict=True):
                 out[j.spec.id] = out.get(j.spec.id, 0.0) + used
@@ -595,7 +643,7 @@ class SimCluster(Adapter):
         """CPU (millicores) the node's placed jobs use under the water-fill, jobs starting or restarting
         counted busy (they are about to use their share)."""
         jobs = list(self.on[node].values())
-        weights = [j.cpu_millis * j.here(node) for j in jobs]
+        weights = [j.weight_on(node) for j in jobs]
         return sum(share_cpu(self.nodes[node].cpu_millis, weights, [j.cap_on(node) for j in jobs]))
 
     def idle_waits(self) -> int:
@@ -656,17 +704,18 @@ class SimCluster(Adapter):
         cpu, mem = n.cpu_millis, n.memory_mib
         for j in self.on[node].values():
             if j.spec.id != exclude:
-                cpu -= j.cpu_millis * j.here(node)
+                cpu -= int(j.weight_on(node))
                 mem -= j.spec.memory_mib * j.here(node)
         return cpu, self._gpu_room(node, exclude)[0], mem
 
-    def _lacks(self, j: SimJob, shares: Shares, cpu_millis: int, gpus: int, device: int | None) -> str | None:
-        """Why ``j`` at ``cpu_millis`` / ``gpus`` per replica does not fit ``shares`` (leaving what it
-        holds out; ``None``: it fits), naming the node."""
+    def _lacks(self, j: SimJob, shares: Shares, cpu_millis: int, gpus: int, device: int | None, servers: int = 0) -> str | None:
+        """Why ``j`` at ``cpu_millis`` / ``gpus`` per replica (and ``servers`` on each node) does not
+        fit ``shares`` (leaving what it holds out; ``None``: it fits), naming the node."""
+        own = servers * j.spec.servers[2] if j.spec.servers is not None else 0
         for node, k in shares:
             cpu, gpu, mem = self._free(node, j.spec.id)
             short = self._gpu_fits(node, j, gpus, device, k)
-            if cpu_millis * k > cpu or short is not None or (j.spec.memory_mib * k > mem and j.spec.memory_mib > 0):
+            if cpu_millis * k + own > cpu or short is not None or (j.spec.memory_mib * k > mem and j.spec.memory_mib > 0):
                 return f"node {node} lacks room for {k} replica(s) ({cpu} millicores, {short or f'{gpu} GPUs free'})"
         return None
 
@@ -674,21 +723,22 @@ class SimCluster(Adapter):
         self._sync()
         # A migrating job checkpoints and stops before any job is placed, so moves between nodes
         # (swaps included) find the room the movers leave, as they would on a real cluster.
-        lifted: dict[str, tuple[Shares, int, int, int | None, int | None]] = {}
+        lifted: dict[str, tuple[Shares, int, int, int | None, int | None, int]] = {}
         for c in changes:
             j = self.jobs.get(c.job)
             if c.kind == "migrate" and j is not None and j.status == "running" and j.node is not None and not _in_effect(j, c):
-                lifted[c.job] = (j.shares, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device)
+                lifted[c.job] = (j.shares, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device, j.servers)
                 self._checkpoint(j)
                 self._unplace(j)  # holds nothing while it moves
         out = [self._apply_one(c, lifted) for c in changes]
         # Never neither: a mover that found no room restarts where it was, or else waits paused.
-        for job_id, (src, cpu, gpus, limit, device) in lifted.items():
+        for job_id, (src, cpu, gpus, limit, device, servers) in lifted.items():
             j = self.jobs[job_id]
             if j.node is not None:
                 continue
-            if self._lacks(j, src, cpu, gpus, device) is None:
-                self._place(j, src, cpu, gpus, limit, self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds, device)
+            if self._lacks(j, src, cpu, gpus, device, servers) is None:
+                back = self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds
+                self._place(j, src, cpu, gpus, limit, back, device, servers)
                 j.in_place += 1
             else:
                 j.status, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device = "pending", 0, 0, None, None
@@ -696,7 +746,7 @@ class SimCluster(Adapter):
         self._refresh()
         return out
 
-    def _apply_one(self, c: Change, lifted: dict[str, tuple[Shares, int, int, int | None, int | None]]) -> Outcome:
+    def _apply_one(self, c: Change, lifted: dict[str, tuple[Shares, int, int, int | None, int | None, int]]) -> Outcome:
         j = self.jobs.get(c.job)
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
@@ -720,17 +770,22 @@ class SimCluster(Adapter):
         problem = shares_problem(j.spec, shares, self.nodes)
         if problem is not None:
             return Outcome(c, False, "invalid", f"job {c.job}: {problem}")
+        servers = _servers_asked(j, c)
+        if servers < 0:
+            return Outcome(
+                c, False, "invalid", f"job {c.job}: {c.servers} server(s) on each of {len(shares)} node(s), outside its bounds"
+            )
         if _in_effect(j, c):  # applied already (a repeated change): nothing to do, nothing counted
             return Outcome(c, True, message=f"already running on {c.node} at {c.cpu_millis}m/{c.gpus}g")
         if c.kind == "start" and j.status != "pending":
             return Outcome(c, False, "conflict", f"running on {j.node} at {j.cpu_millis}m: a start is for a pending job")
         if c.kind in ("migrate", "resize") and j.status != "running":
             return Outcome(c, False, "conflict", f"not running: a pending job is started, not {c.kind}d")
-        short = self._lacks(j, shares, c.cpu_millis, c.gpus, c.gpu_device)
+        short = self._lacks(j, shares, c.cpu_millis, c.gpus, c.gpu_device, servers)
         if short is not None:
             return Outcome(c, False, "conflict", short)
         if c.kind == "start":
-            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device)
+            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device, servers)
             j.since_ckpt = 0.0
             if j.first_start is None:
                 j.first_start = now
@@ -740,12 +795,12 @@ class SimCluster(Adapter):
             cap_only = (c.cpu_millis, c.gpus) == (j.cpu_millis, j.gpus)  # docker update --cpus: live for any job
             if c.node != j.node or not (j.spec.resizable or cap_only):
                 return Outcome(c, False, "invalid", "cannot resize live")
-            if shares != j.shares:  # a new count or placement: live only for an elastic job
+            if shares != j.shares or servers != j.servers:  # a new count, placement or servers: live only if elastic
                 if not j.spec.elastic:
                     return Outcome(c, False, "invalid", f"job {c.job}: not elastic, its replicas change by a restart (migrate)")
                 blocked = j.blocked_until
                 self._unplace(j)
-                self._place(j, shares, j.cpu_millis, j.gpus, j.cpu_limit, blocked, j.gpu_device)
+                self._place(j, shares, j.cpu_millis, j.gpus, j.cpu_limit, blocked, j.gpu_device, servers)
             j.cpu_millis, j.gpus, j.cpu_limit = c.cpu_millis, c.gpus, c.cpu_limit_millis
             j.gpu_device = c.gpu_device if j.spec.gpu_milli is not None and c.gpus else None
             j.resizes += 1
@@ -756,7 +811,7 @@ class SimCluster(Adapter):
                 self._checkpoint(j)
                 self._unplace(j)
             back = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
-            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device)
+            self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device, servers)
             j.migrations += 1
             self.events.append((now, j.spec.id, f"migrate to {c.node}"))
             return Outcome(c, True)
@@ -771,10 +826,22 @@ class SimCluster(Adapter):
         j.since_ckpt = 0.0
 
 
+def _servers_asked(j: SimJob, c: Change) -> int:
+    """The servers on each node ``c`` gives a parameter-server job (the plan's, else its fewest spread
+    over the nodes, as the Docker adapter does); 0 for any other job; -1 outside its bounds."""
+    if j.spec.servers is None or c.node is None:
+        return 0
+    lo, hi = j.spec.servers[:2]
+    nodes = len(change_shares(c))
+    per = c.servers if c.servers is not None else max(1, -(-lo // nodes))
+    return per if lo <= per * nodes <= hi else -1
+
+
 def _in_effect(j: SimJob, c: Change) -> bool:
     """Does ``j`` already run where and as ``c`` asks (so applying it again changes nothing)?"""
     return (
         j.status == "running"
+        and j.servers == _servers_asked(j, c)
         and j.shares == change_shares(c)
         and (j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device) == (c.cpu_millis, c.gpus, c.cpu_limit_millis, c.gpu_device)
     )

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from adapters.sim.truth import METRICS, GroundTruth, TraceError, TraceLibrary
+from models.speed import PSSpeedModel, fit_ps_speed_model
 from planner.snapshot import gpu_model_allowed
 
 #: Scenario metrics: name -> (what it measures, lower is better?)
@@ -98,6 +99,10 @@ class JobSpec:
     elastic: bool = False  # its count/placement changes live (else by checkpoint-restart)
     duration_seconds: float | None = None  # runs exactly this long at any allocation (a trace pod's lifetime)
     gpu_type: str | tuple[str, ...] | None = None  # only nodes with this GPU model (or, a tuple: any of these) qualify
+    #: Parameter servers (``servers_max`` in the scenario): ``(min, max, CPU millis each, form)``; None: none.
+    servers: tuple[int, int, int, str] | None = None
+    #: The truth's parameter-server model (its form's prior, each parameter times a draw; module docstring).
+    ps_theta: tuple[float, float, float, float, float] | None = None
 
     def takes_gpu_type(self, model: str | None) -> bool:
         """Whether a node with GPU model ``model`` qualifies (as ``planner.snapshot.Job.takes_gpu_type``)."""
@@ -106,7 +111,10 @@ class JobSpec:
     def truth(self, library: TraceLibrary) -> GroundTruth:
         """The job's ground truth (its measured curve and speed, or its fixed run time)."""
         epoch_time = None if self.duration_seconds is None else self.duration_seconds / self.epochs
-        return GroundTruth(library, self.model, self.batch_size, self.kind, self.cpu_scale, epoch_time)
+        ps = None
+        if self.servers is not None and self.ps_theta is not None:
+            ps = PSSpeedModel(self.servers[3], self.ps_theta, 0, "truth")  # type: ignore[arg-type]
+        return GroundTruth(library, self.model, self.batch_size, self.kind, self.cpu_scale, epoch_time, ps)
 
     @property
     def fewest_replicas(self) -> int:
@@ -232,6 +240,9 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         raise ScenarioError(f"{where}.replicas: {replicas} on up to {max_nodes} node(s), but a cpu job runs as one replica")
     if r.get("gpu_milli") is not None and replicas > 1:
         raise ScenarioError(f"{where}.replicas: {replicas}, but a fraction of one GPU runs as one replica")
+    servers, ps_theta = _servers(r, where, gpu, max_nodes, rng)
+    if servers is not None:
+        truth = replace(truth, ps=PSSpeedModel(servers[3], ps_theta, 0, "truth"))  # type: ignore[arg-type]
     # Deadlines: factor x the time the job needs alone at its largest allocation, packed on the
     # fewest nodes of the cluster's largest, from its arrival.
     per_node = max(1, max((n.gpus for n in sc.nodes), default=0) // max(max_g, 1))
@@ -281,14 +292,47 @@ def _job(r: dict[str, Any], rng: np.random.Generator, library: TraceLibrary, sc:
         elastic=bool(r.get("elastic", False)),
         duration_seconds=duration,
         gpu_type=tuple(r["gpu_type"]) if isinstance(r.get("gpu_type"), list) else r.get("gpu_type"),
+        servers=servers,
+        ps_theta=ps_theta,
     )
+
+
+#: Spread of the truth's parameter-server model around its form's prior: each parameter times
+#: ``exp(N(0, PS_TRUTH_SIGMA))``, drawn per job (``../shared/data`` holds no parameter-server timing).
+PS_TRUTH_SIGMA = 0.3
+
+
+def _servers(
+    r: dict[str, Any], where: str, gpu: bool, max_nodes: int, rng: np.random.Generator
+) -> tuple[tuple[int, int, int, str] | None, tuple[float, float, float, float, float] | None]:
+    """A job row's parameter servers (``servers_max``, ``servers_min``, ``server_cpu_millis``,
+    ``server_form``) and the truth's model for it, or ``(None, None)``."""
+    if "servers_max" not in r:
+        for key in ("servers_min", "server_cpu_millis", "server_form"):
+            if key in r:
+                raise ScenarioError(f"{where}.{key}: set, but servers_max is not (the job has no parameter servers)")
+        return None, None
+    hi = int(_num(r["servers_max"], f"{where}.servers_max", lo=1, hi=1024, integer=True))
+    lo = int(_num(r.get("servers_min", 1), f"{where}.servers_min", lo=1, hi=hi, integer=True))
+    cpu = int(_num(r.get("server_cpu_millis", 1000), f"{where}.server_cpu_millis", lo=1, hi=10**7, integer=True))
+    form = str(r.get("server_form", "optimus"))
+    if form not in ("optimus", "coach"):
+        raise ScenarioError(f"{where}.server_form: {form!r} is not 'optimus' or 'coach'")
+    if not gpu:
+        raise ScenarioError(f"{where}.servers_max: parameter servers serve GPU workers here (kind 'gpu')")
+    if max_nodes > hi:
+        raise ScenarioError(f"{where}.max_nodes: {max_nodes}, but servers_max is {hi} (each worker node holds a server)")
+    prior = fit_ps_speed_model([], form)  # type: ignore[arg-type]
+    theta = tuple(float(x * math.exp(rng.normal(0.0, PS_TRUTH_SIGMA))) for x in prior.theta)
+    return (lo, hi, cpu, form), theta  # type: ignore[return-value]
 
 
 _JOB_KEYS = {
     "id", "model", "batch_size", "kind", "arrival", "count", "epochs", "min_cpu_millis", "max_cpu_millis", "min_gpus",
     "max_gpus", "memory_mib", "checkpoint_seconds", "restart_seconds", "priority", "resizable", "tier1",
     "tier1_deadline", "tier2", "tier2_deadline", "cpu_scale", "tag", "gpu_milli", "replicas", "min_replicas",
-    "max_nodes", "elastic", "duration_seconds", "gpu_type",
+    "max_nodes", "elastic", "duration_seconds", "gpu_type", "servers_max", "servers_min", "server_cpu_millis",
+    "server_form",
 }  # fmt: skip
 
 

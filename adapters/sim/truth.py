@@ -7,7 +7,8 @@ nodes (by node and worker count, with the throughput form fitted to all the rows
 :class:`GroundTruth` answers, for one simulated job:
 
 - ``metric(epoch)``: the measured curve, linearly interpolated between epochs;
-- ``epoch_seconds(cpu_millis, gpus, placement=())``: the time of one epoch at an allocation.
+- ``epoch_seconds(cpu_millis, gpus, placement=(), servers=None)``: the time of one epoch at an allocation
+  (``servers``: a parameter-server job's servers in all; see ``GroundTruth.ps``).
 
   *GPU jobs on one node* (``placement`` empty or one entry): steps per epoch × the measured step
   time with ``gpus`` (× the replicas there) data-parallel workers at the local batch ``batch /
@@ -51,6 +52,7 @@ import numpy as np
 
 from models.curve_prior import CurvePrior
 from models.placement import PlacementParams, predict_steps, table_prior
+from models.speed import PSSpeedModel
 from models.step_tables import read_placements, read_scalability
 from planner.snapshot import Direction
 
@@ -255,6 +257,9 @@ class GroundTruth:
     #: Seconds per epoch whatever the allocation (a job of known run time, e.g. a trace's pod that
     #: ran ``duration_seconds``), once it can run at all; ``None``: the measured speed below.
     epoch_time: float | None = None
+    #: A parameter-server job's (w, s) model (``None``: data-parallel): its epoch time is one worker's
+    #: measured epoch times the model's ``t(w, s) / t(1, 1)`` (modelled: no PS timing is measured).
+    ps: PSSpeedModel | None = None
 
     @cached_property
     def curve(self) -> Curve:
@@ -296,7 +301,7 @@ class GroundTruth:
         s = float(np.dot(x, y) / np.dot(x, x)) if np.dot(x, x) > 0 else 0.0
         return min(max(s, 0.0), 1.0)
 
-    def epoch_seconds(self, cpu_millis: int, gpus: int, placement: tuple[int, ...] = ()) -> float:
+    def epoch_seconds(self, cpu_millis: int, gpus: int, placement: tuple[int, ...] = (), servers: int | None = None) -> float:
         """Seconds for one epoch of the whole job at ``cpu_millis`` and ``gpus`` per replica (``inf``
         when it cannot run). ``placement``: the replicas on each node of a GPU job, each replica
         ``gpus`` workers; ``()`` is one replica on one node, as before gangs. CPU jobs run on one node
@@ -310,6 +315,10 @@ class GroundTruth:
             if gpus < 1:
                 return math.inf
             used = [k for k in placement if k > 0]
+            if self.ps is not None:  # ``servers`` in all (None: one on each node)
+                n_w = gpus * max(sum(used), 1)
+                n_s = max(servers if servers is not None else len(used), 1)
+                return self._gpu_epoch_seconds(1) * self.ps.seconds_per_epoch(n_w, n_s) / self.ps.seconds_per_epoch(1, 1)
             if len(used) <= 1:
                 return self._gpu_epoch_seconds(gpus * (used[0] if used else 1))
             workers = gpus * sum(used)

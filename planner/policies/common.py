@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -318,6 +318,18 @@ def _action(job: Job, d: Decision) -> Action:
     return action_for(job, d.node, same, dict(decided_shares(job, d)) == dict(job.shares()))
 
 
+def fewest_servers(job: Job, shares: Sequence[tuple[str, int]]) -> int | None:
+    """The servers a baseline gives a parameter-server job on each node of ``shares``: what it runs with
+    where its placement stays, else its fewest spread over the nodes (the Docker adapter's default:
+    the baselines have no speed model for servers); None for any other job. The baselines' ledgers do
+    not charge the servers' CPU (the scenarios leave room for them)."""
+    if job.servers is None or not shares:
+        return None
+    if dict(shares) == dict(job.shares()):
+        return job.running_servers
+    return max(1, -(-job.servers.min // len(shares)))
+
+
 def build_plan(
     snapshot: Snapshot,
     policy: str,
@@ -357,6 +369,7 @@ def build_plan(
                 gpu_device=devices.get(job.id) if d.node is not None and job.gpu_milli is not None else None,
                 replicas=sum(k for _, k in shares) if shares else job.replicas,
                 placement=[Share(node=n, replicas=k) for n, k in shares] if len(shares) > 1 else None,
+                servers=fewest_servers(job, shares) if d.node is not None else None,
                 action=action,
                 previous=prev,
                 lost_seconds=lost,
