@@ -21,6 +21,7 @@ at another CPU/GPU share is not taken for that share's speed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,7 +30,7 @@ from models.gang_speed import GangScaling, GangShape, PSScaling, gang_scaling, p
 from models.speed import SpeedObservation, fit_speed_model
 from planner.config import PlannerConfig
 from planner.outlook import JobOutlook, SpeedLike
-from planner.snapshot import Job
+from planner.snapshot import Job, SpeedPoint
 
 
 def is_gang(job: Job) -> bool:
@@ -96,6 +97,13 @@ def _shapes(outlook: JobOutlook) -> list[GangShape]:
     return out
 
 
+def _refit(job: Job, full: float, at: Callable[[SpeedPoint], float]) -> SpeedLike:
+    """The per-replica model refitted on the job's epochs, each scaled from its shape (``at``: the
+    scaling's time there) to the reference shape (``full``)."""
+    obs = [SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at(p)) for p in job.speed]
+    return fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+
+
 def _ps_levels(outlook: JobOutlook, shapes: list[GangShape]) -> tuple[PSScaling, SpeedLike, float]:
     """A parameter-server job's scaling, the per-replica model it multiplies (refitted on its epochs
     scaled to the full count on one node, as :func:`gang_levels` does for data-parallel gangs), and
@@ -107,11 +115,8 @@ def _ps_levels(outlook: JobOutlook, shapes: list[GangShape]) -> tuple[PSScaling,
     speed: SpeedLike = outlook.speed
     if scaling.source != "prior" and job.speed:
         full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
-        obs = []
-        for p in job.speed:
-            at = scaling.model.seconds_per_epoch(p.replicas or job.replicas, p.servers or role.min * p.nodes)
-            obs.append(SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at))
-        speed = fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+        model = scaling.model
+        speed = _refit(job, full, lambda p: model.seconds_per_epoch(p.replicas or job.replicas, p.servers or role.min * p.nodes))
         scaling = replace(scaling, reference=full)
     shares = job.shares()
     current = 1.0
@@ -136,11 +141,8 @@ def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     if scaling.source != "prior" and job.speed:
         # Each epoch at its count and spread, scaled to the full count on one node; the refit stands there.
         full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
-        obs = []
-        for p in job.speed:
-            at = float(scaling.per_step(np.array([p.replicas or job.replicas]), np.array([p.nodes]))[0])
-            obs.append(SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch * full / at))
-        speed = fit_speed_model(obs, uses_gpu=job.max_gpus > 0)
+        dp = scaling
+        speed = _refit(job, full, lambda p: float(dp.per_step(np.array([p.replicas or job.replicas]), np.array([p.nodes]))[0]))
         scaling = replace(scaling, reference=full)
     shares = job.shares()
     current = 1.0
