@@ -83,11 +83,10 @@ def _shapes(outlook: JobOutlook) -> list[GangShape]:
     """The job's observed epochs as (count, nodes, relative to the per-replica model)."""
     job = outlook.job
     out = []
-    least = 0 if job.servers is None else job.servers.min
     for p in job.speed:
         model = float(outlook.speed.seconds_per_epoch(p.cpu_millis, p.gpus))
         if model > 0 and math.isfinite(model):
-            servers = None if job.servers is None else (p.servers or least * p.nodes)
+            servers = None if job.servers is None else (p.servers or job.fewest_servers(p.nodes) * p.nodes)
             out.append(GangShape(p.replicas or job.replicas, p.nodes, p.seconds_per_epoch / model, servers))
     if not job.speed and outlook.speed_basis == "observed" and job.status == "running":
         # Fitted from its recent history, at the count and spread it runs with.
@@ -116,7 +115,11 @@ def _ps_levels(outlook: JobOutlook, shapes: list[GangShape]) -> tuple[PSScaling,
     if scaling.source != "prior" and job.speed:
         full = float(scaling.per_step(np.array([job.replicas]), np.array([1]))[0])
         model = scaling.model
-        speed = _refit(job, full, lambda p: model.seconds_per_epoch(p.replicas or job.replicas, p.servers or role.min * p.nodes))
+        speed = _refit(
+            job,
+            full,
+            lambda p: model.seconds_per_epoch(p.replicas or job.replicas, p.servers or job.fewest_servers(p.nodes) * p.nodes),
+        )
         scaling = replace(scaling, reference=full)
     shares = job.shares()
     current = 1.0

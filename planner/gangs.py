@@ -91,7 +91,7 @@ def servers_on(m: JobMenu, count: int, nodes: int) -> int:
         return job.running_servers
     per_node = getattr(m.scaling, "servers_per_node", None)
     if per_node is None:
-        return max(1, -(-job.servers.min // nodes))
+        return job.fewest_servers(nodes)
     return int(per_node(np.array([count]), np.array([nodes]))[0])
 
 

@@ -104,7 +104,7 @@ class Allocation(Input):
     servers: Annotated[int, Field(ge=1, le=1024)] | None = Field(
         None,
         description="Parameter-server jobs (`servers` set on the job) only: the servers it runs on each of its worker "
-        "nodes now (null: servers.min).",
+        "nodes now (null: its fewest, servers.min spread over its nodes, at least one on each).",
     )
 
 
@@ -142,7 +142,7 @@ class SpeedPoint(Input):
     )
     nodes: Annotated[int, Field(ge=1, le=1024)] = Field(1, description="Over how many nodes they were spread.")
     servers: Annotated[int, Field(ge=1, le=1024)] | None = Field(
-        None, description="Parameter-server jobs: how many servers ran, in all (null: servers.min on each node)."
+        None, description="Parameter-server jobs: how many servers ran, in all (null: its fewest on those nodes)."
     )
 
 
@@ -430,7 +430,7 @@ def server_problem(job: Job) -> str | None:
             "least one server"
         )
     if job.status == "running" and alloc is not None:
-        per = alloc.servers if alloc.servers is not None else job.servers.min
+        per = job.running_servers
         total = per * len(job.shares())
         if not job.servers.min <= total <= job.servers.max:
             return (
@@ -580,13 +580,20 @@ class Job(Input):
         """The smallest count the job may run with (``min_replicas``, else ``replicas``)."""
         return self.replicas if self.min_replicas is None else self.min_replicas
 
+    def fewest_servers(self, nodes: int) -> int:
+        """The servers on each of ``nodes`` worker nodes when none are named: ``servers.min`` spread over
+        them, at least one on each (what the adapters start; 0 for a job without servers)."""
+        return 0 if self.servers is None else max(1, -(-self.servers.min // max(nodes, 1)))
+
     @property
     def running_servers(self) -> int:
-        """Parameter servers a running job has on each of its nodes (``allocation.servers``, else
-        ``servers.min``); 0 for a job without servers or not running."""
+        """Parameter servers a running job has on each of its nodes (``allocation.servers``, else its
+        fewest, :meth:`fewest_servers`); 0 for a job without servers or not running."""
         if self.servers is None or self.status != "running" or self.allocation is None:
             return 0
-        return self.allocation.servers if self.allocation.servers is not None else self.servers.min
+        if self.allocation.servers is not None:
+            return self.allocation.servers
+        return self.fewest_servers(len(self.shares()))
 
     def shares(self) -> tuple[tuple[str, int], ...]:
         """Where a running job's replicas are, ``(node, replicas)`` per node, rank 0's first; ``()``

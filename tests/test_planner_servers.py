@@ -269,3 +269,19 @@ def test_the_plan_table_shows_the_servers() -> None:
     a = next(x for x in p.assignments if x.job == "ps")
     where = "+".join(f"{s.node}x{s.replicas}" for s in a.placement or [])
     assert f"{where} +{a.servers}ps" in render_table(p)
+
+
+def test_servers_not_named_are_the_fewest_spread_over_the_nodes() -> None:
+    """A running job whose allocation names no servers runs its fewest: ``servers.min`` spread over its
+    nodes, at least one on each (what the Docker adapter and the simulator start)."""
+    job = _ps(
+        status="running",
+        node="n0",
+        allocation={"cpu_millis": 2000, "gpus": 1},
+        placement=[{"node": "n0", "replicas": 2}, {"node": "n1", "replicas": 2}],
+        replicas=4,
+        min_replicas=None,
+        servers={"min": 4, "max": 6},
+    )
+    s = Snapshot.model_validate(_snap(_nodes(16000, 4), [job]))
+    assert s.jobs[0].running_servers == 2 and s.jobs[0].fewest_servers(3) == 2 and s.jobs[0].fewest_servers(8) == 1

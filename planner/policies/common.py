@@ -327,7 +327,7 @@ def fewest_servers(job: Job, shares: Sequence[tuple[str, int]]) -> int | None:
         return None
     if dict(shares) == dict(job.shares()):
         return job.running_servers
-    return max(1, -(-job.servers.min // len(shares)))
+    return job.fewest_servers(len(shares))
 
 
 def build_plan(
