@@ -115,7 +115,7 @@ def packed(m: JobMenu, count: int, place: Callable[[np.ndarray | None], Shares |
     if m.outlook.job.servers is None:
         return place(None)
     need = server_need(m)
-    per = [int(pack_fixed(m, count)[0] // max(int(need[0]), 1))] if need[0] else [1]
+    per = [max(servers_on(m, count, 1), m.outlook.job.running_servers)]  # pack_fixed's count
     for n in range(2, m.outlook.job.max_nodes + 1):
         if per[-1] <= 1:
             break  # none fewer (what a node holds only falls with the spread)

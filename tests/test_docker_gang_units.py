@@ -253,11 +253,12 @@ def _records(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def _signalled_after_3_epochs(tmp: Path, sig: int, epochs: int, *args: str) -> tuple[str, str, list[int]]:
-    """One process run to the end (the reference), and a 2-replica run whose rank 0 is sent ``sig`` once
-    it has reported 3 epochs: the reference's output, rank 0's output after the signal, both ranks' exit codes."""
+def _signalled_after_3_epochs(tmp: Path, sig: int, epochs: int, *args: str, servers: int = 0) -> tuple[str, str, list[int]]:
+    """One process run to the end (the reference), and a 2-replica run (with ``servers`` parameter
+    servers) whose rank 0 is sent ``sig`` once it has reported 3 epochs: the reference's output, rank
+    0's output after the signal, every process's exit code (ranks, then servers)."""
     reference = _gang(1, tmp / "ref", "--epochs", str(epochs), "--work", "1")[0].communicate(timeout=120)[0]
-    two = _gang(2, tmp / "ckpt", "--epochs", str(epochs), "--work", "2000", *args)
+    two = _gang(2, tmp / "ckpt", "--epochs", str(epochs), "--work", "2000", *args, servers=servers)
     assert two[0].stdout is not None
     seen, deadline = 0, time.time() + 120
     while seen < 3 and time.time() < deadline:
@@ -267,8 +268,7 @@ def _signalled_after_3_epochs(tmp: Path, sig: int, epochs: int, *args: str) -> t
     assert seen >= 3
     os.kill(two[0].pid, sig)
     rest = two[0].communicate(timeout=120)[0]
-    two[1].wait(timeout=60)
-    return reference, rest, [two[0].returncode, two[1].returncode]
+    return reference, rest, [two[0].returncode, *(p.wait(timeout=60) for p in two[1:])]
 
 
 def _last_loss(out: str) -> float:
@@ -315,17 +315,8 @@ def test_a_parameter_server_gang_checkpoints_and_resumes_with_other_servers(tmp_
     """2 workers and 1 server; SIGTERM to rank 0 after 3 epochs: the workers exit 75 (the server passes
     rank 0's stop on), the server 0; resumed with 3 workers and 2 servers from the checkpoint, the
     loss at the end is that of one process."""
-    reference = _gang(1, tmp_path / "ref", "--epochs", "40", "--work", "1")[0].communicate(timeout=120)[0]
-    two = _gang(2, tmp_path / "ckpt", "--epochs", "40", "--work", "2000", "--checkpoint-every", "0", servers=1)
-    assert two[0].stdout is not None
-    seen, deadline = 0, time.time() + 120
-    while seen < 3 and time.time() < deadline:
-        line = two[0].stdout.readline()
-        if line.startswith('{"epoch"'):
-            seen = json.loads(line)["epoch"]
-    os.kill(two[0].pid, signal.SIGTERM)
-    rest = two[0].communicate(timeout=120)[0]
-    assert [p.wait(timeout=60) for p in two] == [75, 75, 0]
+    reference, rest, codes = _signalled_after_3_epochs(tmp_path, signal.SIGTERM, 40, "--checkpoint-every", "0", servers=1)
+    assert codes == [75, 75, 0]
     (checkpoint,) = [r for r in _records(rest) if r.get("event") == "checkpoint"]
     three = _gang(3, tmp_path / "ckpt", "--epochs", "40", "--work", "1", servers=2)
     outs = [p.communicate(timeout=120)[0] for p in three]
