@@ -63,6 +63,8 @@ class Decision:
     #: running job on its own node keeps its replicas where they are, any other all its ``replicas``
     #: on ``node`` (:func:`decided_shares`).
     placement: Shares | None = None
+    #: A parameter-server job's servers on each of its nodes; ``None``: :func:`fewest_servers`.
+    servers: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,15 +192,94 @@ class Ledger:
         self.jobs_on: dict[str, list[str]] = {n.name: [] for n in snapshot.nodes}
         self.shared = SharedGpus(snapshot.nodes)
         self.device = self.shared.device
+        #: A parameter-server job's workers on each node (job id -> node -> replicas) and the servers
+        #: charged there (job id -> node -> servers): :meth:`servers_per_node` of its nodes, on each.
+        self.workers: dict[str, dict[str, int]] = {}
+        self.servers: dict[str, dict[str, int]] = {}
+        #: Servers per node a policy chose for a job (:meth:`choose_servers`); else :func:`fewest_servers`.
+        self.chosen: dict[str, int] = {}
+
+    def servers_per_node(self, job: Job, nodes: Iterable[str]) -> int | None:
+        """The servers a parameter-server job gets on each of ``nodes``: what a policy chose for it
+        (:meth:`choose_servers`), else :func:`fewest_servers`; ``None`` where no count is valid (more
+        nodes than its ``servers.max`` allows); 0 for any other job or no nodes."""
+        names = tuple(nodes)
+        if job.servers is None or not names:
+            return 0
+        per = self.chosen.get(job.id)
+        if per is None:
+            same = {n for n, _ in job.shares()} == set(names)
+            per = job.running_servers if same else job.fewest_servers(len(names))
+        return per if per * len(names) <= job.servers.max else None
+
+    def choose_servers(self, job: Job, per_node: int) -> bool:
+        """Give ``job`` ``per_node`` servers on each of its nodes from now on, if they fit (the servers
+        it holds now are given back first); whether they did (if not, nothing changed)."""
+        before = self.chosen.get(job.id)
+        self.chosen[job.id] = per_node
+        if self._server_delta(job, self.workers.get(job.id, {})) is None:
+            if before is None:
+                del self.chosen[job.id]
+            else:
+                self.chosen[job.id] = before
+            return False
+        self._charge_servers(job)
+        return True
+
+    def _server_delta(self, job: Job, workers: Mapping[str, int]) -> dict[str, int] | None:
+        """Servers to charge (+) or give back (-) per node for ``job`` to hold ``workers``, or ``None``
+        where they do not fit (or no server count is valid for that many nodes)."""
+        per = self.servers_per_node(job, [n for n, k in workers.items() if k > 0])
+        if per is None or job.servers is None:
+            return None
+        have = self.servers.get(job.id, {})
+        delta = {n: (per if workers.get(n, 0) > 0 else 0) - have.get(n, 0) for n in set(have) | set(workers)}
+        role = job.servers
+        for n, d in delta.items():
+            f = self.free[n]
+            if d > 0 and (d * role.cpu_millis > f[0] or d * role.memory_mib > f[2]):
+                return None
+        return delta
+
+    def _charge_servers(self, job: Job) -> None:
+        """Charge (or give back) ``job``'s servers for the workers it holds, fit or not (a give may
+        leave the remaining nodes more servers each, as when a pause is undone)."""
+        if job.servers is None:
+            return
+        workers = self.workers.get(job.id, {})
+        nodes = [n for n, k in workers.items() if k > 0]
+        per = self.servers_per_node(job, nodes) or 0
+        have = self.servers.setdefault(job.id, {})
+        for n in set(have) | set(nodes):
+            d = (per if n in nodes else 0) - have.get(n, 0)
+            f = self.free[n]
+            f[0] -= d * job.servers.cpu_millis
+            f[2] -= d * job.servers.memory_mib
+            self.containers[n] += d
+            have[n] = have.get(n, 0) + d
+            if have[n] == 0:
+                del have[n]
 
     def fits(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> bool:
-        """Whether ``count`` replicas (``None``: the job's ``replicas``) fit on ``node``."""
+        """Whether ``count`` replicas (``None``: the job's ``replicas``) fit on ``node``, with the servers
+        that puts there and on the job's other nodes."""
         f, r = self.free[node], job.replicas if count is None else count
         if job.gpu_milli is not None and gpus > 0:
             gpu_ok = self.shared.pick(node, job, f[1]) is not None
         else:
             gpu_ok = gpus * r <= f[1]
-        return cpu * r <= f[0] and gpu_ok and job.memory_mib * r <= f[2]
+        if not (cpu * r <= f[0] and gpu_ok and job.memory_mib * r <= f[2]):
+            return False
+        if job.servers is None:
+            return True
+        workers = dict(self.workers.get(job.id, {}))
+        workers[node] = workers.get(node, 0) + r
+        delta = self._server_delta(job, workers)
+        if delta is None:
+            return False
+        role = job.servers
+        d = delta.get(node, 0)
+        return cpu * r + max(d, 0) * role.cpu_millis <= f[0] and job.memory_mib * r + max(d, 0) * role.memory_mib <= f[2]
 
     def take(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> None:
         f, r = self.free[node], job.replicas if count is None else count
@@ -213,6 +294,10 @@ class Ledger:
         f[2] -= job.memory_mib * r
         self.containers[node] += r
         self.jobs_on[node].append(job.id)
+        if job.servers is not None:
+            workers = self.workers.setdefault(job.id, {})
+            workers[node] = workers.get(node, 0) + r
+            self._charge_servers(job)
 
     def give(self, node: str, job: Job, cpu: int, gpus: int, count: int | None = None) -> None:
         f, r = self.free[node], job.replicas if count is None else count
@@ -224,6 +309,12 @@ class Ledger:
         f[2] += job.memory_mib * r
         self.containers[node] -= r
         self.jobs_on[node].remove(job.id)
+        if job.servers is not None:
+            workers = self.workers.setdefault(job.id, {})
+            workers[node] = workers.get(node, 0) - r
+            if workers[node] <= 0:
+                del workers[node]
+            self._charge_servers(job)
 
     def take_all(self, job: Job, shares: Shares, cpu: int, gpus: int) -> None:
         for node, k in shares:
@@ -234,14 +325,18 @@ class Ledger:
             self.give(node, job, cpu, gpus, k)
 
     def room(self, node: str, job: Job, cpu: int, gpus: int) -> int:
-        """How many replicas of ``job`` at ``cpu`` / ``gpus`` each still fit on ``node`` (whole GPUs)."""
+        """How many replicas of ``job`` at ``cpu`` / ``gpus`` each still fit on ``node`` (whole GPUs), with
+        the servers they put there (:meth:`fits`)."""
         f = self.free[node]
-        return min(
+        count = min(
             f[0] // cpu if cpu > 0 else job.replicas,
             f[1] // gpus if gpus > 0 else job.replicas,
             f[2] // job.memory_mib if job.memory_mib > 0 else job.replicas,
             job.replicas,
         )
+        while job.servers is not None and count > 0 and not self.fits(node, job, cpu, gpus, count):
+            count -= 1
+        return count
 
     def share_free(self, node: str) -> float:
         """Fraction of the node's CPU still free (1 for a node without CPU)."""
@@ -320,12 +415,12 @@ def _action(job: Job, d: Decision) -> Action:
 
 def fewest_servers(job: Job, shares: Sequence[tuple[str, int]]) -> int | None:
     """The servers a baseline gives a parameter-server job on each node of ``shares``: what it runs with
-    where its placement stays, else its fewest spread over the nodes (the Docker adapter's default:
-    the baselines have no speed model for servers); None for any other job. The baselines' ledgers do
-    not charge the servers' CPU (the scenarios leave room for them)."""
+    where its nodes stay, else its fewest spread over the nodes (the Docker adapter's default: most
+    baselines have no speed model for servers); None for any other job. :class:`Ledger` charges the
+    same (:meth:`Ledger.servers_per_node`)."""
     if job.servers is None or not shares:
         return None
-    if dict(shares) == dict(job.shares()):
+    if {n for n, _ in shares} == {n for n, _ in job.shares()}:
         return job.running_servers
     return job.fewest_servers(len(shares))
 
@@ -369,7 +464,7 @@ def build_plan(
                 gpu_device=devices.get(job.id) if d.node is not None and job.gpu_milli is not None else None,
                 replicas=sum(k for _, k in shares) if shares else job.replicas,
                 placement=[Share(node=n, replicas=k) for n, k in shares] if len(shares) > 1 else None,
-                servers=fewest_servers(job, shares) if d.node is not None else None,
+                servers=(d.servers or fewest_servers(job, shares)) if d.node is not None else None,
                 action=action,
                 previous=prev,
                 lost_seconds=lost,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import nnls
 
-from models import CurveFit, SpeedModel, fit_learning_curve, fit_speed_model
+from models import CurveFit, PSSpeedModel, PSSpeedObservation, SpeedModel, fit_learning_curve, fit_ps_speed_model, fit_speed_model
 from planner.plan import Plan, Predictions
 from planner.policies.common import (
     Decision,
@@ -78,13 +78,23 @@ class JobModel:
     to_tier2: float | None
     speed: SpeedModel
     basis: str
+    #: A parameter-server job's (w, s) model, Optimus' form (:func:`ps_model`); ``None`` for any other.
+    ps: PSSpeedModel | None = None
 
     def seconds(self, cpu: int, gpus: int) -> float:
         return self.remaining * self.speed.seconds_per_epoch(cpu, gpus)
 
-    def gang_seconds(self, cpu: int, gpus: int, count: int) -> float:
-        """Remaining seconds of a gang at ``count`` replicas (module docstring)."""
-        return self.remaining * count_seconds_per_epoch(self.job, self.speed.seconds_per_epoch(cpu, gpus), count)
+    def gang_epoch(self, cpu: int, gpus: int, count: int, servers: int = 0) -> float:
+        """Seconds per epoch of a gang at ``count`` replicas and, for a parameter-server job, ``servers``
+        servers in all (module docstring)."""
+        at_full = self.speed.seconds_per_epoch(cpu, gpus)
+        if self.ps is None:
+            return count_seconds_per_epoch(self.job, at_full, count)
+        return ps_seconds_per_epoch(self.job, self.ps, at_full, count, servers)
+
+    def gang_seconds(self, cpu: int, gpus: int, count: int, servers: int = 0) -> float:
+        """Remaining seconds of a gang at ``count`` replicas (and ``servers`` servers in all)."""
+        return self.remaining * self.gang_epoch(cpu, gpus, count, servers)
 
 
 def count_seconds_per_epoch(job: Job, at_full_count: float, count: int) -> float:
@@ -100,6 +110,30 @@ def count_seconds_per_epoch(job: Job, at_full_count: float, count: int) -> float
             return t
     c = float(np.median([t * k for k, t in pts])) if pts else at_full_count * job.replicas
     return c / count
+
+
+def ps_model(job: Job) -> PSSpeedModel | None:
+    """Optimus' speed function of a parameter-server job, ``t(w, s) = θ0 M / w + θ1 + θ2 w / s + θ3 w + θ4 s``
+    (whatever form the job declares: Optimus has one), fitted by non-negative least squares to its
+    observed epochs at their workers and servers in all, on :func:`models.fit_ps_speed_model`'s prior
+    (so with one shape observed it is the prior scaled through it); ``None`` for any other job."""
+    if job.servers is None:
+        return None
+    obs = [
+        PSSpeedObservation(p.replicas or job.replicas, p.servers or job.fewest_servers(p.nodes) * p.nodes, p.seconds_per_epoch)
+        for p in job.speed
+    ]
+    return fit_ps_speed_model(obs, "optimus", default_epoch_seconds=1.0)
+
+
+def ps_seconds_per_epoch(job: Job, model: PSSpeedModel, at_full_count: float, count: int, servers: int) -> float:
+    """Seconds per epoch of parameter-server ``job`` at ``count`` workers and ``servers`` servers in all:
+    ``model`` where it was fitted to the job's epochs, else its prior shape scaled so that the job's
+    full count with its fewest servers on one node takes ``at_full_count``."""
+    t = model.seconds_per_epoch(count, max(servers, 1))
+    if model.source != "prior":
+        return t
+    return at_full_count * t / model.seconds_per_epoch(job.replicas, job.fewest_servers(1))
 
 
 def _epochs_to(curve: CurveFit | None, value: float | None, epoch: float) -> float | None:
@@ -132,10 +166,13 @@ def job_model(job: Job, tolerance: float) -> JobModel:
     speed = fit_speed_model(observed_speeds(job), uses_gpu=job.max_gpus > 0)
     curve_note = f"hyperbola fit on {curve.n_points} points" if curve is not None else f"no hyperbola fit ({fit.reason})"  # type: ignore[union-attr]
     basis = f"Optimus: {curve_note}; speed {speed.source} ({speed.n_observations} obs)"
-    return JobModel(job, remaining, to1, to2, speed, basis)
+    ps = ps_model(job)
+    if ps is not None:
+        basis += f"; parameter servers: Optimus form, {ps.source} ({ps.n_observations} obs)"
+    return JobModel(job, remaining, to1, to2, speed, basis, ps)
 
 
-def _predictions(m: JobModel, d: Decision, now: float, count: int | None = None) -> Predictions:
+def _predictions(m: JobModel, d: Decision, now: float, count: int | None = None, servers: int = 0) -> Predictions:
     job, t = m.job, m.job.target
     d1 = t.tier1.deadline if t is not None else None
     d2 = t.tier2.deadline if t is not None and t.tier2 is not None else None
@@ -152,7 +189,7 @@ def _predictions(m: JobModel, d: Decision, now: float, count: int | None = None)
         )
     spe = m.speed.seconds_per_epoch(d.cpu_millis, d.gpus)
     if count is not None:
-        spe = count_seconds_per_epoch(job, spe, count)
+        spe = m.gang_epoch(d.cpu_millis, d.gpus, count, servers)
     eta1 = now + m.to_tier1 * spe if m.to_tier1 is not None else None
     eta2 = now + m.to_tier2 * spe if m.to_tier2 is not None else None
     return Predictions(
@@ -204,15 +241,18 @@ class OptimusPolicy:
                 ledger.take_all(job, job.shares(), cpu, gpus)
                 alloc[job.id], where[job.id] = [cpu, gpus], job.node
         for job in submission_order(j for j in active_jobs(snapshot) if j.status == "pending"):
-            if spreads(job):
+            if spreads(job) or job.servers is not None:
                 cpu, gpus = job.min_cpu_millis, job.min_gpus
                 least = place_replicas(ledger, job, cpu, gpus, job.fewest_replicas, most_room_first(ledger, job, cpu, gpus))
                 if least is None:
                     need = describe(job, cpu, gpus, ())  # one replica's share
-                    why = f"waits: the nodes lack room for its minimum of {job.fewest_replicas} replica(s) of {need}"
+                    servers = " beside its servers" if job.servers is not None else ""
+                    why = f"waits: the nodes lack room for its minimum of {job.fewest_replicas} replica(s) of {need}{servers}"
                     decisions[job.id] = Decision(None, why=why)
                     continue
                 gangs[job.id] = dict(least)
+                if job.servers is not None:  # its fewest, from now on grown only by marginal gain
+                    ledger.choose_servers(job, ledger.servers_per_node(job, gangs[job.id]) or 1)
                 alloc[job.id], where[job.id] = [cpu, gpus], least[0][0]
                 continue
             cands = [
@@ -241,11 +281,19 @@ class OptimusPolicy:
             if job.id in gangs:
                 shares = tuple(gangs[job.id].items())
                 count = sum(k for _, k in shares)
+                per = ledger.chosen.get(job.id) if job.servers is not None else None
                 what = describe(job, cpu, gpus, shares)
+                if per is not None:
+                    what += f", {per * len(shares)} parameter server(s), {per} on each node"
                 d = Decision(
-                    node, cpu, gpus, f"{what}: count by greedy marginal gain, {m.remaining:.1f} epochs left", placement=shares
+                    node,
+                    cpu,
+                    gpus,
+                    f"{what}: count by greedy marginal gain, {m.remaining:.1f} epochs left",
+                    placement=shares,
+                    servers=per,
                 )
-                decisions[job.id] = replace(d, predictions=_predictions(m, d, snapshot.time, count))
+                decisions[job.id] = replace(d, predictions=_predictions(m, d, snapshot.time, count, (per or 0) * len(shares)))
                 continue
             fixed = job.status == "running" and not job.resizable
             why = (
@@ -275,20 +323,33 @@ class OptimusPolicy:
         gangs: dict[str, dict[str, int]],
     ) -> None:
         """Hand out units to the ``growing`` jobs by largest remaining-time reduction per share of the
-        node, while any fits; a pending spreading gang's unit is one more replica."""
+        node, while any fits; a pending gang's unit is one more replica (with its node's servers when
+        it is on a new node), or, for a parameter-server job, one more server on each of its nodes.
+        A gang's heap entry is (count, servers per node) before and after."""
         heap: list[tuple[float, str, int, int, int, int]] = []
         jobs = {j.id: j for j in snapshot.jobs}
 
         def push(jid: str) -> None:
             job, m = jobs[jid], models[jid]
             if jid in gangs:
-                step = _next_replica(snapshot, ledger, job, alloc[jid], gangs[jid])
+                shares, role = gangs[jid], job.servers
+                count, per, nodes = sum(shares.values()), ledger.chosen.get(jid, 0), len(shares)
+                cpu, gpus = alloc[jid]
+                now = m.gang_seconds(cpu, gpus, count, per * nodes)
+                step = _next_replica(snapshot, ledger, job, alloc[jid], shares)
                 if step is not None:
-                    count = sum(gangs[jid].values())
-                    cpu, gpus = alloc[jid]
-                    gain = m.gang_seconds(cpu, gpus, count) - m.gang_seconds(cpu, gpus, count + 1)
-                    if gain > 0 and np.isfinite(gain):
-                        heapq.heappush(heap, (-gain / step[1], jid, count, 0, count + 1, 0))
+                    wider = step[0] not in shares
+                    size = step[1]
+                    if wider and role is not None:  # and its servers there
+                        size += _cpu_share(ledger, step[0], per * role.cpu_millis)
+                    gain = now - m.gang_seconds(cpu, gpus, count + 1, per * (nodes + wider))
+                    if gain > 0 and np.isfinite(gain) and size > 0:
+                        heapq.heappush(heap, (-gain / size, jid, count, per, count + 1, per))
+                if role is not None and (per + 1) * nodes <= role.max:
+                    size = sum(_cpu_share(ledger, n, role.cpu_millis) for n in shares)
+                    gain = now - m.gang_seconds(cpu, gpus, count, (per + 1) * nodes)
+                    if gain > 0 and np.isfinite(gain) and size > 0:
+                        heapq.heappush(heap, (-gain / size, jid, count, per, count, per + 1))
                 return
             if job.status == "running" and (not job.resizable or spreads(job)):
                 return
@@ -312,12 +373,16 @@ class OptimusPolicy:
         while heap:
             _, jid, cpu, gpus, c, g = heapq.heappop(heap)
             if jid in gangs:
-                if sum(gangs[jid].values()) == cpu:  # not stale: the count it was pushed at
+                if (sum(gangs[jid].values()), ledger.chosen.get(jid, 0)) != (cpu, gpus):
+                    continue  # stale: the count and servers it was pushed at changed since
+                if c > cpu:
                     step = _next_replica(snapshot, ledger, jobs[jid], alloc[jid], gangs[jid])
                     if step is not None:
                         ledger.take(step[0], jobs[jid], alloc[jid][0], alloc[jid][1], 1)
                         gangs[jid][step[0]] = gangs[jid].get(step[0], 0) + 1
                         push(jid)
+                elif ledger.choose_servers(jobs[jid], g):
+                    push(jid)
                 continue
             if alloc[jid] != [cpu, gpus]:
                 continue  # stale: the job grew since
@@ -354,6 +419,11 @@ def _next_replica(
     cap = ledger.nodes[node]
     size = gpus / cap.gpus if gpus and cap.gpus else cpu / cap.cpu_millis if cap.cpu_millis else 1.0
     return node, size
+
+
+def _cpu_share(ledger: Ledger, node: str, millis: int) -> float:
+    cap = ledger.nodes[node].cpu_millis
+    return millis / cap if cap else 0.0
 
 
 def _gpu_free(ledger: Ledger, node: str) -> float:
