@@ -129,15 +129,39 @@ def _ps_levels(outlook: JobOutlook, shapes: list[GangShape]) -> tuple[PSScaling,
     return scaling, speed, current
 
 
+#: The widest count range searched for the fastest count (:func:`fastest_count`); wider ones keep the
+#: geometric levels only.
+FASTEST_SPAN = 256
+
+
+def fastest_count(job: Job, scaling: GangScaling | PSScaling) -> int:
+    """The fewest replicas at which ``scaling`` predicts the job's fastest epoch, over every count it may
+    run with and every node level of each (a parameter-server job's only where its servers can be
+    placed); the job's ``replicas`` where the range is wider than :data:`FASTEST_SPAN`."""
+    lo, hi = job.fewest_replicas, job.replicas
+    if hi - lo > FASTEST_SPAN:
+        return hi
+    shapes = [(w, n) for w in range(lo, hi + 1) for n in node_levels(w, job.max_nodes)]
+    w = np.array([c for c, _ in shapes], dtype=np.int64)
+    n = np.array([k for _, k in shapes], dtype=np.int64)
+    t = np.asarray(scaling.per_step(w, n), dtype=float)
+    if isinstance(scaling, PSScaling):
+        t = np.where(scaling.servers_per_node(w, n) > 0, t, np.inf)
+    if not np.isfinite(t).any():
+        return hi
+    return int(w[int(np.argmin(t))])
+
+
 def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
+    """A gang's blocks (count, node level) and the scaling that prices them: the counts of
+    :func:`count_levels` and the count its scaling predicts fastest (:func:`fastest_count`: a gang
+    whose speed peaks below its ``replicas`` is offered its peak, which the geometric levels may
+    step over), each over its node levels."""
     job = outlook.job
-    counts = count_levels(job, config)
-    blocks = [(c, n) for c in counts for n in node_levels(c, job.max_nodes)]
-    count = np.array([c for c, _ in blocks], dtype=np.int64)
-    nodes = np.array([n for _, n in blocks], dtype=np.int64)
     shapes = _shapes(outlook)
     if job.servers is not None:
         ps, ps_speed, ps_current = _ps_levels(outlook, shapes)
+        count, nodes = _blocks(job, config, ps)
         return GangLevels(count, nodes, ps, ps_speed, ps_current, f"workers/servers scaling {ps.source} ({job.servers.form})")
     scaling = gang_scaling(job.replicas, shapes)
     speed: SpeedLike = outlook.speed
@@ -152,4 +176,12 @@ def gang_levels(outlook: JobOutlook, config: PlannerConfig) -> GangLevels:
     if shares:
         current = float(scaling.factor(np.array([sum(k for _, k in shares)]), np.array([len(shares)]))[0])
     note = f"count/spread scaling {scaling.source}"
+    count, nodes = _blocks(job, config, scaling)
     return GangLevels(count, nodes, scaling, speed, current, note)
+
+
+def _blocks(job: Job, config: PlannerConfig, scaling: GangScaling | PSScaling) -> tuple[np.ndarray, np.ndarray]:
+    """(count, nodes) of each block: every count level (and the fastest count) over its node levels."""
+    counts = sorted(set(count_levels(job, config)) | {fastest_count(job, scaling)})
+    blocks = [(c, n) for c in counts for n in node_levels(c, job.max_nodes)]
+    return np.array([c for c, _ in blocks], dtype=np.int64), np.array([n for _, n in blocks], dtype=np.int64)
