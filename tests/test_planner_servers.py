@@ -14,14 +14,12 @@ refusal is tested on the function both call first.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 import pytest
 from hand_plans import refused_in_one_line
 
-from adapters.base import refuse_servers
 from adapters.loop import diff
 from models import fit_ps_speed_model
 from models.gang_speed import SERVER_TOLERANCE, ps_scaling
@@ -239,25 +237,16 @@ def test_the_checker_counts_servers() -> None:
 # --- the adapters --------------------------------------------------------------------------------
 
 
-def test_adapters_refuse_servers_whole_until_they_start_them() -> None:
-    """The loop's diff carries the plan's servers into the change; ``refuse_servers`` (what the Docker
-    and Kubernetes adapters call first) refuses every change of such a plan, in one line naming the
-    job and its servers, before anything is applied; a plan without servers passes."""
+def test_the_diff_carries_the_servers_into_the_change() -> None:
+    """The loop's diff carries the plan's servers (on each node) into the change the adapters apply,
+    and into its key, so a change of servers alone is a change."""
     dp = {"id": "dp", "status": "pending", "min_gpus": 1, "max_gpus": 1, "history": HISTORY}
     s, p = _plan(_snap(_nodes(16000, 4), [_ps(), dp]), "cpsat")
     changes = diff(s, p)
     ps = next(c for c in changes if c.job == "ps")
     a = next(x for x in p.assignments if x.job == "ps")
     assert ps.servers == a.servers and ps.as_dict()["servers"] == a.servers and f"+{a.servers}ps" in ps.key()
-    out = refuse_servers(changes, "Docker", logging.getLogger("test"))
-    assert out is not None and len(out) == len(changes) and not any(o.ok for o in out)
-    nodes = len(assigned_shares(a))
-    first = next(o for o in out if o.change.job == "ps")
-    assert first.error == "invalid" and "\n" not in first.message
-    assert f"job ps: {a.servers * nodes} parameter server(s) ({a.servers} on each of {nodes} node(s))" in first.message
-    assert all("the plan was refused" in o.message for o in out if o.change.job != "ps")
-    plain = [c for c in changes if c.job != "ps"]
-    assert refuse_servers(plain, "Docker", logging.getLogger("test")) is None
+    assert next(c for c in changes if c.job == "dp").servers is None
 
 
 def test_the_plan_table_shows_the_servers() -> None:
@@ -285,3 +274,25 @@ def test_servers_not_named_are_the_fewest_spread_over_the_nodes() -> None:
     )
     s = Snapshot.model_validate(_snap(_nodes(16000, 4), [job]))
     assert s.jobs[0].running_servers == 2 and s.jobs[0].fewest_servers(3) == 2 and s.jobs[0].fewest_servers(8) == 1
+
+
+def test_the_fastest_count_is_offered_where_the_levels_step_over_it() -> None:
+    """A job of 1-12 workers is offered the geometric counts 1, 2, 5 and 12; a parameter-server job's
+    prior peaks at 9 workers (more workers load the servers more than they add), and 9 is offered too.
+    A data-parallel gang's measured-table prior speeds up to its full count: nothing is added."""
+    from models.gang_speed import gang_scaling
+    from planner.gang_levels import _blocks, count_levels, fastest_count
+    from planner.snapshot import Job
+
+    base = {"id": "g", "status": "pending", "replicas": 12, "min_replicas": 1, "max_nodes": 4, "min_gpus": 1, "max_gpus": 1}
+    ps = Job.model_validate({**base, "servers": {"min": 1, "max": 12, "cpu_millis": 4000}})
+    dp = Job.model_validate(base)
+    config = PlannerConfig()
+    assert count_levels(ps, config) == [1, 2, 5, 12]
+    scaling = ps_scaling(12, 1, 12, "optimus", [])
+    best = fastest_count(ps, scaling)
+    at = {(w, n): float(scaling.per_step(np.array([w]), np.array([n]))[0]) for w in range(1, 13) for n in (1, 2, 3, 4) if n <= w}
+    assert best == 9 and min(t for (w, _), t in at.items() if w == 9) == min(at.values())
+    assert 9 in set(_blocks(ps, config, scaling)[0].tolist())
+    assert fastest_count(dp, gang_scaling(12, [])) == 12
+    assert set(_blocks(dp, config, gang_scaling(12, []))[0].tolist()) == {1, 2, 5, 12}
