@@ -113,8 +113,7 @@ class Change:
     #: A gang spread over nodes (the plan's ``placement``): ``(node, replicas)`` per node, rank 0's
     #: first; ``None``: all ``replicas`` on ``node``. See :func:`refuse_spanning`.
     placement: Shares | None = None
-    #: Parameter servers on each node of the placement (the plan's ``servers``); ``None``: none. See
-    #: :func:`refuse_servers`.
+    #: Parameter servers on each node of the placement (the plan's ``servers``); ``None``: none.
     servers: int | None = None
 
     def key(self) -> str:
@@ -191,22 +190,6 @@ def refuse_spanning(changes: Sequence[Change], adapter: str, log: logging.Logger
     count = len(spread.placement or ())
     what = f"job {spread.job}: replicas on {count} nodes ({where}) cannot be placed by {adapter} yet (one node per job)"
     return refuse_whole(changes, spread, what, log)
-
-
-def refuse_servers(changes: Sequence[Change], adapter: str, log: logging.Logger) -> list[Outcome] | None:
-    """For an adapter that does not start parameter servers yet (Kubernetes; Docker does,
-    :mod:`adapters.docker.gangs`):
-    ``None`` when no change places a job with servers, else every change refused as ``invalid``
-    before anything is applied, each message one line naming the job and its servers (logged once)."""
-    ps = next((c for c in changes if c.servers is not None and c.node is not None), None)
-    if ps is None or ps.servers is None:
-        return None
-    nodes = len(change_shares(ps))
-    what = (
-        f"job {ps.job}: {ps.servers * nodes} parameter server(s) ({ps.servers} on each of {nodes} node(s)) "
-        f"cannot be started by {adapter} yet"
-    )
-    return refuse_whole(changes, ps, what, log)
 
 
 def refuse_whole(changes: Sequence[Change], culprit: Change, what: str, log: logging.Logger) -> list[Outcome]:

@@ -43,7 +43,9 @@ Case matrix:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -513,18 +515,10 @@ def test_a_tfjobs_workers_are_scaled_and_its_chief_kept(k8s_sandbox: Any) -> Non
     """A TFJob (Chief 1 + Worker 2; a real CustomResourceDefinition on the real server, its pods made
     as the training operator would): one gang of 3 pods, and a plan for 4 raises ``Worker`` 2 -> 3,
     the Chief kept. A TFJob whose parameter server asks other bounds than its workers is unmanaged,
-    saying which pods differ (the snapshot has no roles)."""
-    from kubernetes import client
-
-    from adapters.kubernetes.sandbox import api_client
-
-    admin = api_client(k8s_sandbox)
-    ext, custom = client.ApiextensionsV1Api(admin), client.CustomObjectsApi(admin)
+    saying which pods differ (without the training operator's role label, a PS pod is a replica)."""
     api = core(k8s_sandbox)
     n0, n1, _ = k8s_sandbox.nodes
-    ext.create_custom_resource_definition(_crd("TFJob", "tfjobs"), _preload_content=False)
-    try:
-        wait_for(lambda: _served(custom, "tfjobs"), 30, "the TFJob CRD served")
+    with kubeflow_crd(k8s_sandbox, "TFJob", "tfjobs") as custom:
         template = {"spec": pod_body("t")["spec"]}
 
         def tfjob(name: str, roles: dict[str, int]) -> dict[str, Any]:
@@ -553,9 +547,25 @@ def test_a_tfjobs_workers_are_scaled_and_its_chief_kept(k8s_sandbox: Any) -> Non
         )
         assert {r: s["replicas"] for r, s in specs["spec"]["tfReplicaSpecs"].items()} == {"Chief": 1, "Worker": 3}
         assert "3 of 4 pods exist (TFJob tf spec.tfReplicaSpecs)" in (ad.observe(), ad.last.waiting["tfjob/tf"])[1]
-    finally:
-        ext.delete_custom_resource_definition("tfjobs.kubeflow.org", _preload_content=False)
     ad.close()
+
+
+@contextlib.contextmanager
+def kubeflow_crd(info: Any, kind: str, plural: str) -> Iterator[Any]:
+    """A Kubeflow training job's CustomResourceDefinition on the sandbox, served, removed after: yields
+    the ``CustomObjectsApi``."""
+    from kubernetes import client
+
+    from adapters.kubernetes.sandbox import api_client
+
+    admin = api_client(info)
+    ext, custom = client.ApiextensionsV1Api(admin), client.CustomObjectsApi(admin)
+    ext.create_custom_resource_definition(_crd(kind, plural), _preload_content=False)
+    try:
+        wait_for(lambda: _served(custom, plural), 30, f"the {kind} CRD served")
+        yield custom
+    finally:
+        ext.delete_custom_resource_definition(f"{plural}.kubeflow.org", _preload_content=False)
 
 
 def _served(custom: Any, plural: str = "pytorchjobs") -> bool:

@@ -99,7 +99,6 @@ from adapters.base import (
     WallClock,
     outcome_of,
     refuse_fractions,
-    refuse_servers,
     refuse_whole,
 )
 from adapters.docker.labels import JobLabels
@@ -451,9 +450,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         errors as data (a bug of ours too: it must not stop the other changes). A plan that places a
         GPU fraction is refused whole, before anything is applied: ``nvidia.com/gpu`` is a whole-device
         count, and sharing one needs a device plugin (time-slicing, MPS, a GPU-share plugin) FlowPlan
-        does not configure; so is one that places parameter servers (not started here yet)."""
+        does not configure."""
         why = "nvidia.com/gpu counts whole devices; sharing one needs a device plugin"
-        refused = refuse_fractions(changes, "Kubernetes", why, log) or refuse_servers(changes, "Kubernetes", log)
+        refused = refuse_fractions(changes, "Kubernetes", why, log)
         if refused is not None:
             return refused
         for ch in changes:

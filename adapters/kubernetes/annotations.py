@@ -35,6 +35,13 @@ annotation                         meaning
                                    count (torchrun's elastic rendezvous), so no checkpoint comes first
 ``flowplan.io/rank``               per pod, ``0`` .. ``1023``: the pod's rank (rank 0's node is the
                                    job's ``node``); the pods of a gang need not agree on it
+``flowplan.io/min-servers``        a gang with parameter servers (:mod:`adapters.kubernetes.gangs`):
+                                   ``Job.servers.min``, the fewest servers in all (1-1024; default:
+                                   the servers it has)
+``flowplan.io/max-servers``        ``Job.servers.max``: the most servers its owner may be scaled to
+                                   (1-1024; default: the servers it has)
+``flowplan.io/server-form``        ``optimus`` (default) or ``coach``: ``Job.servers.form``, the
+                                   prior of its (workers, servers) speed model
 =================================  ===================================================================
 """
 
@@ -69,7 +76,12 @@ MAX_REPLICAS = "flowplan.io/max-replicas"
 MAX_NODES = "flowplan.io/max-nodes"
 ELASTIC = "flowplan.io/elastic"
 RANK = "flowplan.io/rank"
-GANG_KEYS = {MIN_REPLICAS, MAX_REPLICAS, MAX_NODES, ELASTIC, RANK}
+#: A gang's parameter servers (pods of its ``ps`` role): their bounds and speed form.
+MIN_SERVERS = "flowplan.io/min-servers"
+MAX_SERVERS = "flowplan.io/max-servers"
+SERVER_FORM = "flowplan.io/server-form"
+SERVER_KEYS = {MIN_SERVERS, MAX_SERVERS, SERVER_FORM}
+GANG_KEYS = {MIN_REPLICAS, MAX_REPLICAS, MAX_NODES, ELASTIC, RANK} | SERVER_KEYS
 #: Docker's gang labels, as annotations: refused here, they name Kubernetes' keys instead.
 _DOCKER_GANG = {
     "flowplan.io/replicas": MAX_REPLICAS,
@@ -92,6 +104,9 @@ class GangBounds:
     max_replicas: int | None = None
     max_nodes: int = 1
     elastic: bool = False
+    min_servers: int | None = None
+    max_servers: int | None = None
+    server_form: str | None = None
 
 
 def whole(key: str, value: str, lo: int, hi: int) -> int:
@@ -108,18 +123,32 @@ def whole(key: str, value: str, lo: int, hi: int) -> int:
 def gang_bounds(annotations: Mapping[str, str]) -> GangBounds:
     """The gang bounds a pod's annotations declare (module docstring). Raises :class:`AnnotationError`
     naming the annotation and its value."""
-    keys = (MIN_REPLICAS, MAX_REPLICAS, MAX_NODES)
+    keys = (MIN_REPLICAS, MAX_REPLICAS, MAX_NODES, MIN_SERVERS, MAX_SERVERS)
     ints = {key: whole(key, annotations[key], 1, MAX_GANG) for key in keys if key in annotations}
-    lo, hi = ints.get(MIN_REPLICAS), ints.get(MAX_REPLICAS)
-    if lo is not None and hi is not None and lo > hi:
-        raise AnnotationError(f"annotation {MIN_REPLICAS}: {lo} exceeds {MAX_REPLICAS} {hi} ({annotations[MIN_REPLICAS]!r})")
+    for low, high in ((MIN_REPLICAS, MAX_REPLICAS), (MIN_SERVERS, MAX_SERVERS)):
+        lo, hi = ints.get(low), ints.get(high)
+        if lo is not None and hi is not None and lo > hi:
+            raise AnnotationError(f"annotation {low}: {lo} exceeds {high} {hi} ({annotations[low]!r})")
+    form = None
+    if SERVER_FORM in annotations:
+        form = annotations[SERVER_FORM].strip().lower()
+        if form not in ("optimus", "coach"):
+            raise AnnotationError(f"annotation {SERVER_FORM}: expected optimus or coach ({annotations[SERVER_FORM]!r})")
     elastic = False
     if ELASTIC in annotations:
         text = annotations[ELASTIC].strip().lower()
         if text not in ("true", "false"):
             raise AnnotationError(f"annotation {ELASTIC}: expected true or false ({annotations[ELASTIC]!r})")
         elastic = text == "true"
-    return GangBounds(lo, hi, ints.get(MAX_NODES, 1), elastic)
+    return GangBounds(
+        ints.get(MIN_REPLICAS),
+        ints.get(MAX_REPLICAS),
+        ints.get(MAX_NODES, 1),
+        elastic,
+        ints.get(MIN_SERVERS),
+        ints.get(MAX_SERVERS),
+        form,
+    )
 
 
 def one_replica(annotations: Mapping[str, str]) -> None:
@@ -130,6 +159,9 @@ def one_replica(annotations: Mapping[str, str]) -> None:
         if value is not None and value > 1:
             why = f"a pod without a gang is one replica (a gang is pods sharing the label {GANG_LABEL} or an owner)"
             raise AnnotationError(f"annotation {key}: {why} ({annotations[key]!r})")
+    for key in sorted(SERVER_KEYS & set(annotations)):
+        why = "a pod without a gang has no parameter servers (they are its gang's pods of role ps)"
+        raise AnnotationError(f"annotation {key}: {why} ({annotations[key]!r})")
 
 
 def parse_annotations(

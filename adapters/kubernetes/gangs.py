@@ -36,6 +36,15 @@ is every FlowPlan pod of a namespace whose label ``flowplan.io/gang`` has the sa
   differ, the gang is unmanaged, with a note naming both pods, the key and the two values (in
   ``Observation.unmanaged``, the node labels and the log), never an exception. Bounds are parsed from
   the rank 0 pod; ``target.tier1.within`` counts from the earliest pod's creation.
+- **Parameter servers**: the gang's pods that Kubeflow's training operator labels
+  ``training.kubeflow.org/replica-type: ps`` (a TFJob's ``PS`` role) are not replicas but the job's
+  ``servers`` (:func:`server_role`): each one's CPU and memory requests (the same on each), in all
+  ``flowplan.io/min-servers`` .. ``flowplan.io/max-servers`` (default: the servers it has; both the
+  servers it has where FlowPlan cannot change the count: only a Kubeflow job's ``PS`` replicas are
+  scaled), the speed form ``flowplan.io/server-form``. They need not declare FlowPlan's bounds. A
+  running gang runs with them when every one is bound on exactly its workers' nodes, the same number
+  on each (``allocation.servers``, :func:`servers_per_node`); else it is pending with a note, and
+  the next start gathers them. A failed server ends the job.
 - **State**: every pod unbound → ``pending``; every pod bound, on at most ``max_nodes`` nodes →
   ``running`` on rank 0's node, with its ``placement`` when spread (or below its ``replicas``), and
   the smallest CPU request of its pods (a resize half done shows, and is repeated for the rest); any
@@ -62,16 +71,21 @@ observe saw):
   its new count and the next plan's ``start`` binds it as planned. A gang whose count cannot change
   is never asked to by a plan of its snapshot (its ``replicas`` is its pods); a change that asks
   anyway is refused as ``conflict``, naming the job and both counts, and changes nothing.
+- a new number of **servers** (``servers`` on each planned node, in all not the server pods): as a
+  new count, always a restart (TensorFlow's ``TF_CONFIG`` lists every server), the owner's ``PS``
+  replicas patched with its ``Worker`` replicas (:func:`~adapters.kubernetes.owners.scale`).
 - ``start``: a ``Binding`` of each unbound pod to its planned node
   (:func:`~adapters.kubernetes.spread.assign`: rank 0 to the first planned node, a pod already bound
   where a planned replica is left stays, the rest fill the planned nodes in rank order); then, when
   any pod was not at the planned CPU, the gang's pods listed again and the CPU of each such pod set
-  in place. **All or none**: if a Binding fails midway, the gang's bound pods (by this start, or by
-  an earlier one cut short) are deleted and re-created unbound (a bound pod cannot be unbound:
-  Kubernetes has no call for it), so the gang is pending again, and the outcome is the Binding's
-  error and what was undone. Pods of the gang found bound where no replica is planned (a split
-  gang) are re-created unbound first, then bound with the others. A gang already running as
-  planned: ok; running otherwise: ``conflict``.
+  in place; the parameter servers, ``servers`` on each of those nodes, bound after the workers (a
+  server bound elsewhere re-created unbound first). **All or none**: if a Binding fails midway,
+  the gang's bound pods (by this start, or by an earlier one cut short) are deleted and re-created
+  unbound (a bound pod cannot be unbound: Kubernetes has no call for it), so the gang is pending
+  again, and the outcome is the Binding's error and what was undone. Pods of the gang found bound
+  where no replica is planned (a split gang) are re-created unbound first, then bound with the
+  others. A gang already running as planned: ok (its servers gathered where they are not);
+  running otherwise: ``conflict``.
 - ``resize``: (the pods must run as planned; a new spread is a migration) every pod's CPU in
   place, each as a single pod's; a pod already at the figure is left alone, so a resize that
   failed halfway is finished by the next one. Re-created (as a migration to the same nodes) when
@@ -103,17 +117,20 @@ from adapters.kubernetes.annotations import (
     MAX_GANG,
     MAX_NODES,
     MAX_REPLICAS,
+    MAX_SERVERS,
     MIN_REPLICAS,
+    MIN_SERVERS,
     PREFIX,
     RANK,
     WRITTEN,
+    GangBounds,
     gang_bounds,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError
-from adapters.kubernetes.owners import Owner, OwnerCount, read_count
-from adapters.kubernetes.pods import PodView, controller_of, requested
+from adapters.kubernetes.owners import SERVER_ROLE, Owner, OwnerCount, read_count
+from adapters.kubernetes.pods import PodView, controller_of, mib, requested
 from adapters.kubernetes.spread import ranked, shares_of
-from planner.snapshot import Share, gang_problem
+from planner.snapshot import ServerRole, Share, gang_problem, server_problem
 
 if TYPE_CHECKING:
     from adapters.kubernetes.adapter import Observation
@@ -140,10 +157,82 @@ class Gang:
     fixed: str | None = None  # why FlowPlan cannot change its count (None: through its owner)
     elastic: bool = False  # flowplan.io/elastic: a new count needs no restart
     max_nodes: int = 1  # flowplan.io/max-nodes: spread over more, the gang is pending (gathered by a start)
+    servers: list[PodView] = field(default_factory=list)  # its parameter servers (role ps), by rank
+    servers_fixed: str | None = None  # why FlowPlan cannot change how many servers it has (None: it can)
 
     @property
     def size(self) -> int:
         return len(self.members)
+
+
+#: The label Kubeflow's training operator puts on each pod of a training job: its role (``ps``,
+#: ``worker``, ``chief`` ...), lower case.
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+
+
+def is_server(pod: PodView) -> bool:
+    """Is the pod a parameter server (its training operator's role label says ``ps``)?"""
+    return pod.labels.get(REPLICA_TYPE, "").lower() == SERVER_ROLE
+
+
+def ranked_servers(servers: list[PodView]) -> list[PodView]:
+    """Parameter-server pods in order: by the operator's ``replica-index``, then by name."""
+
+    def key(p: PodView) -> tuple[int, int, str]:
+        index = p.labels.get(REPLICA_INDEX, "")
+        return (0, int(index), p.name) if index.isdigit() else (1, 0, p.name)
+
+    return sorted(servers, key=key)
+
+
+def server_role(job: str, servers: list[PodView], bounds: GangBounds, fixed: str | None) -> ServerRole:
+    """The ``Job.servers`` of a gang's parameter-server pods: each one's CPU and memory requests (the
+    same on each), in all ``min-servers`` .. ``max-servers`` (default: the servers it has; both the
+    servers it has where ``fixed`` says why the count cannot change). Raises :class:`GangError`."""
+    first = servers[0]
+    for p in servers[1:]:
+        for what, a, b in (
+            ("CPU request", first.requests.get("cpu"), p.requests.get("cpu")),
+            ("memory request", first.requests.get("memory"), p.requests.get("memory")),
+        ):
+            if a != b:
+                raise GangError(f"gang {job}: parameter servers {first.name} and {p.name} disagree on {what} ({a!r} vs {b!r})")
+    if first.cpu_request is None or first.cpu_request < 1:
+        raise GangError(f"gang {job}: parameter server {first.name} has no CPU request (resources.requests.cpu)")
+    if first.gpus:
+        raise GangError(f"gang {job}: parameter server {first.name} asks {first.gpus} GPU(s); servers are CPU only here")
+    have = len(servers)
+    lo, hi = bounds.min_servers, bounds.max_servers
+    if fixed is not None:
+        lo = hi = have
+    else:
+        hi = max(have, hi or have)
+        lo = have if lo is None else lo
+    if lo > hi:
+        raise GangError(f"gang {job}: annotation {MIN_SERVERS}: {lo} exceeds the {hi} servers it may have ({MAX_SERVERS})")
+    memory = first.requests.get("memory")
+    return ServerRole(
+        min=lo,
+        max=hi,
+        cpu_millis=first.cpu_request,
+        memory_mib=mib(memory) if memory is not None else 0,
+        form="coach" if bounds.server_form == "coach" else "optimus",
+    )
+
+
+def servers_per_node(servers: list[PodView], nodes: list[str]) -> tuple[int | None, str | None]:
+    """``(servers on each node, None)`` when every live server is bound, on exactly ``nodes`` (the
+    workers' nodes), the same number on each; else ``(None, why)``."""
+    live = [p for p in servers if p.live]
+    counts = dict(shares_of(live))
+    if all(p.node is not None for p in live) and set(counts) == set(nodes) and len(set(counts.values())) == 1:
+        return next(iter(counts.values())), None
+    where = ", ".join(f"{p.name} on {p.node or '(unbound)'}" for p in live)
+    return None, (
+        f"parameter servers not the same number on each of its workers' nodes ({', '.join(nodes)}): {where}; "
+        "started again, the start places them"
+    )
 
 
 def split_superseded(pods: list[PodView]) -> tuple[list[PodView], list[PodView]]:
@@ -265,6 +354,10 @@ class GangOps:
         return jobs
 
     def _gang_job(self, job_id: str, members: list[PodView], superseded: list[PodView], obs: Observation) -> Job | None:
+        servers = ranked_servers([p for p in members if is_server(p)])
+        members = [p for p in members if not is_server(p)]
+        if not members:
+            raise GangError(f"gang {job_id}: {len(servers)} parameter server pod(s) (label {REPLICA_TYPE}) and no worker")
         if job_id in obs.placed:
             single = obs.placed[job_id].pod.name
             ns = members[0].namespace
@@ -280,11 +373,12 @@ class GangOps:
         if size is None and owner is not None:
             got = self._owner_size(job_id, members, owner, obs)
             size, said_by, fixed, cap = got.count, f"{owner.kind} {owner.name} {owner.count_field}", got.fixed, got.most
-        if size is not None and len(members) != size:
-            if len(members) > size and fixed is not None:
-                raise GangError(f"gang {job_id}: {len(members)} pods, but {said_by} says {size}")
-            more = "waiting for the rest" if len(members) < size else "waiting for its controller to remove the rest"
-            why = f"{len(members)} of {size} pods exist ({said_by}); {more}"
+        have = len(members) + len(servers)
+        if size is not None and have != size:
+            if have > size and fixed is not None:
+                raise GangError(f"gang {job_id}: {have} pods, but {said_by} says {size}")
+            more = "waiting for the rest" if have < size else "waiting for its controller to remove the rest"
+            why = f"{have} of {size} pods exist ({said_by}); {more}"
             obs.waiting[job_id] = why
             log.info("gang %s waits: %s", job_id, why)
             return None
@@ -327,8 +421,24 @@ class GangOps:
             update["node"] = shares[0][0]
             if len(shares) > 1 or count != most:
                 update["placement"] = [Share(node=n, replicas=k) for n, k in shares]
+        servers_fixed = None
+        if servers:
+            servers_fixed = fixed
+            if servers_fixed is None and (owner is None or owner.kubeflow is None):
+                servers_fixed = "FlowPlan scales the PS replicas of a Kubeflow training job only"
+            if servers_fixed is not None and (bounds.min_servers is not None or bounds.max_servers is not None):
+                obs.fixed_count[job_id] = f"its servers stay {len(servers)}: {servers_fixed}"
+                log.warning("gang %s: annotations %s/%s not used: %s", job_id, MIN_SERVERS, MAX_SERVERS, obs.fixed_count[job_id])
+            update["servers"] = server_role(job_id, servers, bounds, servers_fixed)
+            if any(p.phase == "Failed" for p in servers):
+                status, note = "finished", None
+                update.update(status="finished", node=None, placement=None, allocation=None)
+            elif status == "running" and note is None:
+                per, note = servers_per_node(servers, [n for n, _ in shares_of([p for p in members if p.live])])
+                if per is not None and job.allocation is not None:
+                    update["allocation"] = job.allocation.model_copy(update={"servers": per})
         if note is not None:
-            update.update(status="pending", node=None, allocation=None)
+            update.update(status="pending", node=None, allocation=None, placement=None)
             obs.waiting[job_id] = note
             log.warning("gang %s is %s", job_id, note)
         duplicates = [p for p in superseded if p.live]
@@ -343,9 +453,11 @@ class GangOps:
             fixed=fixed,
             elastic=bounds.elastic,
             max_nodes=bounds.max_nodes,
+            servers=servers,
+            servers_fixed=servers_fixed,
         )
         job = job.model_copy(update=update)
-        problem = gang_problem(job)
+        problem = gang_problem(job) or server_problem(job)
         if problem is not None:  # e.g. more pods than min-replicas allows to be running
             raise GangError(f"gang {job_id}: {problem}")
         return job

@@ -10,10 +10,11 @@ StatefulSet (``apps``)        ``spec.replicas``       read; scale
 ReplicaSet (``apps``)         ``spec.replicas``       read; scale, unless a Deployment (any
                                                       controller of its own) sets its count
 PyTorchJob, TFJob, MPIJob,    the sum of its roles'   read; scale its ``Worker`` replicas (the
-XGBoostJob, PaddleJob, JAXJob ``replicas`` (``spec.   other roles: a ``Master``, ``Chief``, ``PS``,
-(``kubeflow.org``)            <x>ReplicaSpecs``)      ``Launcher`` or ``Evaluator``, stay); only where
-                                                      the Kubeflow training operator's CRD is on the
-                                                      server
+XGBoostJob, PaddleJob, JAXJob ``replicas`` (``spec.   other roles: a ``Master``, ``Chief``,
+(``kubeflow.org``)            <x>ReplicaSpecs``)      ``Launcher`` or ``Evaluator``, stay) and its
+                                                      ``PS`` replicas, the job's parameter servers;
+                                                      only where the Kubeflow training operator's
+                                                      CRD is on the server
 any other kind                --                      neither: the gang is the pods seen
 ============================  ======================  ==============================================
 
@@ -22,9 +23,9 @@ on the server cannot be read (the server answers 404): its pods are then a gang 
 count fixed, and the observation says why, as for any owner that cannot be read. Reading and scaling
 one takes ``get`` and ``patch`` on its plural (``pytorchjobs``, ``tfjobs``, ... in ``kubeflow.org``),
 which ``deploy/kubernetes/rbac.yaml`` does not grant (add them where the training operator runs).
-Every pod of such a job is one gang, so its roles' pods must ask alike (as any gang's): a TFJob whose
-parameter servers ask other resources than its workers is unmanaged, saying which pods differ (the
-snapshot has no roles).
+Every pod of such a job is one gang, so its roles' pods must ask alike (as any gang's), but its
+parameter servers (the pods its operator labels ``ps``: :mod:`adapters.kubernetes.gangs`), which are
+the job's ``servers``.
 
 Scaling is a merge patch of the count with the ``resourceVersion`` just read (someone else's change
 in between is a ``conflict``, never overwritten). The owner's controller then creates or removes the
@@ -59,6 +60,8 @@ KUBEFLOW = {
     "JAXJob": ("jaxjobs", "jaxReplicaSpecs"),
 }
 WORKER = "Worker"
+#: The parameter-server role, as the training operator writes it in its pods' ``replica-type`` label.
+SERVER_ROLE = "ps"
 
 
 @dataclass(frozen=True)
@@ -113,23 +116,31 @@ def _read(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> 
     return json_call(getattr(apis[api], "read_" + suffix), owner.name, owner.namespace)
 
 
-def _kubeflow_counts(owner: Owner, body: Any) -> tuple[int, int | None]:
-    """``(all replicas, Worker replicas or None)`` of a Kubeflow training job (each role's ``replicas``:
-    default 1)."""
+def _kubeflow_counts(owner: Owner, body: Any) -> tuple[int, int | None, int]:
+    """``(all replicas, Worker replicas or None, PS replicas)`` of a Kubeflow training job (each role's
+    ``replicas``: default 1)."""
     assert owner.kubeflow is not None
     key = owner.kubeflow[1]
     specs = ((body or {}).get("spec") or {}).get(key) or {}
     counts = {role: (spec or {}).get("replicas", 1) for role, spec in specs.items()}
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts.values()):
         raise ValueError(f"spec.{key} has a count that is not a whole number ({counts!r})")
-    return sum(counts.values()), counts.get(WORKER)
+    servers = sum(c for role, c in counts.items() if role.lower() == SERVER_ROLE)
+    return sum(counts.values()), counts.get(WORKER), servers
+
+
+def server_role_key(owner: Owner, body: Any) -> str | None:
+    """The key of a Kubeflow training job's parameter-server role in its replica specs (``PS``), or None."""
+    assert owner.kubeflow is not None
+    specs = ((body or {}).get("spec") or {}).get(owner.kubeflow[1]) or {}
+    return next((role for role in specs if role.lower() == SERVER_ROLE), None)
 
 
 def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> OwnerCount:
     """The owner's desired count of pods (one read); an API error never escapes (it is ``why``)."""
     if owner.kubeflow is not None:
         try:
-            total, workers = _kubeflow_counts(owner, _read(owner, json_call, apis))
+            total, workers, _ = _kubeflow_counts(owner, _read(owner, json_call, apis))
         except KubernetesAdapterError as exc:
             crd = f" (no such {owner.kind}, or no {owner.kind} CRD on the server)" if exc.kind == "not_found" else ""
             why = f"{exc.kind}: {exc.message}{crd}"
@@ -162,11 +173,15 @@ def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]
     return OwnerCount(count, None, fixed, completions if isinstance(completions, int) else None)
 
 
-def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
+def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any], servers: int | None = None) -> str:
     """Set the owner's desired count to ``count`` (a fresh read, then a merge patch carrying its
-    ``resourceVersion``); what it did, one line. Raises :class:`KubernetesAdapterError`."""
+    ``resourceVersion``), and a Kubeflow training job's parameter servers (its ``PS`` replicas) to
+    ``servers`` (``None``: a gang without servers: ``count`` is all its pods); what it did, one
+    line. Raises :class:`KubernetesAdapterError`."""
     if owner.kubeflow is not None:
-        return _scale_kubeflow(owner, count, json_call, apis)
+        return _scale_kubeflow(owner, count, json_call, apis, servers)
+    if servers is not None:
+        raise KubernetesAdapterError("invalid", f"{owner}: FlowPlan scales parameter servers of a Kubeflow training job only")
     known = SCALABLE.get((owner.group, owner.kind))
     if known is None:
         why = f"{owner}: FlowPlan scales a Job, StatefulSet, ReplicaSet or Kubeflow training job only"
@@ -188,26 +203,38 @@ def scale(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[st
     return f"{owner} {owner.count_field} {before} -> {count}"
 
 
-def _scale_kubeflow(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any]) -> str:
-    """A Kubeflow training job to ``count`` pods: its ``Worker`` replicas, the other roles (a ``Master``,
-    ``Chief``, ``PS`` ...) kept."""
+def _scale_kubeflow(owner: Owner, count: int, json_call: Callable[..., Any], apis: dict[str, Any], servers: int | None) -> str:
+    """A Kubeflow training job to ``count`` pods besides its parameter servers (all its pods when
+    ``servers`` is ``None``): its ``Worker`` replicas, the other roles (a ``Master``, ``Chief`` ...)
+    kept; and its ``PS`` replicas to ``servers`` where given."""
     assert owner.kubeflow is not None
     plural, key = owner.kubeflow
     body = _read(owner, json_call, apis) or {}
     try:
-        total, workers = _kubeflow_counts(owner, body)
+        total, workers, ps = _kubeflow_counts(owner, body)
     except ValueError as exc:
         raise KubernetesAdapterError("invalid", f"{owner}: {exc}") from exc
     field = f"spec.{key}.{WORKER}.replicas"
-    if workers is None or count - (total - workers) < 1:
-        why = f"{owner}: {count} pods leave no {WORKER} beside its {total - (workers or 0)} other replicas"
+    others = total - (workers or 0) - (ps if servers is not None else 0)  # the roles kept as they are
+    if workers is None or count - others < 1:
+        why = f"{owner}: {count} pods leave no {WORKER} beside its {others} other replicas"
         raise KubernetesAdapterError("invalid", why)
-    wanted = count - (total - workers)
-    if wanted == workers:
-        return f"{owner} {field} already {workers}"
+    wanted = count - others
+    role = server_role_key(owner, body) if servers is not None else None
+    if servers is not None and role is None:
+        raise KubernetesAdapterError("invalid", f"{owner}: no PS role in spec.{key} to give {servers} parameter server(s)")
+    said = [f"{field} {workers} -> {wanted}"] if wanted != workers else []
+    if role is not None and servers != ps:
+        said.append(f"spec.{key}.{role}.replicas {ps} -> {servers}")
+    if not said:
+        ps_text = f", {role} {ps}" if role is not None else ""
+        return f"{owner} {field} already {workers}{ps_text}"
+    roles: dict[str, Any] = {WORKER: {"replicas": wanted}}
+    if role is not None:
+        roles[role] = {"replicas": servers}
     patch = {
         "metadata": {"resourceVersion": (body.get("metadata") or {}).get("resourceVersion")},
-        "spec": {key: {WORKER: {"replicas": wanted}}},
+        "spec": {key: roles},
     }
     patch_call = apis["custom"].patch_namespaced_custom_object
     json_call(
@@ -220,4 +247,4 @@ def _scale_kubeflow(owner: Owner, count: int, json_call: Callable[..., Any], api
         patch,
         _content_type="application/merge-patch+json",
     )
-    return f"{owner} {field} {workers} -> {wanted}"
+    return f"{owner} {', '.join(said)}"
