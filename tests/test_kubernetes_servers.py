@@ -12,7 +12,8 @@ to the TFJob), and so are the pods it would add when the TFJob's ``PS`` replicas
   on their CPU request, or have none, make the gang unmanaged, naming the pods;
 - observe: a TFJob of 2 workers and 2 servers is one job of 2 replicas whose ``servers`` are the PS
   pods' requests and the annotations' bounds, which the planner plans (the checker passes it); a
-  start binds each node's worker and one server there;
+  start whose second server's Binding fails (the pod deleted just before it) leaves no pod bound;
+  the next start binds each node's worker and one server there;
   then it runs with ``allocation.servers`` 1;
 - a plan for 2 servers on each node raises the TFJob's ``PS`` replicas 2 -> 4 after a checkpoint-
   restart of the whole gang (new servers are a new shape); once the two new servers exist, a start
@@ -133,10 +134,32 @@ def test_a_tfjobs_servers_go_beside_its_workers_and_scale_through_the_tfjob(k8s_
         assert a.node is not None and a.servers is not None and 2 <= a.servers * nodes <= 4 and check_plan(snap, planned) == []
 
         spread = ((n0, 1), (n1, 1))
-        [out] = ad.apply([Change("tfjob/tf", "start", n0, 1000, 0, replicas=2, placement=spread, servers=1)])
+        start = Change("tfjob/tf", "start", n0, 1000, 0, replicas=2, placement=spread, servers=1)
+        # All or none: the second server goes away just before its Binding (the server answers 404),
+        # so every pod bound by this start is re-created unbound.
+        real = ad.api.create_namespaced_pod_binding
+
+        def bind(name: str, namespace: str, body: Any, **kw: Any) -> Any:
+            if name == "tf-ps-1":
+                api.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
+                wait_for(lambda: "tf-ps-1" not in where(api, "tf-"), 30, "tf-ps-1 deleted")
+            return real(name, namespace, body, **kw)
+
+        ad.api.create_namespaced_pod_binding = bind
+        [failed] = ad.apply([start])
+        ad.api.create_namespaced_pod_binding = real
+        assert (failed.ok, failed.error) == (False, "not_found"), failed
+        assert f"binding parameter server tf-ps-1 to {n1} failed" in failed.message and "re-created unbound" in failed.message
+        wait_for(lambda: len(where(api, "tf-")) == 3, 30, "the bound pods replaced")
+        assert set(where(api, "tf-").values()) == {None}  # none bound: workers and servers alike
+        create_pod(api, _operator_pod(owner, "PS", 1))  # the operator makes it again
+        ad.observe()
+
+        [out] = ad.apply([start])
         assert out.ok, out
         assert f"bound its 2 parameter servers, 1 on each of {n0}, {n1}" in out.message, out
-        assert where(api, "tf-") == {"tf-worker-0": n0, "tf-worker-1": n1, "tf-ps-0": n0, "tf-ps-1": n1}
+        roles = {name: ("ps" if "-ps-" in name else "worker", n) for name, n in where(api, "tf-").items()}
+        assert sorted(roles.values()) == [("ps", n0), ("ps", n1), ("worker", n0), ("worker", n1)]
         [job] = ad.observe().jobs
         assert (job.status, job.placement) == ("running", [Share(node=n0, replicas=1), Share(node=n1, replicas=1)])
         assert job.allocation is not None and job.allocation.servers == 1
