@@ -32,7 +32,7 @@ from test_kubernetes_spread_gangs import BOUNDS, adapter_for, json_of, kubeflow_
 
 from adapters.base import Change
 from adapters.kubernetes.annotations import AnnotationError, gang_bounds
-from adapters.kubernetes.gangs import REPLICA_INDEX, REPLICA_TYPE, GangError, server_role
+from adapters.kubernetes.gangs import REPLICA_INDEX, REPLICA_TYPE, GangError, role_counts, server_role
 from adapters.kubernetes.pods import pod_view
 from planner import check_plan, plan
 from planner.snapshot import ServerRole, Share
@@ -81,6 +81,18 @@ def test_server_role_from_the_ps_pods() -> None:
         server_role("j", [two[0], _ps_view("c", "1")], bounds, None)
     with pytest.raises(GangError, match=r"^gang j: parameter server n has no CPU request"):
         server_role("j", [_ps_view("n", None)], bounds, None)
+
+
+def test_a_waiting_kubeflow_gang_says_which_role_is_short() -> None:
+    """The waiting note counts the pods of each role; a role with none seen (its template without
+    ``schedulerName: flowplan``, so FlowPlan never sees its pods) gets a hint; pods without the
+    operator's role label get no breakdown."""
+    workers = [pod_view(pod_body(f"w{i}", labels={REPLICA_TYPE: "worker"})) for i in range(2)]
+    hint = "; a role's pods are FlowPlan's only with schedulerName: flowplan or the label flowplan.io/job"
+    assert role_counts({"PS": 2, "Worker": 2}, workers) == ": PS 0 of 2, Worker 2 of 2" + hint
+    assert role_counts({"Worker": 3}, workers) == ": Worker 2 of 3"
+    assert role_counts({"PS": 2, "Worker": 2}, [pod_view(pod_body("x"))]) == ""
+    assert role_counts({}, workers) == ""
 
 
 def _operator_pod(owner: dict[str, Any], role: str, i: int) -> dict[str, Any]:
@@ -177,7 +189,11 @@ def test_a_tfjobs_servers_go_beside_its_workers_and_scale_through_the_tfjob(k8s_
         assert {r: s["replicas"] for r, s in specs["spec"]["tfReplicaSpecs"].items()} == {"PS": 4, "Worker": 2}
         wait_for(lambda: len(where(api, "tf-")) == 4, 30, "the old pods gone")
         assert set(where(api, "tf-").values()) == {None}  # re-created unbound: a restart
-        assert ad.observe().jobs == [] and "4 of 6 pods exist" in ad.last.waiting["tfjob/tf"]
+        assert (
+            ad.observe().jobs == []
+            and "4 of 6 pods exist (TFJob tf spec.tfReplicaSpecs: PS 2 of 4, Worker 2 of 2); waiting"
+            in ad.last.waiting["tfjob/tf"]
+        )
 
         _operator_pods(api, owner, "PS", range(2, 4))
         [job] = ad.observe().jobs

@@ -244,6 +244,22 @@ def split_superseded(pods: list[PodView]) -> tuple[list[PodView], list[PodView]]
     return members, superseded
 
 
+def role_counts(roles: dict[str, int], pods: list[PodView]) -> str:
+    """``: PS 0 of 2, Worker 2 of 2`` for a Kubeflow job's ``roles`` (replicas per role) and the pods
+    seen of each (by the operator's role label), with a hint where a role has none seen; ``""``
+    without roles, or when a pod has no role label (not made by the operator)."""
+    if not roles or any(REPLICA_TYPE not in p.labels for p in pods):
+        return ""
+    seen: dict[str, int] = {}
+    for p in pods:
+        role = p.labels.get(REPLICA_TYPE, "").lower()
+        seen[role] = seen.get(role, 0) + 1
+    text = ": " + ", ".join(f"{role} {seen.get(role.lower(), 0)} of {k}" for role, k in roles.items())
+    if any(k and not seen.get(role.lower()) for role, k in roles.items()):
+        text += "; a role's pods are FlowPlan's only with schedulerName: flowplan or the label flowplan.io/job"
+    return text
+
+
 def declared_size(job: str, members: list[PodView]) -> int | None:
     """The ``flowplan.io/gang-size`` the pods declare (the same on each), or ``None``. Raises :class:`GangError`."""
     value = members[0].annotations.get(GANG_SIZE)
@@ -370,15 +386,17 @@ class GangOps:
         if owner is not None:
             fixed = f"annotation {GANG_SIZE} declares its count" if size is not None else None
         cap = None  # the most pods the owner can have (a Job's spec.completions)
+        roles: dict[str, int] = {}
         if size is None and owner is not None:
             got = self._owner_size(job_id, members, owner, obs)
             size, said_by, fixed, cap = got.count, f"{owner.kind} {owner.name} {owner.count_field}", got.fixed, got.most
+            roles = got.roles
         have = len(members) + len(servers)
         if size is not None and have != size:
             if have > size and fixed is not None:
                 raise GangError(f"gang {job_id}: {have} pods, but {said_by} says {size}")
             more = "waiting for the rest" if have < size else "waiting for its controller to remove the rest"
-            why = f"{have} of {size} pods exist ({said_by}); {more}"
+            why = f"{have} of {size} pods exist ({said_by}{role_counts(roles, members + servers)}); {more}"
             obs.waiting[job_id] = why
             log.info("gang %s waits: %s", job_id, why)
             return None

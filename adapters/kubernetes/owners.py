@@ -36,7 +36,7 @@ template, its names, its indexes).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.kubernetes.errors import KubernetesAdapterError
@@ -105,6 +105,8 @@ class OwnerCount:
     why: str | None = None
     fixed: str | None = None
     most: int | None = None
+    #: A Kubeflow training job's replicas per role (``{"PS": 2, "Worker": 4}``); empty for any other owner.
+    roles: dict[str, int] = field(default_factory=dict)
 
 
 def _read(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> Any:
@@ -116,15 +118,20 @@ def _read(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]) -> 
     return json_call(getattr(apis[api], "read_" + suffix), owner.name, owner.namespace)
 
 
-def _kubeflow_counts(owner: Owner, body: Any) -> tuple[int, int | None, int]:
-    """``(all replicas, Worker replicas or None, PS replicas)`` of a Kubeflow training job (each role's
-    ``replicas``: default 1)."""
+def _kubeflow_roles(owner: Owner, body: Any) -> dict[str, int]:
+    """Replicas per role of a Kubeflow training job (each role's ``replicas``: default 1)."""
     assert owner.kubeflow is not None
     key = owner.kubeflow[1]
     specs = ((body or {}).get("spec") or {}).get(key) or {}
     counts = {role: (spec or {}).get("replicas", 1) for role, spec in specs.items()}
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts.values()):
         raise ValueError(f"spec.{key} has a count that is not a whole number ({counts!r})")
+    return counts
+
+
+def _kubeflow_counts(owner: Owner, body: Any) -> tuple[int, int | None, int]:
+    """``(all replicas, Worker replicas or None, PS replicas)`` of a Kubeflow training job."""
+    counts = _kubeflow_roles(owner, body)
     servers = sum(c for role, c in counts.items() if role.lower() == SERVER_ROLE)
     return sum(counts.values()), counts.get(WORKER), servers
 
@@ -140,14 +147,15 @@ def read_count(owner: Owner, json_call: Callable[..., Any], apis: dict[str, Any]
     """The owner's desired count of pods (one read); an API error never escapes (it is ``why``)."""
     if owner.kubeflow is not None:
         try:
-            total, workers, _ = _kubeflow_counts(owner, _read(owner, json_call, apis))
+            roles = _kubeflow_roles(owner, _read(owner, json_call, apis))
         except KubernetesAdapterError as exc:
             crd = f" (no such {owner.kind}, or no {owner.kind} CRD on the server)" if exc.kind == "not_found" else ""
             why = f"{exc.kind}: {exc.message}{crd}"
             return OwnerCount(None, why, why)
         except ValueError as exc:
             return OwnerCount(None, str(exc), str(exc))
-        return OwnerCount(total, None, None if workers is not None else f"{owner.kind} {owner.name} has no {WORKER} replicas")
+        fixed = None if WORKER in roles else f"{owner.kind} {owner.name} has no {WORKER} replicas"
+        return OwnerCount(sum(roles.values()), None, fixed, roles=roles)
     known = SCALABLE.get((owner.group, owner.kind))
     if known is None:
         what = f"kind {owner.kind} ({owner.group or 'core'})"
