@@ -25,7 +25,7 @@ def _alloc(cpu: int, gpus: int, device: int | None = None) -> str:
     return f"{cpu / 1000:g}" + (f"+{gpus}g" if gpus else "") + (f" shared dev{device}" if device is not None else "")
 
 
-def _nodes(node: str | None, placement: list[Share] | None, replicas: int, counted: bool, servers: int | None = None) -> str:
+def where_text(node: str | None, placement: list[Share] | None, replicas: int, counted: bool, servers: int | None = None) -> str:
     """``n1``; with ``counted`` its replicas ``n1x8``; a spread gang's per node: ``n1x4+n2x4``; a
     parameter-server job's servers on each of them after: ``n1x4+n2x4 +2ps``."""
     ps = f" +{servers}ps" if servers and node is not None else ""
@@ -62,8 +62,8 @@ def render_table(plan: Plan, source: str = "", objective: str | None = None, *, 
         prev = a.previous
         # A gang's count or placement shows where it changes or spreads (the contract's shares).
         counted = prev is not None and (prev.placement is not None or a.placement is not None or prev.replicas != a.replicas)
-        where = _nodes(a.node, a.placement, a.replicas, counted, a.servers)
-        was = _nodes(prev.node, prev.placement, prev.replicas, counted, prev.servers) if prev is not None else where
+        where = where_text(a.node, a.placement, a.replicas, counted, a.servers)
+        was = where_text(prev.node, prev.placement, prev.replicas, counted, prev.servers) if prev is not None else where
         if prev is not None and (a.action == "migrate" or (counted and a.node is not None and was != where)):
             where = f"{was} -> {where}"
         was = _alloc(prev.cpu_millis, prev.gpus, prev.gpu_device) if prev is not None else "-"

@@ -143,6 +143,9 @@ def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[st
                 "state": _state(job, a.action),
                 "action": a.action,
                 "node": a.node,
+                "replicas": a.replicas,
+                "placement": [{"node": x.node, "replicas": x.replicas} for x in a.placement] if a.placement else None,
+                "servers": a.servers,
                 "cpu_millis": a.cpu_millis if a.node else None,
                 "cpu_limit_millis": a.cpu_limit_millis,
                 "cpu_used_millis": job.cpu_used_millis if job is not None else None,
@@ -187,6 +190,17 @@ def _reason(explanation: str) -> str:
     return first.split(": ", 1)[1] if ": " in first else first
 
 
+def _where(r: dict[str, Any]) -> str:
+    """The NODE column: ``n0``; a gang's replicas ``n0x2``, spread ``n0x4+n1x4``, and a parameter-server
+    job's servers on each of its nodes after: ``n0x4+n1x4 +2ps`` (as ``flowplan plan`` shows them)."""
+    from flowplan.render import where_text
+    from planner.snapshot import Share
+
+    placement = [Share(node=x["node"], replicas=x["replicas"]) for x in r["placement"]] if r.get("placement") else None
+    replicas = int(r.get("replicas") or 1)
+    return where_text(r["node"], placement, replicas, replicas > 1, r.get("servers"))
+
+
 def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     cpu = "-" if r["cpu_millis"] is None else f"{r['cpu_millis'] / 1000:g}" + (f"+{r['gpus']}g" if r["gpus"] else "")
     progress = f"{r['epoch']:.4g}" + (f"/{r['epochs_total']:.4g}" if r["epochs_total"] is not None else "")
@@ -198,7 +212,7 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     if r["tier1_deadline_s"] is not None:
         met += f" ({_dur(r['tier1_deadline_s'])} left)" if r["tier1_deadline_s"] >= 0 else " (passed)"
     used = "-" if r.get("cpu_used_millis") is None else f"{r['cpu_used_millis'] / 1000:.3g}"
-    row = [r["job"], r["state"], r["node"] or "-", cpu, used, progress, t1, met]
+    row = [r["job"], r["state"], _where(r), cpu, used, progress, t1, met]
     if wide:
         t2 = _eta(r["eta_tier2_s"], r.get("eta_tier2_band_s"))
         fin = "-" if r["eta_finish_s"] is None else f"in {_dur(r['eta_finish_s'])}"

@@ -216,3 +216,20 @@ def test_measured_cpu_use_changes_neither_the_plan_nor_its_cached_fits() -> None
         assert reused.job == next(j for j in used if j.id == k)
     strip = [(a.job, a.node, a.cpu_millis, a.gpus, a.action) for a in first.plan.assignments]
     assert strip == [(a.job, a.node, a.cpu_millis, a.gpus, a.action) for a in again.plan.assignments]
+
+
+def test_the_node_column_shows_a_gangs_spread_and_servers() -> None:
+    """``flowplan status`` shows where a gang's replicas are and its servers on each node, as
+    ``flowplan plan`` does; a single job just its node."""
+    from flowplan.status_cmd import _where
+
+    spread = {
+        "node": "n0",
+        "replicas": 8,
+        "placement": [{"node": "n0", "replicas": 4}, {"node": "n1", "replicas": 4}],
+        "servers": 2,
+    }
+    assert _where(spread) == "n0x4+n1x4 +2ps"
+    assert _where({"node": "n0", "replicas": 2, "placement": None, "servers": 1}) == "n0x2 +1ps"
+    assert _where({"node": "n0", "replicas": 1, "placement": None, "servers": None}) == "n0"
+    assert _where({"node": None, "replicas": 4, "placement": None, "servers": None}) == "-"
