@@ -269,7 +269,10 @@ def _rewrite(
         }
     )
     text = explain(m, action, a.node, level, pred, now, None, cpu_millis=share, gpu_device=a.gpu_device)
-    text += f"; guaranteed {share / 1000:g} CPU, more when others idle (up to {job.max_cpu_millis / 1000:g})"
+    if share < job.max_cpu_millis:
+        text += f"; guaranteed {share / 1000:g} CPU, more when others idle (up to {job.max_cpu_millis / 1000:g})"
+    else:  # nothing more to take when others idle: the guarantee is already its max
+        text += f"; guaranteed {share / 1000:g} CPU, its max"
     return a.model_copy(update={"cpu_millis": share, "action": action, "predictions": pred, "explanation": text})
 
 

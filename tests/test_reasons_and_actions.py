@@ -296,3 +296,21 @@ def test_room_left_by_a_plan_is_found_per_job() -> None:
     rooms = room_nodes(problem, choice)
     assert problem.node_names[int(rooms[gang])] in ("n0", "n1")
     assert rooms[ids.index("s0")] == -1  # the reservation left it no option on n0 or n1
+
+
+def test_a_share_at_the_max_does_not_promise_more_when_others_idle() -> None:
+    """A job guaranteed its max has nothing more to take when others idle: its explanation says so
+    (it read "more when others idle (up to 2)" for a 2-CPU guarantee of a 2-CPU job), while a job
+    guaranteed less than its max is told what it may reach."""
+    nodes = [{"name": "n1", "cpu_millis": 4000, "memory_mib": 8192}]
+    jobs = [
+        {"id": "small", "status": "pending", "min_cpu_millis": 1000, "max_cpu_millis": 1000, "history": _hist()},
+        {"id": "wide", "status": "pending", "min_cpu_millis": 1000, "max_cpu_millis": 8000, "history": _hist()},
+    ]
+    snap = _snap(nodes, jobs)
+    result = plan(snap, PlannerConfig())
+    assert check_plan(snap, result.plan) == []
+    why = {a.job: a.explanation for a in result.plan.assignments}
+    assert "guaranteed 1 CPU, its max" in why["small"]
+    assert "more when others idle" not in why["small"]
+    assert "guaranteed 3 CPU, more when others idle (up to 8)" in why["wide"]
