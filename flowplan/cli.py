@@ -114,12 +114,19 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser(
         "predict",
         help="fit a learning curve to a history CSV and predict when it reaches a target",
-        description="Fit a learning curve to HISTORY (CSV with columns epoch,metric[,time]) and predict "
-        "the epoch at which it reaches TARGET, with an 80% band, the plateau and the curve ahead.",
+        description="Fit a learning curve to HISTORY (a CSV with columns epoch and metric or loss[,time], or the "
+        "JSON of 'flowplan logs --format json', e.g. 'flowplan logs train.log --format json | flowplan predict - "
+        "--target 0.3 --direction lower') and predict the epoch at which it reaches TARGET, with an 80% band, "
+        "the plateau and the curve ahead.",
     )
-    pr.add_argument("history", help="history CSV ('-' for standard input)")
-    pr.add_argument("--target", type=finite, required=True, metavar="T", help="metric value to reach")
-    pr.add_argument("--direction", choices=["higher", "lower"], required=True, help="is a higher metric better?")
+    pr.add_argument("history", help="history CSV, or flowplan logs JSON ('-' for standard input)")
+    pr.add_argument("--target", type=finite, required=True, metavar="T", help="value to reach")
+    pr.add_argument("--direction", choices=["higher", "lower"], required=True, help="is a higher value better?")
+    pr.add_argument(
+        "--column",
+        metavar="NAME",
+        help="the CSV column (or the logs JSON's point field) to predict (default: metric, else loss)",
+    )
     pr.add_argument("--horizon", type=positive_epochs, metavar="EPOCHS", help="predict up to this epoch (default: 2x the last)")
     pr.add_argument(
         "--max-epochs",
@@ -259,7 +266,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         except SnapshotError as exc:
             raise UsageError(f"--schedule: {exc}") from None
     try:
-        history = pred.read_history(args.history)
+        history = pred.read_history(args.history, args.column)
         result = pred.predict(history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs)
         if args.plot:
             pred.plot(result, history, args.plot)

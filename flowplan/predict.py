@@ -1,8 +1,17 @@
 """``flowplan predict``: fit a learning curve to a history file and say when it reaches a target.
 
-The history is a CSV with a header naming at least ``epoch`` and ``metric`` (``time`` optional,
-other columns ignored). Rows whose metric is empty or NaN are skipped (and counted); anything else
-that is not a number is an error naming the row and column.
+The history is either
+
+- a CSV with a header naming ``epoch`` and the value column: ``metric``, or ``loss`` when there is no
+  ``metric`` column, or the one ``column`` names (``time`` and other columns ignored); or
+- the JSON ``flowplan logs --format json`` prints (``{"points": [{"epoch", "loss", "metric",
+  "time"}, ...], "events": [...]}``), so that a training log goes straight in:
+  ``flowplan logs train.log --format json | flowplan predict - --target 0.3 --direction lower``.
+  The value is the points' ``metric`` or ``loss``, whichever more points have (the metric on a
+  tie), or the field ``column`` names.
+
+Rows (points) whose value is empty, null or NaN are skipped (and counted); anything else that is not
+a number is an error naming the row (point) and column (field).
 
 Work is bounded whatever the input: at most :data:`MAX_ROWS` rows, epochs up to :data:`MAX_EPOCH`
 (the contracts' bound), cells up to :data:`MAX_CELL` characters, and the predicted curve is drawn
@@ -36,19 +45,26 @@ class HistoryError(Exception):
     """A history file that cannot be read (the message names the file, row and column)."""
 
 
+#: Value columns (fields) read when none is named: the first one present.
+DEFAULT_COLUMNS = ("metric", "loss")
+
+
 @dataclass(frozen=True)
 class History:
     epochs: np.ndarray
     values: np.ndarray
     skipped: int
+    column: str = "metric"  # what ``values`` are: the CSV column or the points' field read
+    unit: str = "row"  # what was read: CSV rows, or the points of flowplan logs JSON
 
 
-def read_history(path: str) -> History:
-    """Read a history CSV (``-``: standard input)."""
+def read_history(path: str, column: str | None = None) -> History:
+    """Read a history CSV, or ``flowplan logs --format json`` output (``-``: standard input); the
+    values from ``column`` (None: see :func:`parse_history`)."""
     if path == "-":
         import sys
 
-        return parse_history(sys.stdin.read())
+        return parse_history(sys.stdin.read(), column)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -57,20 +73,29 @@ def read_history(path: str) -> History:
         raise HistoryError("is a directory, not a CSV file") from None
     except (PermissionError, UnicodeDecodeError) as exc:
         raise HistoryError(f"cannot read: {exc}") from None
-    return parse_history(text)
+    return parse_history(text, column)
 
 
-def parse_history(text: str) -> History:
+def parse_history(text: str, column: str | None = None) -> History:
+    """A history from a CSV's text, or from ``flowplan logs --format json`` output (text starting
+    with ``{``); see the module docstring."""
+    if text.lstrip().startswith("{"):
+        return _parse_points(text, column)
     csv.field_size_limit(MAX_CELL)
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None:
-        raise HistoryError("empty file (expected a header with 'epoch' and 'metric')")
+        raise HistoryError("empty file (expected a header with 'epoch' and 'metric' or 'loss')")
     names = [h.strip().lower() for h in header]
-    for need in ("epoch", "metric"):
-        if need not in names:
-            raise HistoryError(f"header has no '{need}' column (found: {', '.join(names) or 'nothing'})")
-    ie, im = names.index("epoch"), names.index("metric")
+    found = ", ".join(names) or "nothing"
+    if "epoch" not in names:
+        raise HistoryError(f"header has no 'epoch' column (found: {found})")
+    if column is not None and column.lower() not in names:
+        raise HistoryError(f"header has no '{column}' column (--column; found: {found})")
+    value = column.lower() if column is not None else next((c for c in DEFAULT_COLUMNS if c in names), None)
+    if value is None:
+        raise HistoryError(f"header has no 'metric' or 'loss' column (found: {found}); name the one to read with --column")
+    ie, im = names.index("epoch"), names.index(value)
     epochs: list[float] = []
     values: list[float] = []
     skipped = 0
@@ -78,31 +103,71 @@ def parse_history(text: str) -> History:
         for row_no, row in enumerate(reader, start=2):
             if row_no - 1 > MAX_ROWS:
                 raise HistoryError(f"more than {MAX_ROWS:,} rows; keep every n-th point (the fit needs far fewer)")
-            skipped += _read_row(row_no, row, ie, im, epochs, values)
+            cells = [row[i].strip() if i < len(row) else "" for i in (ie, im)] if row and any(c.strip() for c in row) else None
+            skipped += _add_point(f"row {row_no}, column", cells, value, epochs, values)
     except csv.Error as exc:
         raise HistoryError(f"row {reader.line_num}: not valid CSV ({exc})") from None
-    return History(np.array(epochs, dtype=float), np.array(values, dtype=float), skipped)
+    return History(np.array(epochs, dtype=float), np.array(values, dtype=float), skipped, value)
 
 
-def _read_row(row_no: int, row: list[str], ie: int, im: int, epochs: list[float], values: list[float]) -> int:
-    """Append one row's epoch and metric; 1 if it was skipped (no metric), else 0."""
-    if not row or all(not c.strip() for c in row):
+def _parse_points(text: str, column: str | None) -> History:
+    """The points of ``flowplan logs --format json`` output: their ``metric`` or ``loss``, whichever
+    more points have (the metric on a tie), or the field ``column`` names."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise HistoryError(f"not valid JSON ({exc})") from None
+    points = doc.get("points") if isinstance(doc, dict) else None
+    if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+        raise HistoryError("JSON without a 'points' list of objects (expected flowplan logs --format json output)")
+    if len(points) > MAX_ROWS:
+        raise HistoryError(f"more than {MAX_ROWS:,} points; keep every n-th point (the fit needs far fewer)")
+    if column is not None:
+        if points and not any(column in p for p in points):
+            fields = sorted({k for p in points for k in p})
+            raise HistoryError(f"no point has a '{column}' field (--column; fields: {', '.join(fields)})")
+        value = column
+    else:
+        # The field with the most values (a log prints its loss every few steps and a validation
+        # metric once an epoch: the loss), the metric on a tie.
+        counts = [sum(p.get(c) is not None for p in points) for c in DEFAULT_COLUMNS]
+        value = DEFAULT_COLUMNS[counts.index(max(counts))]
+    epochs: list[float] = []
+    values: list[float] = []
+    skipped = 0
+    for i, p in enumerate(points):
+        cells = [_cell(p.get("epoch")), _cell(p.get(value))]
+        skipped += _add_point(f"point {i}, field", cells, value, epochs, values)
+    return History(np.array(epochs, dtype=float), np.array(values, dtype=float), skipped, value, "point")
+
+
+def _cell(v: Any) -> str:
+    """A JSON value as the CSV reader would see its cell (null: empty)."""
+    return "" if v is None else str(v)
+
+
+def _add_point(where: str, cells: list[str] | None, value: str, epochs: list[float], values: list[float]) -> int:
+    """Append one row's (point's) epoch and value; 1 if it was skipped (no value), else 0. ``where``
+    names it in an error ("row 3, column", "point 2, field")."""
+    if cells is None:  # a blank row
         return 0
-    cells = {"epoch": row[ie].strip() if ie < len(row) else "", "metric": row[im].strip() if im < len(row) else ""}
-    if cells["metric"] == "" or cells["metric"].lower() == "nan":
+    if cells[1] == "" or cells[1].lower() == "nan":
         return 1
-    parsed: dict[str, float] = {}
-    for col, cell in cells.items():
+    parsed: list[float] = []
+    for name, cell in zip(("epoch", value), cells, strict=True):
         try:
-            parsed[col] = float(cell)
+            x = float(cell)
         except ValueError:
-            raise HistoryError(f"row {row_no}, column '{col}': not a number ({_clip(cell)!r})") from None
-        if not math.isfinite(parsed[col]):
-            raise HistoryError(f"row {row_no}, column '{col}': must be finite (got {_clip(cell)})")
-    if not 0 <= parsed["epoch"] <= MAX_EPOCH:
-        raise HistoryError(f"row {row_no}, column 'epoch': must be 0 to {MAX_EPOCH:g} (got {_clip(cells['epoch'])})")
-    epochs.append(parsed["epoch"])
-    values.append(parsed["metric"])
+            raise HistoryError(f"{where} '{name}': not a number ({_clip(cell)!r})") from None
+        if not math.isfinite(x):
+            raise HistoryError(f"{where} '{name}': must be finite (got {_clip(cell)})")
+        parsed.append(x)
+    if not 0 <= parsed[0] <= MAX_EPOCH:
+        raise HistoryError(f"{where} 'epoch': must be 0 to {MAX_EPOCH:g} (got {_clip(cells[0])})")
+    epochs.append(parsed[0])
+    values.append(parsed[1])
     return 0
 
 
@@ -129,7 +194,9 @@ def predict(
         "target": target,
         "direction": direction,
         "points": int(history.epochs.size),
+        "column": history.column,
         "skipped_rows": history.skipped,
+        "skipped_unit": history.unit,
         "last_epoch": last,
         "schedule": None if schedule is None else schedule.kind,
         "max_epochs": max_epochs,
@@ -183,9 +250,10 @@ def predict(
 
 
 def render(result: dict[str, Any], source: str) -> str:
-    lines = [f"FlowPlan prediction for {source}: {result['points']} point(s) up to epoch {result['last_epoch']:g}"]
+    column = result.get("column", "metric")
+    lines = [f"FlowPlan prediction for {source}: {result['points']} point(s) of {column} up to epoch {result['last_epoch']:g}"]
     if result["skipped_rows"]:
-        lines[-1] += f" ({result['skipped_rows']} row(s) without a metric skipped)"
+        lines[-1] += f" ({result['skipped_rows']} {result.get('skipped_unit', 'row')}(s) without a {column} skipped)"
     if result["family"] is None:
         lines.append(f"cannot predict yet: {result['cannot_predict']}")
         return "\n".join(lines) + "\n"
@@ -258,7 +326,7 @@ def plot(result: dict[str, Any], history: History, out: str) -> list[str]:
     verdict = "already reached" if result.get("reached") else ("not reachable" if at is None else f"epoch {at:.1f}")
     ax.set_title(f"{result.get('family') or 'no'} fit of {result['points']} points; target {goal}: {verdict}", fontsize=9)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("metric")
+    ax.set_ylabel(history.column)
     legend = ax.legend(fontsize=8)
     labels = [t.get_text() for t in legend.get_texts()]
     fig.tight_layout()

@@ -1,11 +1,13 @@
 """``flowplan predict`` as a real subprocess, on real measured curves.
 
 Bad-file matrix (exit 2, one line naming the file, row and column, no traceback): missing file ·
-empty file · no epoch column · no metric column · text in a metric cell · infinite epoch · negative
-epoch. Good paths: JSON has the documented fields (incl. ``convergence_epoch`` inside its
-``convergence_interval``); a real curve's prediction lands near the measured epoch; too few points
-says "cannot predict" (with null convergence fields); NaN rows are skipped and counted; --plot
-writes a PNG.
+empty file · no epoch column · no metric or loss column · text in a metric or loss cell · infinite
+epoch · negative epoch · ``flowplan logs`` JSON without points, with text in a field, an epoch out
+of bounds, cut short. Good paths: a loss column or a named one; a training log piped through
+``flowplan logs --format json`` (the loss or the metric, whichever the log has more of); JSON has
+the documented fields (incl. ``convergence_epoch`` inside its ``convergence_interval``); a real
+curve's prediction lands near the measured epoch; too few points says "cannot predict" (with null
+convergence fields); NaN rows are skipped and counted; --plot writes a PNG.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ def _csv(tmp_path: Path, text: str) -> Path:
 BAD = {
     "empty file": ("", "empty file"),
     "no epoch column": ("step,metric\n1,0.5\n", "no 'epoch' column"),
-    "no metric column": ("epoch,acc\n1,0.5\n", "no 'metric' column"),
+    "no metric or loss column": ("epoch,acc\n1,0.5\n", "no 'metric' or 'loss' column (found: epoch, acc)"),
+    "text in a loss cell": ("epoch,loss\n1,0.5\n2,low\n", "row 3, column 'loss'"),
+    "logs JSON without points": ('{"events": []}', "JSON without a 'points' list"),
+    "logs JSON, text in a loss": ('{"points": [{"epoch": 1, "loss": "low"}]}', "point 0, field 'loss': not a number"),
+    "logs JSON, an epoch out of bounds": ('{"points": [{"epoch": -2, "loss": 0.5}]}', "point 0, field 'epoch': must be 0"),
+    "logs JSON cut short": ('{"points": [{"epoch": 1', "not valid JSON"),
     "text in metric": ("epoch,metric\n1,0.5\n2,high\n", "row 3, column 'metric'"),
     "infinite epoch": ("epoch,metric\ninf,0.5\n", "row 2, column 'epoch'"),
     "negative epoch": ("epoch,metric\n-1,0.5\n", "row 2, column 'epoch'"),
@@ -189,3 +196,68 @@ def test_plot_marks_target_predicted_epoch_with_its_band_and_plateau(points: int
         if lo is not None:
             span = f"{lo:.1f} – " + (f"{hi:.1f}" if hi is not None else "never")
             assert f"80% band of that epoch: {span}" in labels
+
+
+def _loss_points(curve: np.ndarray) -> list[dict[str, float | None]]:
+    return [{"epoch": float(e), "loss": float(v), "metric": None, "time": None} for e, v in enumerate(curve, start=1)]
+
+
+def test_a_loss_column_or_a_named_one_is_read(tmp_path: Path) -> None:
+    """Without a ``metric`` column the ``loss`` column is predicted; ``--column`` reads any other (and
+    names it when it is missing); the output says which it read."""
+    curve = real_curve("deepspeech2", 40)[:20]  # word error rate: a falling value, as a loss
+    f = _csv(tmp_path, "epoch,loss,wer\n" + "".join(f"{e},{v},{v}\n" for e, v in enumerate(curve, start=1)))
+    target = str(float(curve[-1]) * 0.95)
+    loss = run(str(f), "--target", target, "--direction", "lower", "--format", "json")
+    wer = run(str(f), "--target", target, "--direction", "lower", "--format", "json", "--column", "wer")
+    assert loss.returncode == 0 and wer.returncode == 0, loss.stderr + wer.stderr
+    a, b = json.loads(loss.stdout), json.loads(wer.stdout)
+    assert (a["column"], b["column"], a["points"]) == ("loss", "wer", 20)
+    assert a["epochs_to_target"] == b["epochs_to_target"] is not None  # the same numbers, the same fit
+    assert "20 point(s) of loss up to epoch 20" in run(str(f), "--target", target, "--direction", "lower").stdout
+    missing = run(str(f), "--target", target, "--direction", "lower", "--column", "acc")
+    assert missing.returncode == 2 and "no 'acc' column (--column; found: epoch, loss, wer)" in missing.stderr
+
+
+def test_a_training_log_piped_through_flowplan_logs(tmp_path: Path) -> None:
+    """A real Keras log (``model.fit`` piped: the loss every few steps, the validation accuracy at
+    each epoch's end) through ``flowplan logs --format json`` into ``flowplan predict -``: the loss by
+    default (more points have it), the metric with ``--column metric``; the same points as a CSV of
+    what ``flowplan logs`` printed give the same prediction."""
+    log = Path(__file__).parent / "fixtures" / "logs" / "keras" / "keras-fit-pipe.log"
+    logs = subprocess.run(
+        [sys.executable, "-m", "flowplan", "logs", str(log), "--format", "json"], capture_output=True, text=True, timeout=120
+    )
+    assert logs.returncode == 0, logs.stderr
+    points = json.loads(logs.stdout)["points"]
+    with_loss = [p for p in points if p["loss"] is not None]
+    with_metric = [p for p in points if p["metric"] is not None]
+    assert len(with_loss) > len(with_metric) >= 3
+
+    def piped(*extra: str) -> dict[str, object]:
+        r = subprocess.run(
+            [sys.executable, "-m", "flowplan", "predict", "-", "--format", "json", *extra],
+            input=logs.stdout,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        out: dict[str, object] = json.loads(r.stdout)
+        return out
+
+    loss = piped("--target", "0.2", "--direction", "lower")
+    assert (loss["column"], loss["points"], loss["skipped_rows"]) == ("loss", len(with_loss), len(points) - len(with_loss))
+    metric = piped("--target", "0.99", "--direction", "higher", "--column", "metric")
+    assert (metric["column"], metric["points"]) == ("metric", len(with_metric))
+    f = _csv(tmp_path, "epoch,loss\n" + "".join(f"{p['epoch']!r},{p['loss']!r}\n" for p in with_loss))
+    by_csv = run(str(f), "--target", "0.2", "--direction", "lower", "--format", "json")
+    assert json.loads(by_csv.stdout)["epochs_to_target"] == loss["epochs_to_target"]
+    missing = subprocess.run(
+        [sys.executable, "-m", "flowplan", "predict", "-", "--target", "1", "--direction", "lower", "--column", "acc"],
+        input=json.dumps({"points": _loss_points(np.array([0.9, 0.8, 0.7]))}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2 and "no point has a 'acc' field" in missing.stderr
