@@ -92,9 +92,26 @@ def _same(a: object, b: object, where: str = "") -> str | None:
 
 
 def test_bundled_traces_match_the_measured_data(data_dir: Path) -> None:
-    fresh = json.loads(TraceLibrary.from_dir(data_dir).to_json())
-    differ = _same(json.loads(BUNDLED.read_text()), fresh)
+    """The bundled copy holds the measured curves and step times, and placement forms that give the
+    same step times as the forms fitted from the data now. The forms are compared by what they give,
+    not parameter by parameter: deepspeech2's optimum is flat, and SciPy 1.17 lands 35 % away from
+    the bundle's in one parameter while the step times the form scales move by less than 1e-9 (one
+    parameter off by 1 % moves some by 3e-6 to 2.5e-4)."""
+    library = TraceLibrary.from_dir(data_dir)
+    fresh = json.loads(library.to_json())
+    bundled = json.loads(BUNDLED.read_text())
+    assert sorted(bundled.pop("forms")) == sorted(fresh.pop("forms"))
+    differ = _same(bundled, fresh)
     assert differ is None, f"run: python examples/bundle_traces.py ({differ})"
+    copy = TraceLibrary.bundled()
+    for model in library.forms:
+        for nodes, workers in ((5, 10), (7, 21), (10, 40), (13, 52), (2, 16)):  # not measured: the form scales them
+            for local_batch in (8.0, 64.0, 512.0):
+                now, then = (
+                    library.multi_step_time(model, nodes, workers, local_batch),
+                    copy.multi_step_time(model, nodes, workers, local_batch),
+                )
+                assert then == pytest.approx(now, rel=1e-6), f"run: python examples/bundle_traces.py ({model} {nodes}x{workers})"
 
 
 def test_the_bundle_comparison_can_fail() -> None:
