@@ -17,7 +17,8 @@ from typing import Literal
 import numpy as np
 
 from models import Direction, SpeedModel, SpeedObservation, fit_speed_model
-from planner.snapshot import Job, MetricPoint
+from models.gang_speed import gang_scaling
+from planner.snapshot import Job, MetricPoint, SpeedPoint
 
 #: Newest history points (by time) that make an observed speed.
 SPEED_WINDOW = 6
@@ -73,6 +74,20 @@ def observed_speeds(job: Job) -> list[SpeedObservation]:
     return obs
 
 
+def _to_full(job: Job, point: SpeedPoint) -> float:
+    """A borrowed point's epoch time over the borrower's at its full count on one node (what its
+    speed model stands for): 1 for a point measured at that shape, or one that does not say its
+    replicas (its lender's full count, taken as the borrower's), else the data-parallel scaling's
+    prior between the two shapes (:func:`models.gang_speed.gang_scaling`; a lender's 1-replica epoch
+    of a 16-replica job's model is some 12 times its full count's). A parameter-server job's points
+    are taken as they are (their servers' share is not known here)."""
+    if point.replicas is None or job.servers is not None or (point.replicas, point.nodes or 1) == (job.replicas, 1):
+        return 1.0
+    scaling = gang_scaling(job.replicas, [])
+    factor = float(scaling.factor(np.array([point.replicas]), np.array([point.nodes or 1]))[0])
+    return factor if factor > 0 and np.isfinite(factor) else 1.0
+
+
 #: Jobs a speed basis names before it says "and N more".
 NAMED_JOBS = 3
 
@@ -110,7 +125,7 @@ def job_speed(job: Job) -> JobSpeed:
         model = fit_speed_model([], uses_gpu=uses_gpu)
         t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
         return JobSpeed(model, "assumed", f"speed assumed: {t:.3g} s/epoch on 1 CPU{one} (none observed, no similar job)")
-    borrowed = [SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch) for p in prior.points]
+    borrowed = [SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch / _to_full(job, p)) for p in prior.points]
     model = replace(fit_speed_model(borrowed, uses_gpu=uses_gpu), source="borrowed")
     t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
     names = ", ".join(prior.jobs[:NAMED_JOBS])

@@ -167,7 +167,11 @@ class SpeedPrior(Input):
     key: str = Field(min_length=1, max_length=253, description="The shared task or image (the job's own).")
     jobs: list[Name] = Field(min_length=1, max_length=MAX_PRIOR_JOBS, description="The jobs the points come from.")
     points: list[SpeedPoint] = Field(
-        min_length=1, max_length=MAX_PRIOR_POINTS, description="Their observed speeds, per replica, at the CPU they used."
+        min_length=1,
+        max_length=MAX_PRIOR_POINTS,
+        description="Their observed speeds at the CPU they used. A point may say the replicas and nodes it was measured "
+        "with: the borrower scales it to its own replicas on one node by the data-parallel prior (a point that does not "
+        "say is taken as measured at the borrower's count).",
     )
 
 

@@ -92,6 +92,38 @@ def test_the_jobs_own_observation_wins_over_the_borrowed_one(own: str) -> None:
     assert "not yet observed" not in a.explanation
 
 
+@pytest.mark.parametrize(
+    ("replicas", "point", "ratio"),
+    [
+        (1, {}, 1.0),  # one replica on one node: as measured
+        (8, {}, 1.0),  # a point without its replicas: its lender's full count, taken as this job's
+        (8, {"replicas": 8}, 1.0),  # measured at this job's full count on one node
+        (8, {"replicas": 1}, None),  # one replica: this job's 8 on one node are faster, by the prior's factor
+        (8, {"replicas": 8, "nodes": 2}, None),  # over two nodes: slower than on one
+    ],
+    ids=["one replica", "replicas not said", "the full count", "one of eight", "over two nodes"],
+)
+def test_a_borrowed_speed_is_scaled_to_the_jobs_own_count(replicas: int, point: dict[str, int], ratio: float | None) -> None:
+    """A prior's points may say the replicas and nodes they were measured with; the borrower's speed
+    model stands for its full count on one node (as its own epochs are scaled there), so each point
+    is divided by the data-parallel prior's factor between the two shapes. Before, a 16-replica
+    imagenet gang took a lender's 1-replica epoch (7,480 s) for its full count's and was offered 1
+    replica at 112,000 s an epoch."""
+    import numpy as np
+
+    from models.gang_speed import gang_scaling
+    from planner.progress import job_speed
+
+    prior = dict(PRIOR, points=[{"cpu_millis": 1000, "seconds_per_epoch": 40.0, **point}])
+    job = Job.model_validate(_job(replicas=replicas, speed_prior=prior))
+    got = job_speed(job).model.seconds_per_epoch(1000, 0)
+    if ratio is None:
+        scaling = gang_scaling(replicas, [])
+        ratio = float(scaling.factor(np.array([point["replicas"]]), np.array([point.get("nodes", 1)]))[0])
+        assert (ratio > 1.0) == (point["replicas"] < replicas or point.get("nodes", 1) > 1)
+    assert got == pytest.approx(40.0 / ratio, rel=1e-6)
+
+
 def test_a_gpu_job_borrows_at_its_gpu_count() -> None:
     prior = {
         "basis": "image",
