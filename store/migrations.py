@@ -101,4 +101,22 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job, cpu_millis, gpus)
     ) WITHOUT ROWID;
     """,
+    # 5: a speed's shape: the replicas and nodes it was measured with, so a gang's speeds at other
+    # counts are kept apart (they overwrote each other) and a borrower scales each to its own count
+    # (planner.progress). Rows of version 4 keep replicas 0: not said, the job's own count.
+    """
+    CREATE TABLE speeds_by_shape (
+        job               TEXT NOT NULL REFERENCES speed_jobs(job),
+        cpu_millis        INTEGER NOT NULL,  -- CPU the job actually used, per replica (millicores)
+        gpus              INTEGER NOT NULL,
+        replicas          INTEGER NOT NULL DEFAULT 0,  -- replicas it ran with (0: not said, all of the job's)
+        nodes             INTEGER NOT NULL DEFAULT 1,  -- over how many nodes
+        seconds_per_epoch REAL NOT NULL,
+        PRIMARY KEY (job, cpu_millis, gpus, replicas, nodes)
+    ) WITHOUT ROWID;
+    INSERT INTO speeds_by_shape (job, cpu_millis, gpus, seconds_per_epoch)
+        SELECT job, cpu_millis, gpus, seconds_per_epoch FROM speeds;
+    DROP TABLE speeds;
+    ALTER TABLE speeds_by_shape RENAME TO speeds;
+    """,
 ]

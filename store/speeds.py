@@ -3,7 +3,10 @@ job can borrow the speed of similar ones until its own is observed (``planner.sn
 
 Writers (the Docker adapter) call :meth:`SpeedRecords.record_speeds` whenever a job's speed points,
 progress or state change; readers ask :meth:`SpeedRecords.speed_prior` for a job without a speed of
-its own. Tables: ``speeds`` and ``speed_jobs`` (migration 4, :mod:`store.migrations`).
+its own. Tables: ``speeds`` and ``speed_jobs`` (migrations 4 and 5, :mod:`store.migrations`). A speed
+keeps the replicas and nodes it was measured with (``SpeedPoint.replicas`` / ``.nodes``; replicas
+not said: the job's own count), so a gang's speeds at several counts are kept apart and a borrower
+scales each to its own count (:func:`planner.progress.job_speed`).
 
 Who may lend (:func:`lends`): a job that finished, or that has done at least
 :data:`PRIOR_MIN_EPOCHS` epochs (its speed has seen a whole epoch, evaluation included), with at
@@ -103,9 +106,10 @@ class SpeedRecords:
             db.execute("DELETE FROM speeds WHERE job = ?", (job,))
             if points:
                 db.executemany(
-                    "INSERT INTO speeds (job, cpu_millis, gpus, seconds_per_epoch) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (job, cpu_millis, gpus) DO UPDATE SET seconds_per_epoch = excluded.seconds_per_epoch",
-                    [(job, p.cpu_millis, p.gpus, p.seconds_per_epoch) for p in points],
+                    "INSERT INTO speeds (job, cpu_millis, gpus, replicas, nodes, seconds_per_epoch) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (job, cpu_millis, gpus, replicas, nodes) "
+                    "DO UPDATE SET seconds_per_epoch = excluded.seconds_per_epoch",
+                    [(job, p.cpu_millis, p.gpus, p.replicas or 0, p.nodes, p.seconds_per_epoch) for p in points],
                 )
 
     def speed_record(self, job: str) -> SpeedRecord | None:
@@ -132,8 +136,12 @@ class SpeedRecords:
         out = []
         for job, task, image, epochs, finished, updated in rows:
             pts = self._read(
-                "SELECT cpu_millis, gpus, seconds_per_epoch FROM speeds WHERE job = ? ORDER BY cpu_millis, gpus", (job,)
+                "SELECT cpu_millis, gpus, replicas, nodes, seconds_per_epoch FROM speeds WHERE job = ? "
+                "ORDER BY cpu_millis, gpus, replicas, nodes",
+                (job,),
             )
-            points = tuple(SpeedPoint(cpu_millis=c, gpus=g, seconds_per_epoch=s) for c, g, s in pts)
+            points = tuple(
+                SpeedPoint(cpu_millis=c, gpus=g, replicas=r or None, nodes=n, seconds_per_epoch=s) for c, g, r, n, s in pts
+            )
             out.append(SpeedRecord(job, task, image, float(epochs), bool(finished), float(updated), points))
         return out

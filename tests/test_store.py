@@ -345,6 +345,44 @@ def test_a_version_3_database_gets_the_speed_tables(store_location: str) -> None
         assert new.speed_prior(task="t", image=None, exclude="b") is not None
 
 
+def test_a_gangs_speeds_keep_their_shapes(store_location: str) -> None:
+    """Migration 5: a speed keeps the replicas and nodes it was measured with. A gang's epochs at 2
+    replicas and at 4 over two nodes, at the same CPU and GPUs, overwrote each other before; now both
+    are kept and lent with their shapes (a point that does not say its replicas stays so)."""
+    shapes = [
+        SpeedPoint(cpu_millis=2000, gpus=1, seconds_per_epoch=40.0, replicas=2),
+        SpeedPoint(cpu_millis=2000, gpus=1, seconds_per_epoch=24.0, replicas=4, nodes=2),
+        SpeedPoint(cpu_millis=2000, gpus=1, seconds_per_epoch=30.0),
+    ]
+    with StateStore(store_location) as s:
+        s.record_speeds("g", shapes, task="bert", image=None, epochs=2.0, finished=True)
+    with StateStore(store_location) as s:
+        rec = s.speed_record("g")
+        assert rec is not None and sorted(rec.points, key=lambda p: p.seconds_per_epoch) == sorted(
+            shapes, key=lambda p: p.seconds_per_epoch
+        )
+        prior = s.speed_prior(task="bert", image=None, exclude="new")
+        assert prior is not None and {(p.replicas, p.nodes, p.seconds_per_epoch) for p in prior.points} == {
+            (2, 1, 40.0),
+            (4, 2, 24.0),
+            (None, 1, 30.0),
+        }
+
+
+def test_a_version_4_database_keeps_its_speeds(store_location: str) -> None:
+    """Opening a version-4 store moves its speeds to the table with shapes: replicas not said."""
+    with StateStore(store_location, migrations=MIGRATIONS[:4]) as old:
+        old.add_points("a", [MetricPoint(time=1.0, epoch=1.0, loss=2.5)])
+        with old._write() as db:  # the version-4 writer's rows, as its record_speeds wrote them
+            db.execute("INSERT INTO speed_jobs (job, task, image, epochs, finished, updated) VALUES ('a', 't', NULL, 3, 1, 1.0)")
+            db.execute("INSERT INTO speeds (job, cpu_millis, gpus, seconds_per_epoch) VALUES ('a', 1000, 0, 1.5)")
+    with StateStore(store_location) as new:
+        assert new.schema_version == len(MIGRATIONS) >= 5
+        rec = new.speed_record("a")
+        assert rec is not None and rec.points == (SpeedPoint(cpu_millis=1000, gpus=0, seconds_per_epoch=1.5),)
+        assert rec.points[0].replicas is None and rec.points[0].nodes == 1
+
+
 #: Lenders as (job, task, image, epochs, finished, seconds per epoch); the new job "new" has task "digits"
 #: and image "img:1". Expected: (basis, jobs in order) or None.
 PRIOR_CASES = {
