@@ -229,6 +229,7 @@ def build_problem(snapshot: Snapshot, outlooks: Sequence[JobOutlook], config: Pl
     problem = _options(menus, cand, current, pinned, stay_ok, cap, pricing, node_index, budget)
     problem.reserved = reserved
     problem.reserved_for = menus[keeper].outlook.job.id if reserved.size else None
+    problem.reserved_backfill_s = shadow_q * pricing.quantum_seconds if reserved.size else 0.0
     if gang.any():
         problem = _with_gangs(problem, menus, gang, backfill, node_index, pinned, (g, g_cur), cap)
     if reserved.size:
@@ -356,9 +357,8 @@ def _late_off(problem: Problem, keeper: int, shadow_q: int) -> Problem:
     drop = on_reserved & (problem.opt_way != STAY) & (problem.opt_job != keeper) & (problem.finish_q > shadow_q)
     if not drop.any():
         return problem
-    reserved, reserved_for = problem.reserved, problem.reserved_for
     out = problem.subset(np.arange(problem.n_jobs), np.flatnonzero(~drop))
-    out.reserved, out.reserved_for = reserved, reserved_for
+    out.reserved, out.reserved_for, out.reserved_backfill_s = problem.reserved, problem.reserved_for, problem.reserved_backfill_s
     return out
 
 

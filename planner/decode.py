@@ -195,10 +195,12 @@ def unserved_reason(
     room_on: str | None = None,
     reserved: str | None = None,
     room_left: str | None = None,
+    backfill_s: float = 0.0,
 ) -> str:
     """Why a job has no node in the plan. ``room_on``: a node where one of its options fits the room
     the plan leaves (it waits by the solver's choice, not for lack of room); ``reserved``: the gang
-    (job id) a reservation holds nodes for this interval (:func:`planner.gangs.reservation`);
+    (job id) a reservation holds nodes for this interval (:func:`planner.gangs.reservation`), and
+    ``backfill_s`` the time within which a job must be predicted to end to use them (0: none may);
     ``room_left``: a node whose room after the plan holds its minimum although none of its options
     is there (:class:`MinimumRoom`), so "the nodes it fits are full" would not be true."""
     job: Job = m.outlook.job
@@ -222,8 +224,10 @@ def unserved_reason(
         # It fits a node, but was offered none this interval: a reservation holds them, or (a gang)
         # no placement of its fewest replicas fits the room there is.
         if reserved is not None:
-            held = "are held this interval for a gang that has waited longer (a reservation: see the plan's warnings)"
-            return f"the nodes that fit its minimum ({need}) {held}"
+            held = f"are held this interval for {reserved}, a gang that has waited longer (a reservation"
+            if backfill_s > 0:
+                held += f"; only jobs predicted to end within {duration(backfill_s)} may use them, and this one is not"
+            return f"the nodes that fit its minimum ({need}) {held}: see the plan's warnings)"
         return full
     if not eligible_any:
         reasons = []
@@ -381,7 +385,9 @@ def decode(
                 minimum_room = MinimumRoom(problem, left, nodes)
             room_on = problem.node_names[int(rooms[j])] if job.status != "running" and rooms[j] >= 0 else None
             room_left = minimum_room.node(m) if room_on is None and job.status != "running" else None
-            why = packed_out.get(j) or unserved_reason(m, nodes, eligible_any[j], room_on, problem.reserved_for, room_left)
+            why = packed_out.get(j) or unserved_reason(
+                m, nodes, eligible_any[j], room_on, problem.reserved_for, room_left, problem.reserved_backfill_s
+            )
             unserved.append(Unserved(job=job.id, reason=why))
         assert m.qoe_cost is not None and m.churn_cost is not None and m.finish_q is not None
         if way == WAIT_WAY:

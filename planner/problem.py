@@ -74,6 +74,9 @@ class Problem:
     reserved: np.ndarray = field(default_factory=lambda: _empty())
     #: The job (id) the reservation is for; ``None`` without one.
     reserved_for: str | None = None
+    #: Seconds from now within which a job must be predicted to end to backfill the reserved nodes
+    #: (the gang's shadow time; 0: none may).
+    reserved_backfill_s: float = 0.0
 
     @property
     def n_jobs(self) -> int:

@@ -552,6 +552,10 @@ def test_reserved_nodes_are_backfilled_by_jobs_that_end_before_the_gang_fits(sol
     assert of(got, "short").node is not None
     assert of(got, "long").node is None
     assert of(got, "big").node is None
+    # The job kept off the reserved nodes is told for whom, and what would have let it in.
+    why = next(u.reason for u in got.unserved if u.job == "long")
+    assert "held this interval for big, a gang that has waited longer" in why, why
+    assert "only jobs predicted to end within" in why and "and this one is not" in why, why
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "pulp"])

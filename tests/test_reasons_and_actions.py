@@ -259,7 +259,7 @@ def test_reasons_under_a_reservation() -> None:
     assert gang.action == "start" and gang.replicas == 4 and gang.placement is not None and len(gang.placement) == 2
     reasons = {u.job: u.reason for u in p.unserved}
     assert set(reasons) == {"s0", "s1", "s2"}
-    assert all("held this interval for a gang that has waited longer" in r for r in reasons.values()), reasons
+    assert all("held this interval for gang, a gang that has waited longer" in r for r in reasons.values()), reasons
     p5 = plan(_reserved(5), PlannerConfig(time_limit=1)).plan
     reasons = {u.job: u.reason for u in p5.unserved}
     assert reasons["gang"].startswith("no room yet for its minimum (4 CPU, 1 GPU per replica, 5 replica(s) at least)"), reasons
