@@ -178,7 +178,7 @@ def _readme_commands() -> dict[str, set[str]]:
             continue  # a Python example is not a command line
         for line in block.splitlines():
             line = line.split("#", 1)[0]
-            for m in re.finditer(r"(?:^|&& |\s)flowplan ([a-z]+)([^&]*)", line):
+            for m in re.finditer(r"(?:^|&& |\s)flowplan ([a-z]+)([^&|]*)", line):  # a command ends at && or a pipe
                 out.setdefault(m.group(1), set()).update(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b", m.group(2)))
     return out
 
