@@ -38,6 +38,7 @@ from planner.gangs import (
     per_replica,
     reservation,
     server_need,
+    shrunk_room,
     stay_allocs,
 )
 from planner.gangs import candidates as gang_candidates
@@ -377,6 +378,7 @@ def _with_gangs(
         j: current_shares(menus[j], node_index) for j in np.flatnonzero(gang).tolist() if menus[j].outlook.job.status == "running"
     }
     g = plans[0]
+    running_room = _left_by(menus, g, cap, running_only=True)
     cand = gang_candidates(
         menus,
         gang,
@@ -384,8 +386,9 @@ def _with_gangs(
         now,
         [p.shares for p in plans],
         _left_by(menus, g, cap),
-        _left_by(menus, g, cap, running_only=True),
+        running_room,
         cap,
+        shrunk_room(menus, now, pinned, running_room),
     )
     add, add_job, extras = gang_options(menus, cand, now, pinned, cap).arrays(menus)
     merged, _ = merge_options(problem, add, add_job, extras)

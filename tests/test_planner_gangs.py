@@ -605,3 +605,60 @@ def test_room_a_reservation_held_is_freed_when_its_gang_starts(data_dir: Path) -
     assert of(got, "cifar10-114").action == "start" and of(got, "cifar10-114").node == "gpu-node-0"
     used = sum(k for a in got.assignments if a.node is not None for n, k in assigned_shares(a) if n == "gpu-node-0")
     assert used == 4  # every GPU of the reserved node busy (2 before: the other one stayed idle)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_a_running_gang_makes_way_for_a_short_one(solver: str) -> None:
+    """Three 4-GPU nodes held whole by a running 12-replica gang (at least 4; 4 + 4 + 4, 33 minutes to
+    go, its fastest spread) and a 2-replica gang arriving with 3 epochs: before, a pending gang was
+    offered only room nothing running held, so it waited behind the long one ("the nodes it fits are
+    full") until it ended. It is now offered the room the running gang would leave at its fewest
+    replicas (:func:`planner.gangs.shrunk_room`), and the solver shrinks the long gang (a
+    checkpoint-restart: 33 -> 40 minutes) to start the short one at once. A pinned gang (it cannot
+    restart) is not shrunk: the short one waits."""
+    spread = [{"node": f"n{i}", "replicas": 4} for i in range(3)]
+    big = gang(
+        "big",
+        12,
+        min_replicas=4,
+        max_nodes=3,
+        status="running",
+        node="n0",
+        allocation={"cpu_millis": 4000, "gpus": 1},
+        placement=spread,
+    )
+    short = gang("short", 2, min_replicas=1, max_nodes=2, submitted=990.0)
+    short["target"] = {**short["target"], "max_epochs": 3}
+    got = planned(snapshot([big, short], n_nodes=3), solver)
+    assert of(got, "short").action == "start", of(got, "short").explanation
+    assert of(got, "big").action == "migrate" and of(got, "big").replicas < 12
+    pinned = planned(snapshot([dict(big, migratable=False), short], n_nodes=3), solver)
+    assert of(pinned, "short").node is None and of(pinned, "big").replicas == 12
+
+
+def test_shrunk_room_keeps_a_running_gangs_fewest_replicas_in_rank_order() -> None:
+    """By hand: an 8-replica gang, 4 + 4 on n0 and n1, at least 2: it keeps 2 on n0 (rank 0's node)
+    and leaves 2 GPUs of n0 and all 4 of n1; a pinned one, or one that cannot migrate, leaves nothing."""
+    from planner.build import build_problem
+    from planner.core import _outlooks  # the planner's own fits, as plan() makes them
+    from planner.gangs import current_shares, shrunk_room
+
+    big = gang(
+        "big",
+        8,
+        min_replicas=2,
+        max_nodes=2,
+        status="running",
+        node="n0",
+        allocation={"cpu_millis": 4000, "gpus": 1},
+        placement=[{"node": "n0", "replicas": 4}, {"node": "n1", "replicas": 4}],
+    )
+    snap = snapshot([big], n_nodes=2)
+    outlooks = _outlooks(snap, PlannerConfig(), None, None, None)
+    menus = build_problem(snap, [outlooks["big"][1]], PlannerConfig())[0].menus
+    now = {0: current_shares(menus[0], {"n0": 0, "n1": 1})}
+    running = np.zeros((3, 2))
+    room = shrunk_room(menus, now, np.array([False]), running)
+    assert room[1].tolist() == [2.0, 4.0]  # GPUs
+    assert room[0].tolist() == [8000.0, 16000.0]  # CPU: 4000m a replica
+    assert shrunk_room(menus, now, np.array([True]), running)[1].tolist() == [0.0, 0.0]
