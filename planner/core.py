@@ -51,6 +51,7 @@ def snapshot_digest(snapshot: Snapshot) -> str:
 def _job_digest(settings_json: str, job: Job, config: PlannerConfig) -> str:
     """Everything a job's outlook depends on: the job, the settings, and the parts of the config that
     enter the fit (the prior for the job's task, the stand-in for unknown remaining epochs)."""
+    # The job's own earlier runs (``curve_prior``) are in its JSON; the library's for its task are not.
     prior = config.curve_priors.get(job.task) if job.task is not None else None
     # Measured CPU use is informational and changes every interval: it must not invalidate a fit.
     parts = (job.model_dump_json(exclude={"cpu_used_millis"}), settings_json, repr(prior), repr(config.unknown_remaining_epochs))

@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from models import CannotPredict, CurveFit, Direction, fit_learning_curve
-from models.curve_prior import CurvePrior
+from models.curve_prior import CurvePrior, ReferenceCurve
 from planner.config import PlannerConfig
 from planner.progress import SpeedBasis, job_speed, judged_series, reached
 from planner.snapshot import Job, QoETarget, Settings, lr_schedule
@@ -109,6 +109,21 @@ def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
     return epochs, values, name, direction
 
 
+def job_curve_prior(job: Job, config: PlannerConfig) -> CurvePrior | None:
+    """The curve prior of ``job``: the earlier runs its snapshot carries (``Job.curve_prior``), then the
+    planner's library for its task (``PlannerConfig.curve_priors``); ``None`` if neither has any."""
+    library = config.curve_priors.get(job.task) if job.task is not None else None
+    if job.curve_prior is None:
+        return library
+    carried = tuple(
+        ReferenceCurve(tuple(p.epoch for p in run.points), tuple(p.value for p in run.points), label=run.job)
+        for run in job.curve_prior.runs
+    )
+    if library is None or not library.same_task:  # runs of the task itself say more than other models' shapes
+        return CurvePrior(carried)
+    return CurvePrior(carried + library.references, same_task=library.same_task, warp_range=library.warp_range)
+
+
 def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | None:
     """Median epoch at which earlier runs first reached ``value`` (``None`` if most never did)."""
     hits: list[float] = []
@@ -171,7 +186,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     epoch = float(max((p.epoch for p in job.history), default=0.0))
     target = job.target
 
-    prior = config.curve_priors.get(job.task) if job.task is not None else None
+    prior = job_curve_prior(job, config)
     # A declared learning-rate schedule (with its planned epochs) lets the curve see drops and an
     # annealed end coming; without one the fit is the schedule-free model.
     planned = target.max_epochs if target is not None else None
@@ -180,6 +195,8 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOut
     curve = fit if isinstance(fit, CurveFit) else None
     if curve is not None:
         curve_note = f"{curve.family} fit of {metric} on {curve.n_points} points"
+        if curve.family == "prior" and prior is not None:
+            curve_note += f" ({len(prior.references)} earlier runs of {job.task})"
         if schedule is not None:
             curve_note += f" with the declared {schedule.kind} learning-rate schedule"
     else:

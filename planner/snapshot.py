@@ -175,6 +175,43 @@ class SpeedPrior(Input):
     )
 
 
+#: Most earlier runs a curve prior may carry, and most points of each.
+MAX_REFERENCE_RUNS = 20
+MAX_REFERENCE_POINTS = 2000
+#: Fewest points a reference run needs (a shape, not a level).
+MIN_REFERENCE_POINTS = 3
+
+
+class CurvePoint(Input):
+    """One point of an earlier run's learning curve: after ``epoch`` epochs, the value of the metric."""
+
+    epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
+    value: Finite
+
+
+class ReferenceRun(Input):
+    """An earlier run's learning curve, on the metric the job's target reads (its loss, else its metric)."""
+
+    job: Name = Field(description="The finished job it comes from.")
+    points: list[CurvePoint] = Field(min_length=MIN_REFERENCE_POINTS, max_length=MAX_REFERENCE_POINTS)
+
+
+class CurveReferences(Input):
+    """Learning curves of earlier runs of the same task, the prior of the job's curve.
+
+    An adapter (or whoever writes the snapshot) looks them up, e.g. in the state store: the jobs of
+    the same ``task`` that finished, on the metric the job's target reads. The planner fits the job's
+    points with a stretched and shifted copy of them (``models.curve_prior``) as one more candidate,
+    kept only where it forecasts the job's own later points at least as well as the parametric
+    families; with no curve yet (fewer than 3 points) it reads the tiers off them. Added to the
+    planner's own library for the task (``PlannerConfig.curve_priors``), if it has one.
+    """
+
+    basis: Literal["task"] = Field("task", description="What the earlier runs share with this one.")
+    key: str = Field(min_length=1, max_length=253, description="The task (the job's own).")
+    runs: list[ReferenceRun] = Field(min_length=1, max_length=MAX_REFERENCE_RUNS)
+
+
 class Tier(Input):
     """One QoE tier: reach ``value`` of the target metric, by ``deadline`` if one is given."""
 
@@ -340,6 +377,21 @@ def speed_prior_problem(job: Job) -> str | None:
     return None
 
 
+def curve_prior_problem(job: Job) -> str | None:
+    """Why ``job.curve_prior`` is not a prior for this job (``None``: it is), naming the field."""
+    prior = job.curve_prior
+    if prior is None:
+        return None
+    if job.task is None:
+        return f"curve_prior.key: earlier runs of task {prior.key!r}, but the job has no task"
+    if job.task != prior.key:
+        return f"curve_prior.key: task {prior.key!r} is not the job's task {job.task!r}"
+    for i, run in enumerate(prior.runs):
+        if run.job == job.id:
+            return f"curve_prior.runs[{i}].job: names the job itself ({job.id!r}); its own points go in 'history'"
+    return None
+
+
 def gang_problem(job: Job) -> str | None:
     """Why ``job``'s replica count, ``max_nodes`` and ``placement`` do not go together (``None``: they
     do), naming the field and its value."""
@@ -466,8 +518,8 @@ class Job(Input):
     task: str | None = Field(
         None,
         max_length=253,
-        description="What is trained (e.g. 'cifar10-resnet18'). Jobs naming a task the planner has curves of "
-        "earlier runs for (PlannerConfig.curve_priors) get that prior on their learning curve.",
+        description="What is trained (e.g. 'cifar10-resnet18'). Jobs naming a task with curves of earlier runs "
+        "(the job's curve_prior, or PlannerConfig.curve_priors) get that prior on their learning curve.",
     )
     image: str | None = Field(
         None,
@@ -539,6 +591,11 @@ class Job(Input):
         None,
         description="Speeds borrowed from similar jobs (same task, else same image), used only until the job's own "
         "speed is observed; without either the planner assumes 60 s an epoch on one core.",
+    )
+    curve_prior: CurveReferences | None = Field(
+        None,
+        description="Learning curves of finished runs of the same task (the state store's, put here by the adapter): "
+        "the prior of the job's curve, beside the planner's own library for the task.",
     )
     target: QoETarget | None = None
     schedule: Schedule | None = Field(
@@ -626,6 +683,9 @@ class Job(Input):
             problem = speed_prior_problem(self)
             if problem is not None:
                 raise ValueError(problem)
+        problem = curve_prior_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         if self.schedule is not None:
             problem = schedule_problem(self.schedule, self.target.max_epochs if self.target is not None else None)
             if problem is not None:

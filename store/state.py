@@ -38,6 +38,7 @@ from typing import Any, Literal
 from planner.plan import Plan
 from planner.snapshot import Job, MetricPoint, QoETarget, Snapshot
 from store.backend import Backend, open_backend, redact
+from store.curves import CurveRecords
 from store.errors import MigrationError, SchemaTooNew
 from store.migrations import MIGRATIONS
 from store.speeds import SpeedRecords
@@ -114,7 +115,7 @@ def _statements(script: str) -> Iterator[str]:
         yield buf.strip()
 
 
-class StateStore(SpeedRecords):
+class StateStore(SpeedRecords, CurveRecords):
     """The state store; see the module docstring. ``location`` is a SQLite file (``":memory:"`` for a
     private in-memory one) or a ``postgresql://`` URL.
 

@@ -336,6 +336,9 @@ class DockerAdapter(Adapter):
             history=list(history),
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
+            curve_prior=None
+            if status == "finished"
+            else self.progress.curve_prior(job_id, fields.get("task"), fields["target"], history),
             delivered=delivered,
             placement=_placement(shares, fields.get("replicas", 1)),
             **fields,
@@ -353,8 +356,9 @@ class DockerAdapter(Adapter):
     ) -> None:
         """Keep the job's speed points with its task and image in the store, for later jobs to borrow
         (:meth:`ProgressStore.record_speeds`). Written when something a borrower reads changes: the
-        points, the task or image, finishing, or passing the epochs a running job needs to lend."""
-        if not speed:
+        points, the task or image, finishing, or passing the epochs a running job needs to lend. A job
+        that finished without speed points is recorded too: its curve lends (:meth:`ProgressStore.curve_prior`)."""
+        if not speed and not (finished and history):
             return
         epochs = max((p.epoch for p in history), default=0.0)
         key = (tuple(speed), task, image, finished, epochs >= PRIOR_MIN_EPOCHS)
@@ -668,6 +672,7 @@ class DockerAdapter(Adapter):
                     history=list(history),
                     speed=speed,
                     speed_prior=None if speed else self._speed_prior(job_id, fields.get("task"), _image(c)),
+                    curve_prior=self.progress.curve_prior(job_id, fields.get("task"), fields["target"], history),
                     delivered=self.progress.delivered(job_id),
                     **fields,
                 )

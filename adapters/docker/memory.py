@@ -16,7 +16,8 @@ The Kubernetes adapter keeps the same per-pod and per-job log state under ``k8s.
 
 Besides, the adapter records each job's speed points with its task and image
 (:meth:`ProgressStore.record_speeds`, the store's ``speeds`` tables, not the key-value table), and
-asks for the speeds of similar jobs for a job without one (:meth:`ProgressStore.speed_prior`).
+asks for the speeds of similar jobs for a job without one (:meth:`ProgressStore.speed_prior`) and for
+the curves of finished runs of a job's task (:meth:`ProgressStore.curve_prior`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from planner.snapshot import MetricPoint, SpeedPoint, SpeedPrior
-from store import SpeedRecord, prior_from
+from planner.snapshot import CurveReferences, MetricPoint, SpeedPoint, SpeedPrior
+from store import SpeedRecord, curve_prior_from, prior_from
+from store.curves import Column
 
 
 class ProgressStore(Protocol):
@@ -43,6 +45,8 @@ class ProgressStore(Protocol):
     ) -> None: ...
 
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None: ...
+
+    def curve_prior(self, *, task: str | None, column: Column, exclude: str) -> CurveReferences | None: ...
 
 
 class MemoryStore:
@@ -79,3 +83,13 @@ class MemoryStore:
 
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None:
         return prior_from(self._speeds.values(), task=task, image=image, exclude=exclude)
+
+    def curve_prior(self, *, task: str | None, column: Column, exclude: str) -> CurveReferences | None:
+        if task is None:
+            return None
+        finished = sorted((r for r in self._speeds.values() if r.task == task and r.finished), key=lambda r: (-r.updated, r.job))
+        runs = [
+            (r.job, [(p.epoch, v) for p in self.history(r.job) if (v := p.loss if column == "loss" else p.metric) is not None])
+            for r in finished
+        ]
+        return curve_prior_from(runs, task=task, exclude=exclude)

@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
 from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
-from planner.snapshot import MetricPoint, QoETarget, ScheduleOnly, schedule_problem
+from planner.snapshot import CurveReferences, MetricPoint, QoETarget, ScheduleOnly, schedule_problem
 
 if TYPE_CHECKING:
     from adapters.logs.tensorboard import TensorBoardRead
@@ -339,3 +339,18 @@ class LogProgress:
                 self.log.warning("job %s: declared schedule left out: %s", job_id, problem)
             return None
         return schedule
+
+    def curve_prior(
+        self, job_id: str, task: str | None, target: QoETarget | None, history: Sequence[MetricPoint]
+    ) -> CurveReferences | None:
+        """Curves of finished runs of the job's task (the store's ``curve_prior``), on the column its
+        target reads (the loss, or its metric; without a target, the loss if it reports one, as the
+        planner judges it): the prior of the job's curve. ``None`` without a task or such runs."""
+        if task is None:
+            return None
+        if target is not None:
+            column = "loss" if target.metric == "loss" else "metric"
+        else:
+            column = "loss" if not history or any(p.loss is not None for p in history) else "metric"
+        prior: CurveReferences | None = self.store.curve_prior(task=task, column=column, exclude=job_id)
+        return prior

@@ -228,6 +228,8 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         self.checkpoint_timeout = checkpoint_timeout
         #: What the pods' logs said (points, declarations, deliveries), under ``k8s.*`` keys.
         self.progress = LogProgress(self.store, "k8s", log)
+        #: Finished jobs whose run this adapter recorded for the curve prior (once each).
+        self._runs_recorded: set[str] = set()
         #: Reads each FlowPlan pod's log every observe (:mod:`adapters.kubernetes.logs`); None: not read.
         self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT, pool=self.pool) if read_logs else None
         #: An MLflow tracking server whose runs tagged ``flowplan.job=<job id>`` add to the jobs' progress
@@ -431,12 +433,20 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         fields = dict(parsed.fields)
         fields["target"] = self.progress.with_declared(job_id, fields.get("target"))
         fields["schedule"] = self.progress.declared_schedule(job_id, fields["target"])
+        history = list(self.store.history(job_id))
+        task = fields.get("task")
+        if status == "finished" and task is not None and history and job_id not in self._runs_recorded:
+            # Its curve lends to later jobs of the task (the store's curve_prior); no speeds are kept here.
+            epochs = max(p.epoch for p in history)
+            self.store.record_speeds(job_id, [], task=task, image=None, epochs=epochs, finished=True)
+            self._runs_recorded.add(job_id)
         return Job(
             id=job_id,
             status=status,
             node=pod.node if status == "running" else None,
             allocation=allocation,
-            history=list(self.store.history(job_id)),
+            history=history,
+            curve_prior=None if status == "finished" else self.progress.curve_prior(job_id, task, fields["target"], history),
             # asked to deliver (the annotation: asked once), or the job's log says it delivered
             delivered=DELIVER_REQUESTED in pod.annotations or self.progress.delivered(job_id),
             **fields,
