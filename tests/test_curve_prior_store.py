@@ -244,3 +244,25 @@ def test_a_good_prior_is_accepted_and_documented() -> None:
     schema = Snapshot.model_json_schema()
     assert set(schema["$defs"]["CurveReferences"]["properties"]) == {"basis", "key", "runs"}
     assert Job.model_fields["curve_prior"].description
+
+
+def test_the_adapters_ask_for_the_column_the_job_is_judged_on(any_store: Any) -> None:
+    """``LogProgress.curve_prior`` (both adapters'): the target's column; without a target, the loss if
+    the job reports one, else its metric; with neither a target nor a point, whichever the runs have."""
+    import logging
+
+    from adapters.docker.progress import LogProgress
+    from planner.snapshot import QoETarget
+
+    store = any_store
+    _finish(store, "acc-run", "cifar10", _points(real_curve("cifar10", 128)[:10], "metric"))
+    progress = LogProgress(store, "docker", logging.getLogger("test"))
+    on_loss = QoETarget(metric="loss", tier1={"value": 0.1})
+    on_accuracy = QoETarget(metric="accuracy", direction="higher", tier1={"value": 0.9})
+    assert progress.curve_prior("new", "cifar10", on_loss, []) is None  # no run reported a loss
+    assert progress.curve_prior("new", "cifar10", on_accuracy, []) is not None
+    assert progress.curve_prior("new", "cifar10", None, _points([2.0, 1.5], "loss")) is None
+    assert progress.curve_prior("new", "cifar10", None, _points([0.3, 0.4], "metric")) is not None
+    got = progress.curve_prior("new", "cifar10", None, [])
+    assert got is not None and got.runs[0].job == "acc-run"
+    assert progress.curve_prior("new", None, on_accuracy, []) is None

@@ -115,3 +115,41 @@ def test_the_command_runs_to_the_end_and_refuses_a_bad_kubeconfig(k8s_sandbox: A
     )
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and "--kubeconfig" in bad.stderr and "Traceback" not in bad.stderr
+
+
+#: A task and a target on the accuracy (the measured cifar10 curve's metric).
+TASK = {
+    "flowplan.io/task": "cifar10",
+    "flowplan.io/target.metric": "accuracy",
+    "flowplan.io/target.direction": "higher",
+    "flowplan.io/target.tier1": "0.9",
+}
+
+
+def test_a_finished_pods_curve_is_the_prior_of_the_next_pod_of_its_task(k8s_sandbox: Any, tmp_path: Path) -> None:
+    """Pod ``first`` (annotation ``flowplan.io/task: cifar10``) trains 3 epochs of the measured
+    cifar10 curve and is marked Succeeded; the Kubernetes adapter on the same state store records its
+    run, and a new pod of the task, not yet bound, carries first's curve as its ``curve_prior``."""
+    from adapters.kubernetes import KubernetesAdapter
+    from adapters.kubernetes.sandbox import api_client
+
+    api = core(k8s_sandbox)
+    first = _pod("first", "cifar10/128", k8s_sandbox.nodes[0], epochs=3)
+    first["metadata"]["annotations"].update(TASK)
+    create_pod(api, first)
+    clock = Clock()
+    trainer = _trainer(k8s_sandbox, tmp_path, clock)
+    trainer.step()
+    clock.now += 3.5 * trainer.playing["first"].truth.epoch_seconds(1000, 0) / 10.0
+    trainer.step()
+    assert (get_pod(api, "first") or {})["status"]["phase"] == "Succeeded"
+    adapter = KubernetesAdapter(api_client(k8s_sandbox), namespaces=[NAMESPACE], store=trainer.store)
+    second = _pod("second", "cifar10/128", None, epochs=3)
+    second["metadata"]["annotations"].update(TASK)
+    create_pod(api, second)
+    jobs = {j.id: j for j in adapter.observe().jobs}
+    assert jobs["first"].status == "finished" and jobs["first"].curve_prior is None
+    prior = jobs["second"].curve_prior
+    assert jobs["second"].status == "pending" and prior is not None
+    assert (prior.key, [r.job for r in prior.runs]) == ("cifar10", ["first"])
+    assert [p.value for p in prior.runs[0].points] == pytest.approx([p.metric for p in trainer.store.history("first")])

@@ -345,12 +345,18 @@ class LogProgress:
     ) -> CurveReferences | None:
         """Curves of finished runs of the job's task (the store's ``curve_prior``), on the column its
         target reads (the loss, or its metric; without a target, the loss if it reports one, as the
-        planner judges it): the prior of the job's curve. ``None`` without a task or such runs."""
+        planner judges it, and with no point yet either, whichever the runs report, the loss first):
+        the prior of the job's curve. ``None`` without a task or such runs."""
         if task is None:
             return None
         if target is not None:
-            column = "loss" if target.metric == "loss" else "metric"
-        else:
-            column = "loss" if not history or any(p.loss is not None for p in history) else "metric"
-        prior: CurveReferences | None = self.store.curve_prior(task=task, column=column, exclude=job_id)
-        return prior
+            columns = ["loss" if target.metric == "loss" else "metric"]
+        elif history:
+            columns = ["loss" if any(p.loss is not None for p in history) else "metric"]
+        else:  # nothing says yet: whichever the earlier runs report, the loss first
+            columns = ["loss", "metric"]
+        for column in columns:
+            prior: CurveReferences | None = self.store.curve_prior(task=task, column=column, exclude=job_id)
+            if prior is not None:
+                return prior
+        return None
