@@ -27,7 +27,7 @@ from planner.decompose import parts_needed, split
 from planner.devices import pack_devices
 from planner.errors import PlanCheckError
 from planner.fanout import fan_out, usable_cpus
-from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth
+from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import refill, residual, solve_relaxation
@@ -48,13 +48,19 @@ def snapshot_digest(snapshot: Snapshot) -> str:
     return hashlib.sha256(snapshot.model_dump_json().encode()).hexdigest()
 
 
-def _job_digest(settings_json: str, job: Job, config: PlannerConfig) -> str:
-    """Everything a job's outlook depends on: the job, the settings, and the parts of the config that
-    enter the fit (the prior for the job's task, the stand-in for unknown remaining epochs)."""
-    # The job's own earlier runs (``curve_prior``) are in its JSON; the library's for its task are not.
+def _job_digest(settings_json: str, job: Job, config: PlannerConfig, curves_json: str = "") -> str:
+    """Everything a job's outlook depends on: the job, the settings, the snapshot's finished runs of
+    its task (``curves_json``) and the parts of the config that enter the fit (the prior for the job's
+    task, the stand-in for unknown remaining epochs)."""
     prior = config.curve_priors.get(job.task) if job.task is not None else None
     # Measured CPU use is informational and changes every interval: it must not invalidate a fit.
-    parts = (job.model_dump_json(exclude={"cpu_used_millis"}), settings_json, repr(prior), repr(config.unknown_remaining_epochs))
+    parts = (
+        job.model_dump_json(exclude={"cpu_used_millis"}),
+        settings_json,
+        curves_json,
+        repr(prior),
+        repr(config.unknown_remaining_epochs),
+    )
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
@@ -73,14 +79,15 @@ def _fit_cost(job: Job) -> float:
 def _fitted_outlooks(jobs: list[Job], snapshot: Snapshot, config: PlannerConfig) -> list[JobOutlook]:
     """``build_outlook`` for every job, spread over ``config.fit_processes`` processes when there are
     enough fits to pay for it (:mod:`planner.fanout`; the outlooks do not depend on where they ran)."""
+    curves = task_curves(snapshot)
     processes = config.fit_processes or usable_cpus()
     if processes <= 1 or sum(1 for j in jobs if len(j.history) >= MIN_POINTS) < PARALLEL_MIN_FITS:
-        return [build_outlook(job, snapshot.settings, config) for job in jobs]
+        return [build_outlook(job, snapshot.settings, config, curves.get(job.task or "")) for job in jobs]
     names = [f.name for f in fields(JobOutlook) if f.name != "job"]
 
     def fit(job: Job) -> tuple[Any, ...]:
         # The job is the caller's already: only the rest travels back from a child process.
-        got = build_outlook(job, snapshot.settings, config)
+        got = build_outlook(job, snapshot.settings, config, curves.get(job.task or ""))
         return tuple(getattr(got, name) for name in names)
 
     rows = fan_out(fit, jobs, [_fit_cost(j) for j in jobs], processes)
@@ -96,6 +103,7 @@ def _outlooks(
 ) -> dict[str, tuple[str, JobOutlook]]:
     prior_fits = {digest: got for digest, got in previous.outlooks.values()} if previous is not None else {}
     settings_json = snapshot.settings.model_dump_json()
+    curves_json = {task: c.model_dump_json() for task, c in task_curves(snapshot).items()}
     # In the snapshot's order: (job id, digest, the outlook, or None for a job to fit below).
     entries: list[tuple[str, str, JobOutlook | None]] = []
     misses: list[Job] = []
@@ -106,7 +114,7 @@ def _outlooks(
         if known is not None:
             entries.append((job.id, "truth", outlook_from_truth(job, known)))  # never reused: the truth changes
             continue
-        digest = _job_digest(settings_json, job, config)
+        digest = _job_digest(settings_json, job, config, curves_json.get(job.task or "", ""))
         hit = prior_fits.get(digest) or (fits.get(digest) if fits is not None else None)
         if hit is not None:
             # The digest leaves out what no fit reads (the measured CPU use): the outlook carries this

@@ -90,7 +90,7 @@ def _translate(exc: ValidationError, model: Any) -> SnapshotError:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     # Cross-field errors raised at the top level carry their own path in the message ...
-    if not loc and ": " in msg and (msg.startswith("jobs[") or msg.startswith("nodes[")):
+    if not loc and ": " in msg and msg.startswith(("jobs[", "nodes[", "curve_priors[")):
         loc, msg = msg.split(": ", 1)
         return SnapshotError(loc, msg)
     # ... and those of a job name their field first ("schedule: ...").

@@ -29,8 +29,8 @@ import numpy as np
 from models import CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.curve_prior import CurvePrior, ReferenceCurve
 from planner.config import PlannerConfig
-from planner.progress import SpeedBasis, job_speed, judged_series, reached
-from planner.snapshot import Job, QoETarget, Settings, lr_schedule
+from planner.progress import SpeedBasis, job_speed, judged_on_loss, judged_series, reached
+from planner.snapshot import MIN_REFERENCE_POINTS, Job, QoETarget, Settings, Snapshot, TaskCurves, lr_schedule
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
 MAX_REMAINING_EPOCHS = 100_000.0
@@ -109,19 +109,29 @@ def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
     return epochs, values, name, direction
 
 
-def job_curve_prior(job: Job, config: PlannerConfig) -> CurvePrior | None:
-    """The curve prior of ``job``: the earlier runs its snapshot carries (``Job.curve_prior``), then the
-    planner's library for its task (``PlannerConfig.curve_priors``); ``None`` if neither has any."""
+def task_curves(snapshot: Snapshot) -> dict[str, TaskCurves]:
+    """The snapshot's finished runs by task (``Snapshot.curve_priors``)."""
+    return {c.task: c for c in snapshot.curve_priors}
+
+
+def job_curve_prior(job: Job, config: PlannerConfig, curves: TaskCurves | None = None) -> CurvePrior | None:
+    """The curve prior of ``job``: the finished runs of its task the snapshot carries (``curves``, its
+    entry of ``Snapshot.curve_priors``) on the column the job is judged on, without a run of the job
+    itself or one with fewer than 3 such points, then the planner's library for its task
+    (``PlannerConfig.curve_priors``); ``None`` if neither has any."""
     library = config.curve_priors.get(job.task) if job.task is not None else None
-    if job.curve_prior is None:
+    carried: list[ReferenceCurve] = []
+    if curves is not None and curves.task == job.task:
+        use_loss = judged_on_loss(job)
+        for run in curves.runs:
+            points = sorted((p.epoch, v) for p in run.points if (v := p.loss if use_loss else p.metric) is not None)
+            if run.job != job.id and len(points) >= MIN_REFERENCE_POINTS:
+                carried.append(ReferenceCurve(tuple(e for e, _ in points), tuple(v for _, v in points), label=run.job))
+    if not carried:
         return library
-    carried = tuple(
-        ReferenceCurve(tuple(p.epoch for p in run.points), tuple(p.value for p in run.points), label=run.job)
-        for run in job.curve_prior.runs
-    )
     if library is None or not library.same_task:  # runs of the task itself say more than other models' shapes
-        return CurvePrior(carried)
-    return CurvePrior(carried + library.references, same_task=library.same_task, warp_range=library.warp_range)
+        return CurvePrior(tuple(carried))
+    return CurvePrior(tuple(carried) + library.references, same_task=True, warp_range=library.warp_range)
 
 
 def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | None:
@@ -181,12 +191,14 @@ TAIL_QUANTILE = 0.8
 TAIL_Z = NormalDist().inv_cdf(TAIL_QUANTILE)
 
 
-def build_outlook(job: Job, settings: Settings, config: PlannerConfig) -> JobOutlook:
+def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: TaskCurves | None = None) -> JobOutlook:
+    """What the planner believes of ``job``: its curve and speed, and what is left to its tiers and its
+    end. ``curves``: the snapshot's finished runs of its task (``Snapshot.curve_priors``), if any."""
     epochs, values, metric, direction = _series(job)
     epoch = float(max((p.epoch for p in job.history), default=0.0))
     target = job.target
 
-    prior = job_curve_prior(job, config)
+    prior = job_curve_prior(job, config, curves)
     # A declared learning-rate schedule (with its planned epochs) lets the curve see drops and an
     # annealed end coming; without one the fit is the schedule-free model.
     planned = target.max_epochs if target is not None else None

@@ -24,6 +24,14 @@ from planner.snapshot import Job, MetricPoint, SpeedPoint
 SPEED_WINDOW = 6
 
 
+def judged_on_loss(job: Job) -> bool:
+    """Whether the job is judged on its loss (else on its quality metric): its target's metric is
+    ``"loss"``, or, without a target, it reports a loss."""
+    if job.target is not None:
+        return job.target.metric == "loss"
+    return any(p.loss is not None for p in job.history)
+
+
 def judged_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, Direction]:
     """Times, epochs and values of the metric the job is judged on (by epoch, then time), its name
     and its direction.
@@ -33,11 +41,10 @@ def judged_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, Di
     last third of the history), since nothing else says whether it should go up or down.
     """
     target = job.target
+    use_loss = judged_on_loss(job)
     if target is not None:
-        use_loss = target.metric == "loss"
         name, direction = target.metric, target.direction
     else:
-        use_loss = any(p.loss is not None for p in job.history)
         name, direction = ("loss", "lower") if use_loss else ("metric", "higher")
     rows = sorted((p.epoch, p.time, v) for p in job.history if (v := p.loss if use_loss else p.metric) is not None)
     arr = np.array(rows, dtype=float).reshape(-1, 3)

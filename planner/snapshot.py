@@ -175,7 +175,7 @@ class SpeedPrior(Input):
     )
 
 
-#: Most earlier runs a curve prior may carry, and most points of each.
+#: Most earlier runs a task's curves may hold, and most points of each.
 MAX_REFERENCE_RUNS = 20
 MAX_REFERENCE_POINTS = 2000
 #: Fewest points a reference run needs (a shape, not a level).
@@ -183,32 +183,40 @@ MIN_REFERENCE_POINTS = 3
 
 
 class CurvePoint(Input):
-    """One point of an earlier run's learning curve: after ``epoch`` epochs, the value of the metric."""
+    """One point of an earlier run's learning curve: after ``epoch`` epochs, its loss and/or metric."""
 
     epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
-    value: Finite
+    loss: Finite | None = None
+    metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
+
+    @model_validator(mode="after")
+    def _has_a_value(self) -> CurvePoint:
+        if self.loss is None and self.metric is None:
+            raise ValueError("a curve point needs 'loss' or 'metric'")
+        return self
 
 
 class ReferenceRun(Input):
-    """An earlier run's learning curve, on the metric the job's target reads (its loss, else its metric)."""
+    """An earlier run's learning curve."""
 
     job: Name = Field(description="The finished job it comes from.")
     points: list[CurvePoint] = Field(min_length=MIN_REFERENCE_POINTS, max_length=MAX_REFERENCE_POINTS)
 
 
-class CurveReferences(Input):
-    """Learning curves of earlier runs of the same task, the prior of the job's curve.
+class TaskCurves(Input):
+    """Learning curves of finished runs of one task: the prior of the curve of each job of the task.
 
     An adapter (or whoever writes the snapshot) looks them up, e.g. in the state store: the jobs of
-    the same ``task`` that finished, on the metric the job's target reads. The planner fits the job's
-    points with a stretched and shifted copy of them (``models.curve_prior``) as one more candidate,
-    kept only where it forecasts the job's own later points at least as well as the parametric
-    families; with no curve yet (fewer than 3 points) it reads the tiers off them. Added to the
-    planner's own library for the task (``PlannerConfig.curve_priors``), if it has one.
+    the task that finished. For each job of the task the planner reads the runs on the column the
+    job is judged on (its target's metric: ``"loss"`` reads ``loss``, any other name ``metric``),
+    leaves out a run of the job itself and one with fewer than 3 such points, and fits the job's
+    points with a stretched and shifted copy of them (``models.curve_prior``) as one more
+    candidate, kept only where it forecasts the job's own later points at least as well as the
+    parametric families; with no curve yet (fewer than 3 points) it reads the tiers off them. They
+    join the planner's own library for the task (``PlannerConfig.curve_priors``), if it has one.
     """
 
-    basis: Literal["task"] = Field("task", description="What the earlier runs share with this one.")
-    key: str = Field(min_length=1, max_length=253, description="The task (the job's own).")
+    task: str = Field(min_length=1, max_length=253, description="The task (``Job.task``) the runs trained.")
     runs: list[ReferenceRun] = Field(min_length=1, max_length=MAX_REFERENCE_RUNS)
 
 
@@ -377,21 +385,6 @@ def speed_prior_problem(job: Job) -> str | None:
     return None
 
 
-def curve_prior_problem(job: Job) -> str | None:
-    """Why ``job.curve_prior`` is not a prior for this job (``None``: it is), naming the field."""
-    prior = job.curve_prior
-    if prior is None:
-        return None
-    if job.task is None:
-        return f"curve_prior.key: earlier runs of task {prior.key!r}, but the job has no task"
-    if job.task != prior.key:
-        return f"curve_prior.key: task {prior.key!r} is not the job's task {job.task!r}"
-    for i, run in enumerate(prior.runs):
-        if run.job == job.id:
-            return f"curve_prior.runs[{i}].job: names the job itself ({job.id!r}); its own points go in 'history'"
-    return None
-
-
 def gang_problem(job: Job) -> str | None:
     """Why ``job``'s replica count, ``max_nodes`` and ``placement`` do not go together (``None``: they
     do), naming the field and its value."""
@@ -519,7 +512,7 @@ class Job(Input):
         None,
         max_length=253,
         description="What is trained (e.g. 'cifar10-resnet18'). Jobs naming a task with curves of earlier runs "
-        "(the job's curve_prior, or PlannerConfig.curve_priors) get that prior on their learning curve.",
+        "(the snapshot's curve_priors, or PlannerConfig.curve_priors) get that prior on their learning curve.",
     )
     image: str | None = Field(
         None,
@@ -591,11 +584,6 @@ class Job(Input):
         None,
         description="Speeds borrowed from similar jobs (same task, else same image), used only until the job's own "
         "speed is observed; without either the planner assumes 60 s an epoch on one core.",
-    )
-    curve_prior: CurveReferences | None = Field(
-        None,
-        description="Learning curves of finished runs of the same task (the state store's, put here by the adapter): "
-        "the prior of the job's curve, beside the planner's own library for the task.",
     )
     target: QoETarget | None = None
     schedule: Schedule | None = Field(
@@ -683,9 +671,6 @@ class Job(Input):
             problem = speed_prior_problem(self)
             if problem is not None:
                 raise ValueError(problem)
-        problem = curve_prior_problem(self)
-        if problem is not None:
-            raise ValueError(problem)
         if self.schedule is not None:
             problem = schedule_problem(self.schedule, self.target.max_epochs if self.target is not None else None)
             if problem is not None:
@@ -735,9 +720,26 @@ class Snapshot(Input):
     nodes: list[Node] = Field(default_factory=list, max_length=100_000)
     jobs: list[Job] = Field(default_factory=list, max_length=1_000_000)
     settings: Settings = Field(default_factory=Settings)
+    curve_priors: list[TaskCurves] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Learning curves of finished runs, per task (the state store's, put here by the adapter): the prior "
+        "of the curve of each job of that task, beside the planner's own library for it.",
+    )
 
     @model_validator(mode="after")
     def _references(self) -> Snapshot:
+        tasks: dict[str, int] = {}
+        for i, entry in enumerate(self.curve_priors):
+            if entry.task in tasks:
+                also = tasks[entry.task]
+                raise ValueError(f"curve_priors[{i}].task: duplicate task '{entry.task}' (also curve_priors[{also}])")
+            tasks[entry.task] = i
+            runs: dict[str, int] = {}
+            for k, run in enumerate(entry.runs):
+                if run.job in runs:
+                    raise ValueError(f"curve_priors[{i}].runs[{k}].job: duplicate run '{run.job}' (also runs[{runs[run.job]}])")
+                runs[run.job] = k
         names: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.name in names:

@@ -6,13 +6,14 @@ pydantic and the planner's contracts (see ``.importlinter``).
 """
 
 from store.backend import is_url, redact
-from store.curves import CURVE_PRIOR_MAX_RUNS, curve_prior_from
+from store.curves import CURVE_PRIOR_MAX_POINTS, CURVE_PRIOR_MAX_RUNS, task_curves_from
 from store.errors import ConnectError, MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
 from store.speeds import PRIOR_MAX_JOBS, PRIOR_MIN_EPOCHS, SpeedRecord, prior_from
 from store.state import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
+    "CURVE_PRIOR_MAX_POINTS",
     "CURVE_PRIOR_MAX_RUNS",
     "MIGRATIONS",
     "PRIOR_MAX_JOBS",
@@ -28,8 +29,8 @@ __all__ = [
     "SpeedRecord",
     "StateStore",
     "StoreError",
-    "curve_prior_from",
     "is_url",
     "prior_from",
     "redact",
+    "task_curves_from",
 ]

@@ -1,51 +1,55 @@
-"""Learning curves of finished runs, so that a new job of the same task gets them as the prior of its
-curve (``planner.snapshot.CurveReferences``, the job's ``curve_prior``).
+"""Learning curves of finished runs, so that the jobs of the same task get them as the prior of their
+curves (``planner.snapshot.TaskCurves``, the snapshot's ``curve_priors``).
 
 Nothing is stored twice: a run's curve is its points (the ``points`` table, as the adapters record
 them), and what it trained and whether it finished are in ``speed_jobs`` (:mod:`store.speeds`; the
-Docker adapter records every job there that has speed points or finished).
+adapters record there every job that has speed points or finished with a task).
 
-Who lends (:func:`curve_prior_from`): the jobs of the same task that finished, not the job itself,
-with at least ``MIN_REFERENCE_POINTS`` points of the metric the borrower is judged on (its loss, or
-its quality metric: the ``points`` column); the :data:`CURVE_PRIOR_MAX_RUNS` most recently updated
-ones. A run still training does not lend: the prior's curve stays at a reference's last value beyond
-its end, so a run cut short would read as a plateau. A run longer than ``MAX_REFERENCE_POINTS`` is
-thinned evenly (first and last point kept).
+Who lends (:func:`task_curves_from`): the jobs of the task that finished, with at least
+``MIN_REFERENCE_POINTS`` points; the :data:`CURVE_PRIOR_MAX_RUNS` most recently updated ones. A run
+still training does not lend: the prior's curve stays at a reference's last value beyond its end,
+so a run cut short would read as a plateau. A run of more than :data:`CURVE_PRIOR_MAX_POINTS`
+points is thinned evenly (first and last point kept). The planner leaves out a job's own run and
+reads the column the job is judged on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePoint, CurveReferences, ReferenceRun
+from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePoint, MetricPoint, ReferenceRun, TaskCurves
 
-#: The most finished runs one curve prior carries (the newest ones).
+#: The most finished runs one task's curves hold (the newest ones).
 CURVE_PRIOR_MAX_RUNS = 8
+#: The most points kept of a run (the prior tabulates its curve on 512 points).
+CURVE_PRIOR_MAX_POINTS = min(500, MAX_REFERENCE_POINTS)
 
-#: Which column of a point a curve is read from: the loss, or the quality metric.
-Column = Literal["loss", "metric"]
+
+def thinned(points: Sequence[Any], most: int = CURVE_PRIOR_MAX_POINTS) -> list[Any]:
+    """``points`` evenly thinned to ``most``, the first and last kept."""
+    if len(points) <= most:
+        return list(points)
+    last = len(points) - 1
+    return [points[round(k * last / (most - 1))] for k in range(most)]
 
 
-def curve_prior_from(
-    runs: Iterable[tuple[str, Sequence[tuple[float, float]]]], *, task: str, exclude: str, max_runs: int = CURVE_PRIOR_MAX_RUNS
-) -> CurveReferences | None:
-    """The prior for a job of ``task`` (not ``exclude``, itself) from finished ``runs`` of that task,
-    newest first, each ``(job, [(epoch, value), ...])``; ``None`` when none has enough points."""
+def task_curves_from(
+    runs: Iterable[tuple[str, Sequence[MetricPoint]]], *, task: str, max_runs: int = CURVE_PRIOR_MAX_RUNS
+) -> TaskCurves | None:
+    """The curves of ``task`` from its finished ``runs``, newest first, each ``(job, points)``;
+    ``None`` when none has enough points."""
     chosen: list[ReferenceRun] = []
     seen: set[str] = set()
     for job, points in runs:
-        if job == exclude or job in seen or len(points) < MIN_REFERENCE_POINTS:
+        if job in seen or len(points) < MIN_REFERENCE_POINTS:
             continue
         seen.add(job)
-        pts = sorted(points)
-        if len(pts) > MAX_REFERENCE_POINTS:
-            last = len(pts) - 1
-            pts = [pts[round(k * last / (MAX_REFERENCE_POINTS - 1))] for k in range(MAX_REFERENCE_POINTS)]
-        chosen.append(ReferenceRun(job=job, points=[CurvePoint(epoch=e, value=v) for e, v in pts]))
+        ordered = thinned(sorted(points, key=lambda p: p.epoch))
+        chosen.append(ReferenceRun(job=job, points=[CurvePoint(epoch=p.epoch, loss=p.loss, metric=p.metric) for p in ordered]))
         if len(chosen) >= max_runs:
             break
-    return CurveReferences(key=task, runs=chosen) if chosen else None
+    return TaskCurves(task=task, runs=chosen) if chosen else None
 
 
 class CurveRecords:
@@ -54,22 +58,14 @@ class CurveRecords:
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError  # StateStore's: one read under its lock
 
-    def curve_prior(self, *, task: str | None, column: Column, exclude: str) -> CurveReferences | None:
-        """Curves of finished runs of ``task`` on ``column`` (:func:`curve_prior_from`), or ``None``."""
-        if task is None:
-            return None
-        if column not in ("loss", "metric"):
-            raise ValueError(f"column: expected 'loss' or 'metric', got {column!r}")
-        # Twice the runs wanted: some may lack points on this column.
-        jobs = [
-            row[0]
-            for row in self._read(
-                "SELECT job FROM speed_jobs WHERE task = ? AND finished = 1 AND job != ? ORDER BY updated DESC, job LIMIT ?",
-                (task, exclude, 2 * CURVE_PRIOR_MAX_RUNS),
-            )
-        ]
-        runs = []
-        for job in jobs:
-            rows = self._read(f"SELECT epoch, {column} FROM points WHERE job = ? AND {column} IS NOT NULL ORDER BY epoch", (job,))
-            runs.append((job, [(float(e), float(v)) for e, v in rows]))
-        return curve_prior_from(runs, task=task, exclude=exclude)
+    def history(self, job: str) -> list[MetricPoint]:
+        raise NotImplementedError  # StateStore's
+
+    def task_curves(self, task: str) -> TaskCurves | None:
+        """Curves of the finished runs of ``task`` (:func:`task_curves_from`), or ``None``."""
+        # Twice the runs wanted: some may have too few points.
+        jobs = self._read(
+            "SELECT job FROM speed_jobs WHERE task = ? AND finished = 1 ORDER BY updated DESC, job LIMIT ?",
+            (task, 2 * CURVE_PRIOR_MAX_RUNS),
+        )
+        return task_curves_from(((job, self.history(job)) for (job,) in jobs), task=task)

@@ -3,21 +3,24 @@ automatically from the finished runs in the state store (same task, other batch 
 
 Case matrix:
 
-- store (SQLite file and the adapters' in-memory store, the same answers): finished runs of the task
-  lend their curves, newest first, at most ``CURVE_PRIOR_MAX_RUNS``; a run still training, a run of
-  another task, the job itself and a run with fewer than 3 points of the column do not; the loss or
-  the metric column as asked; a run longer than the contract allows is thinned, first and last kept;
+- store (SQLite file and the adapters' in-memory store, the same answers): the finished runs of a
+  task lend their curves, newest first, at most ``CURVE_PRIOR_MAX_RUNS``; a run still training, a
+  run of another task and a run of fewer than 3 points do not; a long run is thinned, first and
+  last point kept; the adapters ask only for the tasks of jobs not finished;
 - planner: on the measured curves of ``../shared/data`` (cifar10, yolov3, deepspeech2, imagenet, every
   batch size in turn the new job, 25 % of its epochs observed, targets at 80 / 90 / 95 % of its
-  range), the prior the store gives cuts the median epochs-to-target error several-fold, as
-  ``docs/models.md`` measures for the planner's own library; the plan says where the curve came from;
-- contract: a foreign or malformed prior (another task, no task, naming the job itself, too few
-  points, a non-finite value, too many runs) is refused in one line naming the field.
+  range), the runs the store gives cut the median epochs-to-target error several-fold, as
+  ``docs/models.md`` measures for the planner's own library; the job reads the column it is judged
+  on and never its own run; the plan says where the curve came from, and a plan's fits are not
+  reused across snapshots whose runs differ;
+- contract: malformed curves (a duplicate task or run, too few points, a point with no value, a
+  non-finite value, too many runs) are refused in one line naming the field.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,13 @@ import pytest
 from conftest import TRACES, real_curve
 
 from adapters.docker.memory import MemoryStore
+from adapters.docker.progress import curve_priors
 from planner import PlannerConfig, plan
 from planner.errors import SnapshotError
 from planner.io import parse_snapshot
-from planner.outlook import build_outlook
-from planner.snapshot import MAX_REFERENCE_POINTS, Job, MetricPoint, Node, Settings, Snapshot
-from store import CURVE_PRIOR_MAX_RUNS, StateStore
+from planner.outlook import build_outlook, job_curve_prior
+from planner.snapshot import Job, MetricPoint, Node, Settings, Snapshot, TaskCurves
+from store import CURVE_PRIOR_MAX_POINTS, CURVE_PRIOR_MAX_RUNS, StateStore
 
 #: (model, metric the target reads, direction) of the measured curves used here.
 MODELS = [
@@ -51,9 +55,10 @@ def _points(values: Any, column: str, t0: float = 0.0) -> list[MetricPoint]:
 
 
 def _finish(store: Any, job: str, task: str | None, points: list[MetricPoint], *, finished: bool = True) -> None:
-    """What the Docker adapter records of a job: its points and (task, finished) row."""
+    """What the adapters record of a job: its points and its (task, finished) row."""
     store.add_points(job, points)
     store.record_speeds(job, [], task=task, image=None, epochs=max(p.epoch for p in points), finished=finished)
+    time.sleep(0.002)  # "newest first" by the time it was recorded
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -65,7 +70,13 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         yield store
 
 
-def test_finished_runs_of_the_task_lend_their_curves(any_store: Any) -> None:
+def _job(job_id: str, task: str | None, **over: Any) -> Job:
+    return Job.model_validate(
+        {"id": job_id, "status": "pending", "task": task, "min_cpu_millis": 500, "max_cpu_millis": 1000, **over}
+    )
+
+
+def test_the_finished_runs_of_a_task_lend_their_curves(any_store: Any) -> None:
     store = any_store
     curve = real_curve("cifar10", 128)
     _finish(store, "old-a", "cifar10", _points(curve[:40], "metric"))
@@ -73,196 +84,179 @@ def test_finished_runs_of_the_task_lend_their_curves(any_store: Any) -> None:
     _finish(store, "short", "cifar10", _points(curve[:2], "metric"))  # 2 points: no shape
     _finish(store, "running", "cifar10", _points(curve[:50], "metric"), finished=False)  # would read as a plateau
     _finish(store, "other-task", "yolov3", _points(real_curve("yolov3", 64), "loss"))
-    _finish(store, "new", "cifar10", _points(curve[:20], "metric"))  # the job itself (resubmitted)
 
-    got = store.curve_prior(task="cifar10", column="metric", exclude="new")
-    assert got is not None and got.key == "cifar10" and got.basis == "task"
+    got = store.task_curves("cifar10")
+    assert got is not None and got.task == "cifar10"
     assert [r.job for r in got.runs] == ["old-b", "old-a"]  # newest first
     assert [len(r.points) for r in got.runs] == [30, 40]
-    assert got.runs[0].points[0].value == pytest.approx(curve[0]) and got.runs[0].points[-1].epoch == 30.0
+    first = got.runs[0].points[0]
+    assert (first.epoch, first.metric, first.loss) == (1.0, pytest.approx(curve[0]), None)
+    assert store.task_curves("bert") is None
 
-    # The loss column: none of those reported one; the yolov3 run did.
-    assert store.curve_prior(task="cifar10", column="loss", exclude="new") is None
-    loss = store.curve_prior(task="yolov3", column="loss", exclude="new")
-    assert loss is not None and [r.job for r in loss.runs] == ["other-task"]
-    assert store.curve_prior(task=None, column="loss", exclude="new") is None
-    assert store.curve_prior(task="bert", column="loss", exclude="new") is None
+    # The adapters ask for the tasks of the jobs not finished, once each, in a stable order.
+    jobs = [_job("new", "cifar10"), _job("new-2", "cifar10"), _job("y", "yolov3"), _job("free", None), _job("z", "bert")]
+    jobs.append(_job("gone", "ncf", status="finished"))
+    assert [c.task for c in curve_priors(store, jobs)] == ["cifar10", "yolov3"]
 
 
 def test_the_newest_runs_lend_and_a_long_one_is_thinned(any_store: Any) -> None:
     store = any_store
     for k in range(CURVE_PRIOR_MAX_RUNS + 3):
         _finish(store, f"run-{k:02d}", "t", _points(np.linspace(1.0, 0.1, 5 + k), "loss"))
-    long = np.linspace(2.0, 0.5, MAX_REFERENCE_POINTS + 500)
+    long = np.linspace(2.0, 0.5, CURVE_PRIOR_MAX_POINTS + 700)
     _finish(store, "long", "t", [MetricPoint(time=float(i), epoch=i / 10, loss=float(v)) for i, v in enumerate(long)])
-    got = store.curve_prior(task="t", column="loss", exclude="x")
+    got = store.task_curves("t")
     assert got is not None and len(got.runs) == CURVE_PRIOR_MAX_RUNS
     assert got.runs[0].job == "long" and [r.job for r in got.runs[1:]] == [f"run-{k:02d}" for k in range(10, 3, -1)]
-    thinned = got.runs[0].points
-    assert len(thinned) == MAX_REFERENCE_POINTS
-    assert (thinned[0].epoch, thinned[-1].epoch) == (0.0, pytest.approx((len(long) - 1) / 10))
-    assert [p.epoch for p in thinned] == sorted(p.epoch for p in thinned)
+    kept = got.runs[0].points
+    assert len(kept) == CURVE_PRIOR_MAX_POINTS
+    assert (kept[0].epoch, kept[-1].epoch) == (0.0, pytest.approx((len(long) - 1) / 10))
+    assert [p.epoch for p in kept] == sorted(p.epoch for p in kept)
 
 
-def _epochs_to_target_errors(store: StateStore, with_prior: bool) -> list[float]:
+def test_a_job_reads_the_column_it_is_judged_on_and_never_its_own_run() -> None:
+    curves = TaskCurves.model_validate(
+        {
+            "task": "t",
+            "runs": [
+                {"job": "acc", "points": [{"epoch": e, "metric": 0.1 * e} for e in (1, 2, 3)]},
+                {"job": "both", "points": [{"epoch": e, "metric": 0.2 * e, "loss": 2.0 / e} for e in (1, 2, 3)]},
+                {"job": "me", "points": [{"epoch": e, "loss": 1.0 / e} for e in (1, 2, 3, 4)]},
+            ],
+        }
+    )
+    on_loss = _job("me", "t", target={"metric": "loss", "tier1": {"value": 0.1}})
+    on_accuracy = _job("me", "t", target={"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.9}})
+    config = PlannerConfig()
+    loss_prior, acc_prior = job_curve_prior(on_loss, config, curves), job_curve_prior(on_accuracy, config, curves)
+    assert loss_prior is not None and [r.label for r in loss_prior.references] == ["both"]  # "me" is its own
+    assert acc_prior is not None and [r.label for r in acc_prior.references] == ["acc", "both"]
+    assert acc_prior.references[1].values == pytest.approx((0.2, 0.4, 0.6))
+    assert job_curve_prior(_job("x", "other", target={"metric": "loss", "tier1": {"value": 0.1}}), config, curves) is None
+
+
+def _epochs_to_target_errors(curves: dict[str, TaskCurves | None]) -> list[float]:
     errors = []
     for model, metric, direction in MODELS:
         column = "loss" if metric == "loss" else "metric"
         for batch in _batches(model):
             values = real_curve(model, batch)
             n = max(3, round(0.25 * values.size))
-            prior = store.curve_prior(task=model, column=column, exclude=f"{model}-{batch}") if with_prior else None
-            if with_prior:
-                assert prior is not None and len(prior.runs) == len(_batches(model)) - 1
             for p in (0.8, 0.9, 0.95):
                 target = float(values[0] + p * (values[-1] - values[0]))
                 hit = values >= target if direction == "higher" else values <= target
                 true_epoch = int(np.argmax(hit)) + 1
                 if true_epoch <= n:
                     continue  # reached already: nothing to predict
-                job = Job(
-                    id=f"{model}-{batch}",
-                    status="pending",
-                    task=model,
-                    min_cpu_millis=500,
-                    max_cpu_millis=1000,
+                job = _job(
+                    f"{model}-{batch}",
+                    model,
                     history=_points(values[:n], column),
                     target={"metric": metric, "direction": direction, "tier1": {"value": target}},
-                    curve_prior=prior,
                 )
-                o = build_outlook(job, Settings(), PlannerConfig())
+                o = build_outlook(job, Settings(), PlannerConfig(), curves[model])
                 predicted = None if o.remaining_tier1 is None else o.epoch + o.remaining_tier1
                 errors.append(1.0 if predicted is None else min(1.0, abs(predicted - true_epoch) / true_epoch))
     return errors
 
 
-def test_the_stores_prior_predicts_a_new_jobs_target_several_times_better(tmp_path: Path) -> None:
+def test_the_stores_runs_predict_a_new_jobs_target_several_times_better(tmp_path: Path) -> None:
     """Every measured run is in the store as a finished job of its model's task; each in turn is the
-    new job (its own run excluded), 25 % observed. The figures (61 cases): 61.6 % median error
-    without, 5.8 % with the store's prior, the same as ``docs/models.md``'s "+ prior" column."""
+    new job (the planner leaves its own run out), 25 % observed. The figures (61 cases): 61.6 %
+    median error without, 5.8 % with the store's runs, as ``docs/models.md``'s "+ prior" column."""
     with StateStore(tmp_path / "state.db") as store:
         for model, metric, _ in MODELS:
             for batch in _batches(model):
                 _finish(
                     store, f"{model}-{batch}", model, _points(real_curve(model, batch), "loss" if metric == "loss" else "metric")
                 )
-        without = _epochs_to_target_errors(store, with_prior=False)
-        with_prior = _epochs_to_target_errors(store, with_prior=True)
-    assert len(without) == len(with_prior) >= 50
+        stored = {model: store.task_curves(model) for model, _, _ in MODELS}
+    assert all(c is not None and len(c.runs) == min(len(_batches(m)), CURVE_PRIOR_MAX_RUNS) for m, c in stored.items())
+    without = _epochs_to_target_errors(dict.fromkeys(stored))
+    with_runs = _epochs_to_target_errors(stored)
+    assert len(without) == len(with_runs) >= 50
     print(
         f"median epochs-to-target error at 25 % observed, {len(without)} cases: "
-        f"{np.median(without):.1%} without, {np.median(with_prior):.1%} with the store's prior"
+        f"{np.median(without):.1%} without, {np.median(with_runs):.1%} with the store's runs"
     )
-    assert np.median(with_prior) < 0.15 < 0.4 < np.median(without)
+    assert np.median(with_runs) < 0.15 < 0.4 < np.median(without)
 
 
-def test_the_plan_says_where_the_curve_came_from() -> None:
-    """yolov3 at batch 16, 5 epochs observed: the prior of the other six batch sizes wins the fit."""
+def _yolov3_snapshot(runs_of: list[int]) -> Snapshot:
+    """yolov3 at batch 16, 5 epochs observed; the finished runs of the batch sizes ``runs_of``."""
     values = real_curve("yolov3", 16)
+    job = _job(
+        "yolov3-16",
+        "yolov3",
+        history=_points(values[:5], "loss"),
+        target={"metric": "loss", "direction": "lower", "tier1": {"value": float(values[-1])}},
+    )
     runs = [
         {
             "job": f"yolov3-{b}",
-            "points": [{"epoch": float(i + 1), "value": float(v)} for i, v in enumerate(real_curve("yolov3", b))],
+            "points": [{"epoch": float(i + 1), "loss": float(v)} for i, v in enumerate(real_curve("yolov3", b))],
         }
-        for b in _batches("yolov3")
-        if b != 16
+        for b in runs_of
     ]
-    job = Job(
-        id="yolov3-16",
-        status="pending",
-        task="yolov3",
-        min_cpu_millis=500,
-        max_cpu_millis=1000,
-        history=_points(values[:5], "loss"),
-        target={"metric": "loss", "direction": "lower", "tier1": {"value": float(values[-1])}},
-        curve_prior={"key": "yolov3", "runs": runs},
+    curves = [{"task": "yolov3", "runs": runs}] if runs else []
+    return Snapshot.model_validate(
+        {"time": 1000.0, "nodes": [Node(name="n", cpu_millis=4000)], "jobs": [job], "curve_priors": curves}
     )
-    snap = Snapshot(time=1000.0, nodes=[Node(name="n", cpu_millis=4000)], jobs=[job])
-    (a,) = plan(snap, PlannerConfig(solver="greedy", time_limit=0.5)).plan.assignments
+
+
+def test_the_plan_says_where_the_curve_came_from_and_reuses_no_fit_across_runs() -> None:
+    """The prior of the other six batch sizes wins the fit; the plan's basis names them. A fit made
+    with other runs (or none) is not reused: the runs are part of what a fit depends on."""
+    config = PlannerConfig(solver="greedy", time_limit=0.5)
+    others = [b for b in _batches("yolov3") if b != 16]
+    full = plan(_yolov3_snapshot(others), config)
+    (a,) = full.plan.assignments
     assert "prior fit of loss on 5 points (6 earlier runs of yolov3)" in a.predictions.basis
-    alone = plan(snap.model_copy(update={"jobs": [job.model_copy(update={"curve_prior": None})]}), PlannerConfig(solver="greedy"))
-    assert "earlier runs" not in alone.plan.assignments[0].predictions.basis
+    bare = plan(_yolov3_snapshot([]), config, previous=full)
+    assert "earlier runs" not in bare.plan.assignments[0].predictions.basis
+    fewer = plan(_yolov3_snapshot(others[:2]), config, previous=full)
+    assert "earlier runs" not in fewer.plan.assignments[0].predictions.basis or "(2 earlier runs" in (
+        fewer.plan.assignments[0].predictions.basis
+    )
+    assert fewer.outlooks["yolov3-16"][0] != full.outlooks["yolov3-16"][0]
 
 
-def _job(**over: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "id": "new",
-        "status": "pending",
-        "task": "digits",
-        "min_cpu_millis": 1000,
-        "max_cpu_millis": 1000,
-        "curve_prior": PRIOR,
-    }
-    job.update(over)
-    return job
+RUN = {"job": "old", "points": [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}, {"epoch": 3, "metric": 0.4}]}
+CURVES = {"task": "digits", "runs": [RUN]}
 
-
-RUN = {"job": "old", "points": [{"epoch": 1, "value": 1.0}, {"epoch": 2, "value": 0.5}, {"epoch": 3, "value": 0.4}]}
-PRIOR = {"basis": "task", "key": "digits", "runs": [RUN]}
-
-BAD: dict[str, tuple[dict[str, Any], str, str]] = {
-    "another task": ({"curve_prior": {**PRIOR, "key": "mnist"}}, "jobs[0].curve_prior.key", "not the job's task"),
-    "job has no task": ({"task": None}, "jobs[0].curve_prior.key", "has no task"),
-    "names the job itself": (
-        {"curve_prior": {**PRIOR, "runs": [{**RUN, "job": "new"}]}},
-        "jobs[0].curve_prior.runs[0].job",
-        "itself",
-    ),
-    "two points": (
-        {"curve_prior": {**PRIOR, "runs": [{**RUN, "points": RUN["points"][:2]}]}},
-        "jobs[0].curve_prior.runs[0].points",
-        "at least 3",
+BAD: dict[str, tuple[list[Any], str, str]] = {
+    "duplicate task": ([CURVES, CURVES], "curve_priors[1].task", "duplicate task 'digits'"),
+    "duplicate run": ([{**CURVES, "runs": [RUN, RUN]}], "curve_priors[0].runs[1].job", "duplicate run 'old'"),
+    "two points": ([{**CURVES, "runs": [{**RUN, "points": RUN["points"][:2]}]}], "curve_priors[0].runs[0].points", "at least 3"),
+    "a point with no value": (
+        [{**CURVES, "runs": [{**RUN, "points": [*RUN["points"][:2], {"epoch": 3}]}]}],
+        "curve_priors[0].runs[0].points[2]",
+        "needs 'loss' or 'metric'",
     ),
     "a NaN value": (
-        {"curve_prior": {**PRIOR, "runs": [{**RUN, "points": [*RUN["points"][:2], {"epoch": 3, "value": float("nan")}]}]}},
-        "jobs[0].curve_prior.runs[0].points[2].value",
+        [{**CURVES, "runs": [{**RUN, "points": [*RUN["points"][:2], {"epoch": 3, "loss": float("nan")}]}]}],
+        "curve_priors[0].runs[0].points[2].loss",
         "finite",
     ),
-    "no runs": ({"curve_prior": {**PRIOR, "runs": []}}, "jobs[0].curve_prior.runs", "at least 1"),
-    "too many runs": (
-        {"curve_prior": {**PRIOR, "runs": [{**RUN, "job": f"o{k}"} for k in range(21)]}},
-        "jobs[0].curve_prior.runs",
-        "at most 20",
-    ),
-    "unknown basis": ({"curve_prior": {**PRIOR, "basis": "image"}}, "jobs[0].curve_prior.basis", "'task'"),
+    "no runs": ([{**CURVES, "runs": []}], "curve_priors[0].runs", "at least 1"),
+    "too many runs": ([{**CURVES, "runs": [{**RUN, "job": f"o{k}"} for k in range(21)]}], "curve_priors[0].runs", "at most 20"),
+    "no task": ([{"runs": [RUN]}], "curve_priors[0].task", "required"),
 }
 
 
 @pytest.mark.parametrize("name", BAD)
-def test_a_foreign_or_malformed_prior_is_refused_in_one_line_naming_the_field(name: str) -> None:
-    over, field, word = BAD[name]
-    text = json.dumps({"time": 1000.0, "nodes": [{"name": "n", "cpu_millis": 4000}], "jobs": [_job(**over)]})
+def test_malformed_curves_are_refused_in_one_line_naming_the_field(name: str) -> None:
+    curves, field, word = BAD[name]
+    text = json.dumps({"time": 1000.0, "nodes": [{"name": "n", "cpu_millis": 4000}], "jobs": [], "curve_priors": curves})
     with pytest.raises(SnapshotError) as err:
         parse_snapshot(text)
     assert err.value.field == field, str(err.value)
     assert word in err.value.message and "\n" not in str(err.value), str(err.value)
 
 
-def test_a_good_prior_is_accepted_and_documented() -> None:
-    snap = parse_snapshot(json.dumps({"time": 1000.0, "nodes": [{"name": "n", "cpu_millis": 4000}], "jobs": [_job()]}))
-    assert snap.jobs[0].curve_prior is not None and snap.jobs[0].curve_prior.runs[0].job == "old"
+def test_good_curves_are_accepted_and_documented() -> None:
+    snap = parse_snapshot(json.dumps({"time": 1000.0, "nodes": [], "jobs": [], "curve_priors": [CURVES]}))
+    assert snap.curve_priors[0].runs[0].job == "old"
     schema = Snapshot.model_json_schema()
-    assert set(schema["$defs"]["CurveReferences"]["properties"]) == {"basis", "key", "runs"}
-    assert Job.model_fields["curve_prior"].description
-
-
-def test_the_adapters_ask_for_the_column_the_job_is_judged_on(any_store: Any) -> None:
-    """``LogProgress.curve_prior`` (both adapters'): the target's column; without a target, the loss if
-    the job reports one, else its metric; with neither a target nor a point, whichever the runs have."""
-    import logging
-
-    from adapters.docker.progress import LogProgress
-    from planner.snapshot import QoETarget
-
-    store = any_store
-    _finish(store, "acc-run", "cifar10", _points(real_curve("cifar10", 128)[:10], "metric"))
-    progress = LogProgress(store, "docker", logging.getLogger("test"))
-    on_loss = QoETarget(metric="loss", tier1={"value": 0.1})
-    on_accuracy = QoETarget(metric="accuracy", direction="higher", tier1={"value": 0.9})
-    assert progress.curve_prior("new", "cifar10", on_loss, []) is None  # no run reported a loss
-    assert progress.curve_prior("new", "cifar10", on_accuracy, []) is not None
-    assert progress.curve_prior("new", "cifar10", None, _points([2.0, 1.5], "loss")) is None
-    assert progress.curve_prior("new", "cifar10", None, _points([0.3, 0.4], "metric")) is not None
-    got = progress.curve_prior("new", "cifar10", None, [])
-    assert got is not None and got.runs[0].job == "acc-run"
-    assert progress.curve_prior("new", None, on_accuracy, []) is None
+    assert set(schema["$defs"]["TaskCurves"]["properties"]) == {"task", "runs"}
+    assert Snapshot.model_fields["curve_priors"].description

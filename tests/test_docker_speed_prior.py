@@ -7,8 +7,8 @@ One case, on a private engine (``docker_engines``), with the real example job
 - job ``digits-a`` (label ``flowplan.task=digits``) runs 5 epochs and finishes while the adapter
   observes it; its speed points go to a state file;
 - job ``digits-b`` of the same task is created; the first snapshot an adapter on the same file takes
-  of it carries ``digits-a``'s speeds as its ``speed_prior`` (and its loss curve as its
-  ``curve_prior``); the planner starts it and predicts its
+  of it carries ``digits-a``'s speeds as its ``speed_prior`` (and digits-a's curve is in the
+  snapshot's ``curve_priors``); the planner starts it and predicts its
   epoch time from them (not 60 s), and the plan's basis names the task and the job;
 - ``digits-b`` runs: its own measured speed replaces the borrowed one. The borrowed model, read at
   the CPU ``digits-b`` then really used, is checked to be within 2x of what it measured (the 60 s
@@ -66,9 +66,10 @@ def test_a_new_job_is_planned_at_a_finished_jobs_speed_until_its_own_is_measured
             b = next(j for j in snap.jobs if j.id == "digits-b")
             assert b.status == "pending" and b.speed == [] and b.speed_prior is not None
             assert (b.speed_prior.basis, b.speed_prior.jobs) == ("task", ["digits-a"])
-            # ... and digits-a's learning curve, as its curve prior (store.curves)
-            assert b.curve_prior is not None and [r.job for r in b.curve_prior.runs] == ["digits-a"]
-            assert len(b.curve_prior.runs[0].points) == len([p for p in store.history("digits-a") if p.loss is not None])
+            # ... and digits-a's learning curve, as the prior of its task's curves (store.curves)
+            (curves,) = snap.curve_priors
+            assert (curves.task, [r.job for r in curves.runs]) == ("digits", ["digits-a"])
+            assert len(curves.runs[0].points) == len(store.history("digits-a"))
             (assigned,) = [x for x in plan(snap, PlannerConfig(time_limit=1.0)).plan.assignments if x.job == "digits-b"]
             assert assigned.action == "start"
             predicted = assigned.predictions.seconds_per_epoch

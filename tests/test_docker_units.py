@@ -810,10 +810,11 @@ def test_a_new_job_borrows_the_speed_of_a_finished_job_of_its_task(tmp_path: Pat
 def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) -> None:
     """Job ``old`` of task ``yolov3`` reported the measured yolov3 (batch 64) loss curve and finished,
     with no speed point (its log had no times the adapter could use); it is recorded all the same.
-    A new job of the task, seen by another adapter on the same state file, carries old's curve as
-    its ``curve_prior`` while it trains; a job of another task, and a finished one, carry none."""
+    Another adapter on the same state file puts old's curve into the snapshot's ``curve_priors`` for
+    a new job of the task; a job of another task brings none."""
     from conftest import real_curve
 
+    from adapters.docker.progress import curve_priors
     from planner.snapshot import MetricPoint
     from store import StateStore
 
@@ -823,13 +824,14 @@ def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) 
         ad = DockerAdapter([HostSpec("h", "unix:///nowhere")], store=store)
         store.add_points("old", [MetricPoint(time=1000.0, epoch=float(i + 1), loss=float(v)) for i, v in enumerate(curve)])
         running = _adapter_job(ad, _container("old", "running", "c-old", task="yolov3"))
-        assert running.curve_prior is None and store.curve_prior(task="yolov3", column="loss", exclude="new") is None
+        assert store.task_curves("yolov3") is None  # still training: its curve is not whole yet
         done = _adapter_job(ad, _container("old", "exited", "c-old", task="yolov3"))
-        assert done.status == "finished" and done.speed == [] and done.curve_prior is None
+        assert running.status == "running" and done.status == "finished" and done.speed == []
 
     with StateStore(path) as store:
         ad = DockerAdapter([HostSpec("h", "unix:///nowhere")], store=store)
         new = _adapter_job(ad, _container("new", "created", "c-new", task="yolov3"))
-        assert new.curve_prior is not None and (new.curve_prior.key, [r.job for r in new.curve_prior.runs]) == ("yolov3", ["old"])
-        assert [p.value for p in new.curve_prior.runs[0].points] == pytest.approx(list(curve))
-        assert _adapter_job(ad, _container("other", "created", "c-other", task="bert")).curve_prior is None
+        other = _adapter_job(ad, _container("other", "created", "c-other", task="bert"))
+        (got,) = curve_priors(store, [new, other])
+        assert (got.task, [r.job for r in got.runs]) == ("yolov3", ["old"])
+        assert [p.loss for p in got.runs[0].points] == pytest.approx(list(curve))

@@ -129,7 +129,8 @@ TASK = {
 def test_a_finished_pods_curve_is_the_prior_of_the_next_pod_of_its_task(k8s_sandbox: Any, tmp_path: Path) -> None:
     """Pod ``first`` (annotation ``flowplan.io/task: cifar10``) trains 3 epochs of the measured
     cifar10 curve and is marked Succeeded; the Kubernetes adapter on the same state store records its
-    run, and a new pod of the task, not yet bound, carries first's curve as its ``curve_prior``."""
+    run, and with a new pod of the task, not yet bound, the snapshot carries first's curve in its
+    ``curve_priors``."""
     from adapters.kubernetes import KubernetesAdapter
     from adapters.kubernetes.sandbox import api_client
 
@@ -147,9 +148,9 @@ def test_a_finished_pods_curve_is_the_prior_of_the_next_pod_of_its_task(k8s_sand
     second = _pod("second", "cifar10/128", None, epochs=3)
     second["metadata"]["annotations"].update(TASK)
     create_pod(api, second)
-    jobs = {j.id: j for j in adapter.observe().jobs}
-    assert jobs["first"].status == "finished" and jobs["first"].curve_prior is None
-    prior = jobs["second"].curve_prior
-    assert jobs["second"].status == "pending" and prior is not None
-    assert (prior.key, [r.job for r in prior.runs]) == ("cifar10", ["first"])
-    assert [p.value for p in prior.runs[0].points] == pytest.approx([p.metric for p in trainer.store.history("first")])
+    snap = adapter.observe()
+    jobs = {j.id: j for j in snap.jobs}
+    assert (jobs["first"].status, jobs["second"].status) == ("finished", "pending")
+    (curves,) = snap.curve_priors
+    assert (curves.task, [r.job for r in curves.runs]) == ("cifar10", ["first"])
+    assert [p.metric for p in curves.runs[0].points] == pytest.approx([p.metric for p in trainer.store.history("first")])

@@ -73,7 +73,7 @@ from adapters.docker.gangs import GangOps
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
-from adapters.docker.progress import LogProgress, kv_json, parse_timestamp, set_kv_json
+from adapters.docker.progress import LogProgress, curve_priors, kv_json, parse_timestamp, set_kv_json
 from adapters.docker.ranks import broken, is_gang, is_member, member_of, shares_of, split_members
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
@@ -259,7 +259,7 @@ class DockerAdapter(Adapter):
         for job_id in [j for j in obs.orphans if j in obs.placed]:  # rank 0's host is down: a new gang replaces them
             obs.placed[job_id].stale.extend(obs.orphans.pop(job_id))
         self.last = obs
-        return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
+        return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings, curve_priors=curve_priors(self.store, jobs))
 
     def _node(self, name: str, labels: dict[str, str], *, schedulable: bool) -> Node:
         spec = self.hosts[name].spec
@@ -336,9 +336,6 @@ class DockerAdapter(Adapter):
             history=list(history),
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
-            curve_prior=None
-            if status == "finished"
-            else self.progress.curve_prior(job_id, fields.get("task"), fields["target"], history),
             delivered=delivered,
             placement=_placement(shares, fields.get("replicas", 1)),
             **fields,
@@ -357,7 +354,7 @@ class DockerAdapter(Adapter):
         """Keep the job's speed points with its task and image in the store, for later jobs to borrow
         (:meth:`ProgressStore.record_speeds`). Written when something a borrower reads changes: the
         points, the task or image, finishing, or passing the epochs a running job needs to lend. A job
-        that finished without speed points is recorded too: its curve lends (:meth:`ProgressStore.curve_prior`)."""
+        that finished without speed points is recorded too: its curve lends (:meth:`ProgressStore.task_curves`)."""
         if not speed and not (finished and history):
             return
         epochs = max((p.epoch for p in history), default=0.0)
@@ -672,7 +669,6 @@ class DockerAdapter(Adapter):
                     history=list(history),
                     speed=speed,
                     speed_prior=None if speed else self._speed_prior(job_id, fields.get("task"), _image(c)),
-                    curve_prior=self.progress.curve_prior(job_id, fields.get("task"), fields["target"], history),
                     delivered=self.progress.delivered(job_id),
                     **fields,
                 )

@@ -17,7 +17,7 @@ The Kubernetes adapter keeps the same per-pod and per-job log state under ``k8s.
 Besides, the adapter records each job's speed points with its task and image
 (:meth:`ProgressStore.record_speeds`, the store's ``speeds`` tables, not the key-value table), and
 asks for the speeds of similar jobs for a job without one (:meth:`ProgressStore.speed_prior`) and for
-the curves of finished runs of a job's task (:meth:`ProgressStore.curve_prior`).
+the curves of the finished runs of a task (:meth:`ProgressStore.task_curves`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from planner.snapshot import CurveReferences, MetricPoint, SpeedPoint, SpeedPrior
-from store import SpeedRecord, curve_prior_from, prior_from
-from store.curves import Column
+from planner.snapshot import MetricPoint, SpeedPoint, SpeedPrior, TaskCurves
+from store import SpeedRecord, prior_from, task_curves_from
 
 
 class ProgressStore(Protocol):
@@ -46,7 +45,7 @@ class ProgressStore(Protocol):
 
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None: ...
 
-    def curve_prior(self, *, task: str | None, column: Column, exclude: str) -> CurveReferences | None: ...
+    def task_curves(self, task: str) -> TaskCurves | None: ...
 
 
 class MemoryStore:
@@ -84,12 +83,6 @@ class MemoryStore:
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None:
         return prior_from(self._speeds.values(), task=task, image=image, exclude=exclude)
 
-    def curve_prior(self, *, task: str | None, column: Column, exclude: str) -> CurveReferences | None:
-        if task is None:
-            return None
+    def task_curves(self, task: str) -> TaskCurves | None:
         finished = sorted((r for r in self._speeds.values() if r.task == task and r.finished), key=lambda r: (-r.updated, r.job))
-        runs = [
-            (r.job, [(p.epoch, v) for p in self.history(r.job) if (v := p.loss if column == "loss" else p.metric) is not None])
-            for r in finished
-        ]
-        return curve_prior_from(runs, task=task, exclude=exclude)
+        return task_curves_from(((r.job, self.history(r.job)) for r in finished), task=task)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
 from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
-from planner.snapshot import CurveReferences, MetricPoint, QoETarget, ScheduleOnly, schedule_problem
+from planner.snapshot import Job, MetricPoint, QoETarget, ScheduleOnly, TaskCurves, schedule_problem
 
 if TYPE_CHECKING:
     from adapters.logs.tensorboard import TensorBoardRead
@@ -340,23 +340,9 @@ class LogProgress:
             return None
         return schedule
 
-    def curve_prior(
-        self, job_id: str, task: str | None, target: QoETarget | None, history: Sequence[MetricPoint]
-    ) -> CurveReferences | None:
-        """Curves of finished runs of the job's task (the store's ``curve_prior``), on the column its
-        target reads (the loss, or its metric; without a target, the loss if it reports one, as the
-        planner judges it, and with no point yet either, whichever the runs report, the loss first):
-        the prior of the job's curve. ``None`` without a task or such runs."""
-        if task is None:
-            return None
-        if target is not None:
-            columns = ["loss" if target.metric == "loss" else "metric"]
-        elif history:
-            columns = ["loss" if any(p.loss is not None for p in history) else "metric"]
-        else:  # nothing says yet: whichever the earlier runs report, the loss first
-            columns = ["loss", "metric"]
-        for column in columns:
-            prior: CurveReferences | None = self.store.curve_prior(task=task, column=column, exclude=job_id)
-            if prior is not None:
-                return prior
-        return None
+
+def curve_priors(store: Any, jobs: Sequence[Job]) -> list[TaskCurves]:
+    """The snapshot's ``curve_priors``: for each task a job not finished names, the curves of the
+    task's finished runs in ``store`` (its ``task_curves``; ``store.curves``), where it has any."""
+    tasks = sorted({j.task for j in jobs if j.task is not None and j.status != "finished"})
+    return [c for task in tasks if (c := store.task_curves(task)) is not None]

@@ -103,7 +103,7 @@ from adapters.base import (
 )
 from adapters.docker.labels import JobLabels
 from adapters.docker.memory import MemoryStore, ProgressStore
-from adapters.docker.progress import LogProgress
+from adapters.docker.progress import LogProgress, curve_priors
 from adapters.kubernetes.annotations import (
     BOUND_BY,
     CHECKPOINT_REQUESTED,
@@ -371,7 +371,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
                 )
             )
         self.last = obs
-        return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings)
+        return Snapshot(time=now, nodes=nodes, jobs=jobs, settings=self.settings, curve_priors=curve_priors(self.store, jobs))
 
     def _unmanaged(self, obs: Observation, notes: dict[str, dict[str, str]], pod: PodView, why: str) -> None:
         obs.unmanaged[f"{pod.namespace}/{pod.name}"] = why
@@ -436,7 +436,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         history = list(self.store.history(job_id))
         task = fields.get("task")
         if status == "finished" and task is not None and history and job_id not in self._runs_recorded:
-            # Its curve lends to later jobs of the task (the store's curve_prior); no speeds are kept here.
+            # Its curve lends to the task's other jobs (the store's task_curves); no speeds are kept here.
             epochs = max(p.epoch for p in history)
             self.store.record_speeds(job_id, [], task=task, image=None, epochs=epochs, finished=True)
             self._runs_recorded.add(job_id)
@@ -446,7 +446,6 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
             node=pod.node if status == "running" else None,
             allocation=allocation,
             history=history,
-            curve_prior=None if status == "finished" else self.progress.curve_prior(job_id, task, fields["target"], history),
             # asked to deliver (the annotation: asked once), or the job's log says it delivered
             delivered=DELIVER_REQUESTED in pod.annotations or self.progress.delivered(job_id),
             **fields,
