@@ -25,6 +25,11 @@ after its start).
 Methods:
 
 ``schedule``   ``fit_learning_curve(..., schedule=LRSchedule(declared, max_epochs=K))``;
+``runs``       the same job with the finished runs of its task under the same declared schedule (the
+               other seeds) from the state store, as the planner reads it then (``planner.outlook``):
+               ``fit_learning_curve(..., prior=CurvePrior.of(them))``, and the ``schedule`` curve
+               for a target that fit does not reach by the planned end (bands and intervals: the
+               prior fit's);
 ``flowplan``   ``fit_learning_curve`` with no hint (no schedule, no prior): the model-averaged curve;
 ``optimus``    the Optimus hyperbola (``bench_curves.fit_optimus``);
 ``line3``      a straight line through the last 3 observed points, extended (never reaches a target
@@ -55,13 +60,13 @@ import numpy as np
 from bench_curves import capped, first_epoch_reaching, fit_optimus
 
 import models.schedule_curve as schedule_curve
-from models import CannotPredict, CurveFit, fit_learning_curve
+from models import CannotPredict, CurveFit, CurvePrior, fit_learning_curve
 from models.schedule import LRSchedule
 
 DATA = Path(__file__).resolve().parent / "data" / "schedules"
 FRACTIONS = (0.10, 0.25, 0.50)
 TARGET_PS = (0.8, 0.9, 0.95)
-METHODS = ("schedule", "flowplan", "optimus", "line3", "logline3", "last")
+METHODS = ("schedule", "runs", "flowplan", "optimus", "line3", "logline3", "last")
 DIRECTION = {"train_loss": "lower", "val_loss": "lower", "val_metric": "higher"}
 
 
@@ -116,8 +121,44 @@ class Line3:
         return max(float(k), self.last)
 
 
-def fit(method: str, run: dict[str, Any], n: int, direction: str) -> Any:
+class WithFallback:
+    """The planner's reading for a job with runs under its own schedule (``planner.outlook``): the
+    prior's fit, and where it does not reach a target by the planned end, the declared schedule's
+    curve. Bands and intervals are the prior fit's."""
+
+    def __init__(self, primary: Any, fallback: Any, planned: float) -> None:
+        self.primary, self.fallback, self.planned = primary, fallback, planned
+
+    def epoch_reaching(self, target: float) -> float | None:
+        got = None if isinstance(self.primary, CannotPredict) else self.primary.epoch_reaching(target)
+        if (got is None or got > self.planned) and isinstance(self.fallback, CurveFit):
+            other = self.fallback.epoch_reaching(target)
+            return other if other is not None else got
+        return got
+
+
+def siblings(runs: list[dict[str, Any]]) -> dict[str, CurvePrior]:
+    """Per run, its finished siblings as the state store would lend them to it: the other runs of
+    its task under the same declared schedule (the other seeds; ``Snapshot.curve_priors`` as the
+    planner reads them for a job that declares that schedule, ``planner.outlook.job_curve_prior``)."""
+    out = {}
+    for run in runs:
+        same = [r for r in runs if r["task"] == run["task"] and r["schedule"] == run["schedule"] and r["name"] != run["name"]]
+        out[run["name"]] = CurvePrior.of([(r["epochs_arr"], r["values"]) for r in same], same_task=True)
+    return out
+
+
+def fit(method: str, run: dict[str, Any], n: int, direction: str, prior: CurvePrior | None = None) -> Any:
     k, v = run["epochs_arr"][:n], run["values"][:n]
+    if method == "runs":
+        # What the planner fits for a job that declares its schedule and has runs of its task under
+        # the same one (planner.outlook.build_outlook): the prior, competing with the families, and
+        # the declared schedule's curve where the prior's misses a target.
+        primary = fit_learning_curve(k, v, direction, prior=prior)  # type: ignore[arg-type]
+        if isinstance(primary, CannotPredict):
+            return primary
+        declared = fit_learning_curve(k, v, direction, schedule=to_schedule(run["schedule"], float(run["epochs"])))  # type: ignore[arg-type]
+        return WithFallback(primary, declared, float(run["epochs"]))
     if method == "schedule":
         return fit_learning_curve(k, v, direction, schedule=to_schedule(run["schedule"], float(run["epochs"])))  # type: ignore[arg-type]
     if method == "flowplan":
@@ -132,6 +173,8 @@ def fit(method: str, run: dict[str, Any], n: int, direction: str) -> Any:
 
 
 def reach(model: Any, target: float, direction: str) -> float | None:
+    if isinstance(model, WithFallback):
+        return model.epoch_reaching(target)
     if isinstance(model, CannotPredict):
         return None
     if isinstance(model, tuple):
@@ -142,6 +185,8 @@ def reach(model: Any, target: float, direction: str) -> float | None:
 
 
 def predict_at(model: Any, epoch: float) -> float | None:
+    if isinstance(model, WithFallback):
+        model = model.primary
     if isinstance(model, CannotPredict):
         return None
     if isinstance(model, tuple):
@@ -151,12 +196,13 @@ def predict_at(model: Any, epoch: float) -> float | None:
 
 def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
     rows = []
+    priors = siblings(runs)
     for run in runs:
         k_all, v_all = run["epochs_arr"], run["values"]
         K = int(k_all.size)
         for f in FRACTIONS:
             n = max(1, round(f * K))
-            fits = {m: fit(m, run, n, direction) for m in METHODS}
+            fits = {m: fit(m, run, n, direction, priors[run["name"]]) for m in METHODS}
             for m, model in fits.items():
                 pred_end = predict_at(model, float(k_all[-1]))
                 fin = capped(abs(pred_end - v_all[-1]) / abs(v_all[-1])) if pred_end is not None else 1.0
@@ -180,13 +226,13 @@ def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
                     err = 1.0 if at is None or at > K else capped(abs(at - true) / true)
                     inside = None
                     open_end = None
-                    if isinstance(model, CurveFit):
-                        lo, hi = model.epoch_interval(tv)
+                    if isinstance(curve := model.primary if isinstance(model, WithFallback) else model, CurveFit):
+                        lo, hi = curve.epoch_interval(tv)
                         inside = lo is not None and lo <= true and (hi is None or true <= hi)
                         open_end = hi is None
                     row["targets"].append({"p": p, "err": err, "inside": inside, "open": open_end})
-                if isinstance(model, CurveFit) and n < K:
-                    band_lo, band_hi = model.interval_at(k_all[n:])
+                if isinstance(curve := model.primary if isinstance(model, WithFallback) else model, CurveFit) and n < K:
+                    band_lo, band_hi = curve.interval_at(k_all[n:])
                     row["band"] = float(np.mean((v_all[n:] >= band_lo) & (v_all[n:] <= band_hi)))
                 rows.append(row)
     return rows

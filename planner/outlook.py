@@ -118,12 +118,20 @@ def job_curve_prior(job: Job, config: PlannerConfig, curves: TaskCurves | None =
     """The curve prior of ``job``: the finished runs of its task the snapshot carries (``curves``, its
     entry of ``Snapshot.curve_priors``) on the column the job is judged on, without a run of the job
     itself or one with fewer than 3 such points, then the planner's library for its task
-    (``PlannerConfig.curve_priors``); ``None`` if neither has any."""
-    library = config.curve_priors.get(job.task) if job.task is not None else None
+    (``PlannerConfig.curve_priors``); ``None`` if neither has any. A job that declares a
+    learning-rate schedule gets only the runs that declared the same one over the same planned
+    epochs (measured on the recorded schedule runs: ``docs/models.md``)."""
+    # A job that declares a schedule reads only runs under the same one (the library's runs say
+    # nothing of theirs): without such runs its schedule's own curve is the better guide.
+    declared = job.schedule is not None
+    library = config.curve_priors.get(job.task) if job.task is not None and not declared else None
+    planned = job.target.max_epochs if job.target is not None else None
     carried: list[ReferenceCurve] = []
     if curves is not None and curves.task == job.task:
         use_loss = judged_on_loss(job)
         for run in curves.runs:
+            if declared and (run.schedule != job.schedule or run.max_epochs != planned):
+                continue
             points = sorted((p.epoch, v) for p in run.points if (v := p.loss if use_loss else p.metric) is not None)
             if run.job != job.id and len(points) >= MIN_REFERENCE_POINTS:
                 carried.append(ReferenceCurve(tuple(e for e, _ in points), tuple(v for _, v in points), label=run.job))
@@ -200,15 +208,27 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
 
     prior = job_curve_prior(job, config, curves)
     # A declared learning-rate schedule (with its planned epochs) lets the curve see drops and an
-    # annealed end coming; without one the fit is the schedule-free model.
+    # annealed end coming; without one the fit is the schedule-free model. Runs of the task under
+    # the same schedule (the only prior such a job gets) carry its drops already, and more: the
+    # prior then competes with the families as it does without a schedule.
     planned = target.max_epochs if target is not None else None
-    schedule = lr_schedule(job.schedule, planned) if job.schedule is not None else None
+    declared = lr_schedule(job.schedule, planned) if job.schedule is not None else None
+    schedule = declared if prior is None else None
     fit = fit_learning_curve(epochs, values, direction, prior=prior, schedule=schedule)
     curve = fit if isinstance(fit, CurveFit) else None
+    # Where those runs do not reach a tier (or not by the planned end: the job's own run may end
+    # lower than theirs), the declared schedule's curve is read instead.
+    fallback: CurveFit | None = None
+    if curve is not None and declared is not None and schedule is None:
+        other = fit_learning_curve(epochs, values, direction, schedule=declared)
+        fallback = other if isinstance(other, CurveFit) else None
     if curve is not None:
         curve_note = f"{curve.family} fit of {metric} on {curve.n_points} points"
         if curve.family == "prior" and prior is not None:
-            curve_note += f" ({len(prior.references)} earlier runs of {job.task})"
+            same = f", the same {job.schedule.kind} schedule" if job.schedule is not None else ""
+            curve_note += f" ({len(prior.references)} earlier runs of {job.task}{same})"
+        if fallback is not None:
+            curve_note += f"; the declared {fallback.family} curve where they miss a tier"
         if schedule is not None:
             curve_note += f" with the declared {schedule.kind} learning-rate schedule"
     else:
@@ -227,14 +247,21 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
     # its prediction band, towards worse (0 at the median).
     quantile = NormalDist().inv_cdf(settings.deadline_confidence)
 
-    def left_to(value: float, z: float | None = None) -> float | None:
-        if curve is None:
-            return None
-        k = curve.epoch_reaching(value, quantile_z=quantile if z is None else z)
+    def read(c: CurveFit, value: float, z: float | None) -> float | None:
+        k = c.epoch_reaching(value, quantile_z=quantile if z is None else z)
         if k is None:
             return None
         # Not reached in the data (the caller checked): at least one more epoch to show it.
         return min(max(k - epoch, MIN_REMAINING_EPOCHS), MAX_REMAINING_EPOCHS)
+
+    def left_to(value: float, z: float | None = None) -> float | None:
+        if curve is None:
+            return None
+        got = read(curve, value, z)
+        if fallback is not None and (got is None or (max_left is not None and got > max_left)):
+            other = read(fallback, value, z)
+            return other if other is not None else got
+        return got
 
     r1 = 0.0 if t1_reached else (left_to(target.tier1.value) if target is not None else None)
     r2: float | None = None

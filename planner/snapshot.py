@@ -175,51 +175,6 @@ class SpeedPrior(Input):
     )
 
 
-#: Most earlier runs a task's curves may hold, and most points of each.
-MAX_REFERENCE_RUNS = 20
-MAX_REFERENCE_POINTS = 2000
-#: Fewest points a reference run needs (a shape, not a level).
-MIN_REFERENCE_POINTS = 3
-
-
-class CurvePoint(Input):
-    """One point of an earlier run's learning curve: after ``epoch`` epochs, its loss and/or metric."""
-
-    epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
-    loss: Finite | None = None
-    metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
-
-    @model_validator(mode="after")
-    def _has_a_value(self) -> CurvePoint:
-        if self.loss is None and self.metric is None:
-            raise ValueError("a curve point needs 'loss' or 'metric'")
-        return self
-
-
-class ReferenceRun(Input):
-    """An earlier run's learning curve."""
-
-    job: Name = Field(description="The finished job it comes from.")
-    points: list[CurvePoint] = Field(min_length=MIN_REFERENCE_POINTS, max_length=MAX_REFERENCE_POINTS)
-
-
-class TaskCurves(Input):
-    """Learning curves of finished runs of one task: the prior of the curve of each job of the task.
-
-    An adapter (or whoever writes the snapshot) looks them up, e.g. in the state store: the jobs of
-    the task that finished. For each job of the task the planner reads the runs on the column the
-    job is judged on (its target's metric: ``"loss"`` reads ``loss``, any other name ``metric``),
-    leaves out a run of the job itself and one with fewer than 3 such points, and fits the job's
-    points with a stretched and shifted copy of them (``models.curve_prior``) as one more
-    candidate, kept only where it forecasts the job's own later points at least as well as the
-    parametric families; with no curve yet (fewer than 3 points) it reads the tiers off them. They
-    join the planner's own library for the task (``PlannerConfig.curve_priors``), if it has one.
-    """
-
-    task: str = Field(min_length=1, max_length=253, description="The task (``Job.task``) the runs trained.")
-    runs: list[ReferenceRun] = Field(min_length=1, max_length=MAX_REFERENCE_RUNS)
-
-
 class Tier(Input):
     """One QoE tier: reach ``value`` of the target metric, by ``deadline`` if one is given."""
 
@@ -330,6 +285,57 @@ Schedule = Annotated[
     | PlateauSchedule,
     Field(discriminator="kind"),
 ]
+
+
+#: Most earlier runs a task's curves may hold, and most points of each.
+MAX_REFERENCE_RUNS = 20
+MAX_REFERENCE_POINTS = 2000
+#: Fewest points a reference run needs (a shape, not a level).
+MIN_REFERENCE_POINTS = 3
+
+
+class CurvePoint(Input):
+    """One point of an earlier run's learning curve: after ``epoch`` epochs, its loss and/or metric."""
+
+    epoch: Annotated[float, Field(ge=0, le=MAX_EPOCHS, allow_inf_nan=False)]
+    loss: Finite | None = None
+    metric: Finite | None = Field(None, description="Quality metric such as validation accuracy.")
+
+    @model_validator(mode="after")
+    def _has_a_value(self) -> CurvePoint:
+        if self.loss is None and self.metric is None:
+            raise ValueError("a curve point needs 'loss' or 'metric'")
+        return self
+
+
+class ReferenceRun(Input):
+    """An earlier run's learning curve, and the learning-rate schedule it declared, if any."""
+
+    job: Name = Field(description="The finished job it comes from.")
+    points: list[CurvePoint] = Field(min_length=MIN_REFERENCE_POINTS, max_length=MAX_REFERENCE_POINTS)
+    schedule: Schedule | None = Field(None, description="The learning-rate schedule the run declared (null: none).")
+    max_epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS, allow_inf_nan=False)] | None = Field(
+        None, description="The epochs it planned (its target's max_epochs; null: not said)."
+    )
+
+
+class TaskCurves(Input):
+    """Learning curves of finished runs of one task: the prior of the curve of each job of the task.
+
+    An adapter (or whoever writes the snapshot) looks them up, e.g. in the state store: the jobs of
+    the task that finished. For each job of the task the planner reads the runs on the column the
+    job is judged on (its target's metric: ``"loss"`` reads ``loss``, any other name ``metric``),
+    leaves out a run of the job itself and one with fewer than 3 such points, and fits the job's
+    points with a stretched and shifted copy of them (``models.curve_prior``) as one more
+    candidate, kept only where it forecasts the job's own later points at least as well as the
+    parametric families; with no curve yet (fewer than 3 points) it reads the tiers off them. They
+    join the planner's own library for the task (``PlannerConfig.curve_priors``), if it has one.
+    A job that declares a learning-rate schedule reads only the runs that declared the same one
+    over the same planned epochs (with none, its declared schedule's own curve is used).
+    """
+
+    task: str = Field(min_length=1, max_length=253, description="The task (``Job.task``) the runs trained.")
+    runs: list[ReferenceRun] = Field(min_length=1, max_length=MAX_REFERENCE_RUNS)
 
 
 class ScheduleOnly(Input):

@@ -9,7 +9,7 @@ from store.backend import is_url, redact
 from store.curves import CURVE_PRIOR_MAX_POINTS, CURVE_PRIOR_MAX_RUNS, task_curves_from
 from store.errors import ConnectError, MigrationError, SchemaTooNew, StoreError
 from store.migrations import MIGRATIONS
-from store.speeds import PRIOR_MAX_JOBS, PRIOR_MIN_EPOCHS, SpeedRecord, prior_from
+from store.speeds import PRIOR_MAX_JOBS, PRIOR_MIN_EPOCHS, SpeedRecord, declared_json, prior_from
 from store.state import ActionRecord, ActionStatus, JobRecord, Lease, PointStats, StateStore
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SpeedRecord",
     "StateStore",
     "StoreError",
+    "declared_json",
     "is_url",
     "prior_from",
     "redact",

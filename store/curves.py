@@ -10,11 +10,13 @@ Who lends (:func:`task_curves_from`): the jobs of the task that finished, with a
 still training does not lend: the prior's curve stays at a reference's last value beyond its end,
 so a run cut short would read as a plateau. A run of more than :data:`CURVE_PRIOR_MAX_POINTS`
 points is thinned evenly (first and last point kept). The planner leaves out a job's own run and
-reads the column the job is judged on.
+reads the column the job is judged on; a job that declares a learning-rate schedule reads only the
+runs that declared the same one (``speed_jobs.schedule``, migration 6).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,18 +37,26 @@ def thinned(points: Sequence[Any], most: int = CURVE_PRIOR_MAX_POINTS) -> list[A
 
 
 def task_curves_from(
-    runs: Iterable[tuple[str, Sequence[MetricPoint]]], *, task: str, max_runs: int = CURVE_PRIOR_MAX_RUNS
+    runs: Iterable[tuple[str, Sequence[MetricPoint], str | None]], *, task: str, max_runs: int = CURVE_PRIOR_MAX_RUNS
 ) -> TaskCurves | None:
-    """The curves of ``task`` from its finished ``runs``, newest first, each ``(job, points)``;
+    """The curves of ``task`` from its finished ``runs``, newest first, each ``(job, points, declared)``
+    (``declared``: its schedule and planned epochs as :func:`store.speeds.declared_json` keeps them);
     ``None`` when none has enough points."""
     chosen: list[ReferenceRun] = []
     seen: set[str] = set()
-    for job, points in runs:
+    for job, points, declared in runs:
         if job in seen or len(points) < MIN_REFERENCE_POINTS:
             continue
         seen.add(job)
         ordered = thinned(sorted(points, key=lambda p: p.epoch))
-        chosen.append(ReferenceRun(job=job, points=[CurvePoint(epoch=p.epoch, loss=p.loss, metric=p.metric) for p in ordered]))
+        said = json.loads(declared) if declared else {}
+        run = {
+            "job": job,
+            "points": [CurvePoint(epoch=p.epoch, loss=p.loss, metric=p.metric) for p in ordered],
+            "schedule": said.get("schedule"),
+            "max_epochs": said.get("max_epochs"),
+        }
+        chosen.append(ReferenceRun.model_validate(run))
         if len(chosen) >= max_runs:
             break
     return TaskCurves(task=task, runs=chosen) if chosen else None
@@ -65,7 +75,7 @@ class CurveRecords:
         """Curves of the finished runs of ``task`` (:func:`task_curves_from`), or ``None``."""
         # Twice the runs wanted: some may have too few points.
         jobs = self._read(
-            "SELECT job FROM speed_jobs WHERE task = ? AND finished = 1 ORDER BY updated DESC, job LIMIT ?",
+            "SELECT job, schedule FROM speed_jobs WHERE task = ? AND finished = 1 ORDER BY updated DESC, job LIMIT ?",
             (task, 2 * CURVE_PRIOR_MAX_RUNS),
         )
-        return task_curves_from(((job, self.history(job)) for (job,) in jobs), task=task)
+        return task_curves_from(((job, self.history(job), declared) for job, declared in jobs), task=task)

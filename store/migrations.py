@@ -119,4 +119,10 @@ MIGRATIONS: list[str] = [
     DROP TABLE speeds;
     ALTER TABLE speeds_by_shape RENAME TO speeds;
     """,
+    # 6: the learning-rate schedule a job declared, with its planned epochs (JSON: {"schedule": {...},
+    # "max_epochs": N}), so that its finished run lends its curve to jobs that declare the same one
+    # (store.curves). NULL: none declared.
+    """
+    ALTER TABLE speed_jobs ADD COLUMN schedule TEXT;
+    """,
 ]

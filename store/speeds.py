@@ -17,11 +17,14 @@ updated lenders, all their points (at most ``MAX_PRIOR_POINTS``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel
 
 from planner.snapshot import MAX_PRIOR_POINTS, SpeedPoint, SpeedPrior
 from store.backend import Backend
@@ -43,6 +46,15 @@ class SpeedRecord:
     finished: bool
     updated: float
     points: tuple[SpeedPoint, ...]
+    #: The learning-rate schedule it declared and its planned epochs (:func:`declared_json`), or ``None``.
+    schedule: str | None = None
+
+
+def declared_json(schedule: BaseModel | None, max_epochs: float | None) -> str | None:
+    """How a job's declared schedule and planned epochs are kept (``None``: it declared none)."""
+    if schedule is None:
+        return None
+    return json.dumps({"schedule": schedule.model_dump(mode="json"), "max_epochs": max_epochs}, sort_keys=True)
 
 
 def lends(record: SpeedRecord, min_epochs: float = PRIOR_MIN_EPOCHS) -> bool:
@@ -92,16 +104,19 @@ class SpeedRecords:
         image: str | None,
         epochs: float,
         finished: bool,
+        schedule: str | None = None,
     ) -> None:
-        """Replace ``job``'s speed points and what it trains / runs, its epochs done and whether it finished.
-        Two writers of one job take turns: the upsert of its ``speed_jobs`` row locks the row."""
+        """Replace ``job``'s speed points and what it trains / runs, its epochs done, whether it finished
+        and the schedule it declared (:func:`declared_json`). Two writers of one job take turns: the
+        upsert of its ``speed_jobs`` row locks the row."""
         now = time.time()
         with self._write() as db:
             db.execute(
-                "INSERT INTO speed_jobs (job, task, image, epochs, finished, updated) VALUES (?, ?, ?, ?, ?, ?) "
+                "INSERT INTO speed_jobs (job, task, image, epochs, finished, updated, schedule) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (job) DO UPDATE SET task = excluded.task, image = excluded.image, "
-                "epochs = excluded.epochs, finished = excluded.finished, updated = excluded.updated",
-                (job, task, image, float(epochs), int(finished), now),
+                "epochs = excluded.epochs, finished = excluded.finished, updated = excluded.updated, "
+                "schedule = excluded.schedule",
+                (job, task, image, float(epochs), int(finished), now, schedule),
             )
             db.execute("DELETE FROM speeds WHERE job = ?", (job,))
             if points:
@@ -132,9 +147,9 @@ class SpeedRecords:
         return prior_from(found, task=task, image=image, exclude=exclude)
 
     def _records(self, where: str, params: Sequence[Any]) -> list[SpeedRecord]:
-        rows = self._read(f"SELECT job, task, image, epochs, finished, updated FROM speed_jobs {where}", params)
+        rows = self._read(f"SELECT job, task, image, epochs, finished, updated, schedule FROM speed_jobs {where}", params)
         out = []
-        for job, task, image, epochs, finished, updated in rows:
+        for job, task, image, epochs, finished, updated, schedule in rows:
             pts = self._read(
                 "SELECT cpu_millis, gpus, replicas, nodes, seconds_per_epoch FROM speeds WHERE job = ? "
                 "ORDER BY cpu_millis, gpus, replicas, nodes",
@@ -143,5 +158,5 @@ class SpeedRecords:
             points = tuple(
                 SpeedPoint(cpu_millis=c, gpus=g, replicas=r or None, nodes=n, seconds_per_epoch=s) for c, g, r, n, s in pts
             )
-            out.append(SpeedRecord(job, task, image, float(epochs), bool(finished), float(updated), points))
+            out.append(SpeedRecord(job, task, image, float(epochs), bool(finished), float(updated), points, schedule))
         return out

@@ -810,8 +810,8 @@ def test_a_new_job_borrows_the_speed_of_a_finished_job_of_its_task(tmp_path: Pat
 def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) -> None:
     """Job ``old`` of task ``yolov3`` reported the measured yolov3 (batch 64) loss curve and finished,
     with no speed point (its log had no times the adapter could use); it is recorded all the same.
-    Another adapter on the same state file puts old's curve into the snapshot's ``curve_priors`` for
-    a new job of the task; a job of another task brings none."""
+    Another adapter on the same state file puts old's curve, with the schedule its log declared, into
+    the snapshot's ``curve_priors`` for a new job of the task; a job of another task brings none."""
     from conftest import real_curve
 
     from adapters.docker.progress import curve_priors
@@ -823,6 +823,9 @@ def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) 
     with StateStore(path) as store:
         ad = DockerAdapter([HostSpec("h", "unix:///nowhere")], store=store)
         store.add_points("old", [MetricPoint(time=1000.0, epoch=float(i + 1), loss=float(v)) for i, v in enumerate(curve)])
+        step = {"kind": "step", "milestones": [30], "gamma": 0.1}
+        raw = f"2026-11-23T09:00:00.000000000Z {json.dumps({'event': 'declare', 'schedule': step})}\n".encode()
+        ad._keep_declared("old", read_lines(raw, LogCursor(), 0.0, final=True)[0].events)  # its log declared a schedule
         running = _adapter_job(ad, _container("old", "running", "c-old", task="yolov3"))
         assert store.task_curves("yolov3") is None  # still training: its curve is not whole yet
         done = _adapter_job(ad, _container("old", "exited", "c-old", task="yolov3"))
@@ -835,3 +838,4 @@ def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) 
         (got,) = curve_priors(store, [new, other])
         assert (got.task, [r.job for r in got.runs]) == ("yolov3", ["old"])
         assert [p.loss for p in got.runs[0].points] == pytest.approx(list(curve))
+        assert got.runs[0].schedule is not None and got.runs[0].schedule.model_dump() == {**step, "milestones": [30.0]}

@@ -383,6 +383,30 @@ def test_a_version_4_database_keeps_its_speeds(store_location: str) -> None:
         assert rec.points[0].replicas is None and rec.points[0].nodes == 1
 
 
+def test_a_version_5_database_keeps_its_runs_and_learns_their_schedules(store_location: str) -> None:
+    """Migration 6: a job's declared schedule is kept with its run (``speed_jobs.schedule``); a run of
+    version 5 stays, with none declared, and lends its curve (``store.curves``)."""
+    from planner.snapshot import StepSchedule
+    from store import declared_json
+
+    with StateStore(store_location, migrations=MIGRATIONS[:5]) as old:
+        old.add_points("a", [MetricPoint(time=float(e), epoch=float(e), loss=2.0 / e) for e in (1, 2, 3)])
+        with old._write() as db:  # the version-5 writer's rows, as its record_speeds wrote them
+            db.execute("INSERT INTO speed_jobs (job, task, image, epochs, finished, updated) VALUES ('a', 't', NULL, 3, 1, 1.0)")
+            db.execute(
+                "INSERT INTO speeds (job, cpu_millis, gpus, replicas, nodes, seconds_per_epoch) VALUES ('a', 1000, 0, 0, 1, 1.5)"
+            )
+    with StateStore(store_location) as new:
+        assert new.schema_version == len(MIGRATIONS) >= 6
+        rec = new.speed_record("a")
+        assert rec is not None and rec.schedule is None and rec.points
+        step = StepSchedule(kind="step", milestones=[2.0], gamma=0.1)
+        new.add_points("b", [MetricPoint(time=float(e), epoch=float(e), loss=1.0 / e) for e in (1, 2, 3)])
+        new.record_speeds("b", [], task="t", image=None, epochs=3.0, finished=True, schedule=declared_json(step, 3.0))
+        got = new.task_curves("t")
+        assert got is not None and {r.job: (r.schedule, r.max_epochs) for r in got.runs} == {"a": (None, None), "b": (step, 3.0)}
+
+
 #: Lenders as (job, task, image, epochs, finished, seconds per epoch); the new job "new" has task "digits"
 #: and image "img:1". Expected: (basis, jobs in order) or None.
 PRIOR_CASES = {

@@ -90,7 +90,7 @@ from planner.snapshot import (
     SpeedPoint,
     SpeedPrior,
 )
-from store import PRIOR_MIN_EPOCHS
+from store import PRIOR_MIN_EPOCHS, declared_json
 
 log = logging.getLogger("flowplan.docker")
 
@@ -317,10 +317,12 @@ class DockerAdapter(Adapter):
         ps = member_of(c.labels).servers if "servers" in placed.labels.fields else None
         speed = self._speeds(job_id, c, history, status, shares, ps)
         image = _image(c)
-        self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished")
         delivered = self.progress.delivered(job_id)
         fields["target"] = self._with_declared(job_id, fields.get("target"))
         fields["schedule"] = self._declared_schedule(job_id, fields["target"])
+        target = fields["target"]
+        declared = declared_json(fields["schedule"], target.max_epochs if target is not None else None)
+        self._record_speeds(job_id, fields.get("task"), image, speed, history, finished=status == "finished", declared=declared)
         allocation = self._allocation(host, c, fields) if status == "running" else None
         if allocation is not None and ps:
             allocation = allocation.model_copy(update={"servers": ps // len(shares or ((host, 1),))})
@@ -350,6 +352,7 @@ class DockerAdapter(Adapter):
         history: Sequence[MetricPoint],
         *,
         finished: bool,
+        declared: str | None = None,
     ) -> None:
         """Keep the job's speed points with its task and image in the store, for later jobs to borrow
         (:meth:`ProgressStore.record_speeds`). Written when something a borrower reads changes: the
@@ -358,10 +361,10 @@ class DockerAdapter(Adapter):
         if not speed and not (finished and history):
             return
         epochs = max((p.epoch for p in history), default=0.0)
-        key = (tuple(speed), task, image, finished, epochs >= PRIOR_MIN_EPOCHS)
+        key = (tuple(speed), task, image, finished, epochs >= PRIOR_MIN_EPOCHS, declared)
         if self._speeds_recorded.get(job_id) == key:
             return
-        self.store.record_speeds(job_id, speed, task=task, image=image, epochs=epochs, finished=finished)
+        self.store.record_speeds(job_id, speed, task=task, image=image, epochs=epochs, finished=finished, schedule=declared)
         self._speeds_recorded[job_id] = key
 
     def _speed_prior(self, job_id: str, task: str | None, image: str | None) -> SpeedPrior | None:

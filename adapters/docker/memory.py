@@ -40,7 +40,15 @@ class ProgressStore(Protocol):
     def set_kv(self, key: str, value: str) -> None: ...
 
     def record_speeds(
-        self, job: str, points: Sequence[SpeedPoint], *, task: str | None, image: str | None, epochs: float, finished: bool
+        self,
+        job: str,
+        points: Sequence[SpeedPoint],
+        *,
+        task: str | None,
+        image: str | None,
+        epochs: float,
+        finished: bool,
+        schedule: str | None = None,
     ) -> None: ...
 
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None: ...
@@ -76,13 +84,21 @@ class MemoryStore:
         self._kv[key] = value
 
     def record_speeds(
-        self, job: str, points: Sequence[SpeedPoint], *, task: str | None, image: str | None, epochs: float, finished: bool
+        self,
+        job: str,
+        points: Sequence[SpeedPoint],
+        *,
+        task: str | None,
+        image: str | None,
+        epochs: float,
+        finished: bool,
+        schedule: str | None = None,
     ) -> None:
-        self._speeds[job] = SpeedRecord(job, task, image, float(epochs), finished, time.time(), tuple(points))
+        self._speeds[job] = SpeedRecord(job, task, image, float(epochs), finished, time.time(), tuple(points), schedule)
 
     def speed_prior(self, *, task: str | None, image: str | None, exclude: str) -> SpeedPrior | None:
         return prior_from(self._speeds.values(), task=task, image=image, exclude=exclude)
 
     def task_curves(self, task: str) -> TaskCurves | None:
         finished = sorted((r for r in self._speeds.values() if r.task == task and r.finished), key=lambda r: (-r.updated, r.job))
-        return task_curves_from(((r.job, self.history(r.job)) for r in finished), task=task)
+        return task_curves_from(((r.job, self.history(r.job), r.schedule) for r in finished), task=task)

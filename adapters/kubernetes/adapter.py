@@ -140,6 +140,7 @@ from adapters.kubernetes.spread import placement_text
 from adapters.logs.mlflow import MlflowClient
 from planner.snapshot import Allocation, Job, Node, Settings, Snapshot
 from planner.transitions import diff_order
+from store import declared_json
 
 log = logging.getLogger("flowplan.kubernetes")
 
@@ -438,7 +439,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         if status == "finished" and task is not None and history and job_id not in self._runs_recorded:
             # Its curve lends to the task's other jobs (the store's task_curves); no speeds are kept here.
             epochs = max(p.epoch for p in history)
-            self.store.record_speeds(job_id, [], task=task, image=None, epochs=epochs, finished=True)
+            target = fields["target"]
+            declared = declared_json(fields["schedule"], target.max_epochs if target is not None else None)
+            self.store.record_speeds(job_id, [], task=task, image=None, epochs=epochs, finished=True, schedule=declared)
             self._runs_recorded.add(job_id)
         return Job(
             id=job_id,
