@@ -99,9 +99,16 @@ def _plan_response(plan_id: int, plan_obj: Plan | str, status: int = 200) -> Res
 
 
 def _fill_from_store(store: StateStore, snapshot: Snapshot) -> Snapshot:
-    """Jobs posted without history or target get the stored ones (what training jobs and users sent)."""
+    """Jobs posted without history or target get the stored ones (what training jobs and users sent),
+    and a task of a job not finished that the snapshot has no curves for gets the curves of its
+    finished runs in the store (``Snapshot.curve_priors``: what a daemon sharing the store recorded)."""
     histories = store.histories([j.id for j in snapshot.jobs if not j.history])
     targets = store.targets([j.id for j in snapshot.jobs if j.target is None])
+    carried = {c.task for c in snapshot.curve_priors}
+    tasks = sorted({j.task for j in snapshot.jobs if j.task is not None and j.status != "finished"} - carried)
+    found = [c for task in tasks if (c := store.task_curves(task)) is not None]
+    if found:
+        snapshot = snapshot.model_copy(update={"curve_priors": [*snapshot.curve_priors, *found]})
     if not histories and not targets:
         return snapshot
     jobs = []
@@ -215,7 +222,13 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         time_limit: Annotated[
             float | None, Query(gt=0, le=settings.max_time_limit, description="Solver time limit in seconds (default 1).")
         ] = None,
-        fill_from_store: Annotated[bool, Query(description="Jobs posted without history or target get the stored ones.")] = True,
+        fill_from_store: Annotated[
+            bool,
+            Query(
+                description="Jobs posted without history or target get the stored ones, and a job's task without "
+                "curves in the snapshot the curves of its finished runs in the store."
+            ),
+        ] = True,
     ) -> Response:
         """The same contract and checker as `flowplan plan`: a Snapshot (`apiVersion: flowplan/v1`) in,
         the Plan out. The plan is stored; `Location` and `FlowPlan-Plan-Id` name it. A worker process

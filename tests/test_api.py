@@ -468,3 +468,40 @@ def test_state_file_is_private(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
     for extra in tmp_path.glob("state.db-*"):  # WAL and shared-memory files follow the database's mode
         assert extra.stat().st_mode & 0o077 == 0, extra
+
+
+def test_plan_fills_the_curves_of_a_tasks_finished_runs_from_the_store(
+    client: httpx.Client, server: tuple[str, StateStore]
+) -> None:
+    """A daemon sharing the store recorded six finished yolov3 runs (the measured curves of the other
+    batch sizes); a snapshot posted with a yolov3 job of 5 points and no curves is planned with them
+    (the basis names them), as if it had carried them; with ``fill_from_store=false`` it is not."""
+    from planner.snapshot import MetricPoint
+
+    store = server[1]
+    others = [8, 32, 64, 128, 256, 512]
+    for b in others:
+        values = real_curve("yolov3", b)
+        store.add_points(
+            f"yolov3-done-{b}", [MetricPoint(time=float(i), epoch=float(i + 1), loss=float(v)) for i, v in enumerate(values)]
+        )
+        store.record_speeds(f"yolov3-done-{b}", [], task="yolov3-api", image=None, epochs=float(len(values)), finished=True)
+    values = real_curve("yolov3", 16)
+    job = {
+        "id": "yolov3-new",
+        "status": "pending",
+        "task": "yolov3-api",
+        "min_cpu_millis": 500,
+        "max_cpu_millis": 1000,
+        "history": [{"time": float(i), "epoch": float(i + 1), "loss": float(v)} for i, v in enumerate(values[:5])],
+        "target": {"metric": "loss", "tier1": {"value": float(values[-1])}},
+    }
+    body = json.dumps({"time": 1000.0, "nodes": [{"name": "n", "cpu_millis": 4000}], "jobs": [job]})
+    filled = Plan.model_validate_json(client.post("/v1/plan", content=body, headers=JSON).content)
+    bare = Plan.model_validate_json(
+        client.post("/v1/plan", content=body, params={"fill_from_store": False}, headers=JSON).content
+    )
+    assert "(6 earlier runs of yolov3-api)" in filled.assignments[0].predictions.basis
+    assert "earlier runs" not in bare.assignments[0].predictions.basis
+    carried = parse_snapshot(body).model_copy(update={"curve_priors": [store.task_curves("yolov3-api")]})
+    assert filled.assignments[0].predictions == plan(carried, PlannerConfig()).plan.assignments[0].predictions
