@@ -70,5 +70,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         print(f"flowplan: warning: {name} is unmanaged: {why}", file=sys.stderr)
     _write(snapshot.model_dump_json(indent=2) + "\n", args.out)
     if args.out:
-        print(f"wrote snapshot of {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} job(s) to {args.out}", file=sys.stderr)
+        runs = sum(len(c.runs) for c in snapshot.curve_priors)
+        curves = f", the curves of {runs} finished run(s) of {len(snapshot.curve_priors)} task(s)" if runs else ""
+        print(f"wrote snapshot of {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} job(s){curves} to {args.out}", file=sys.stderr)
     return 0

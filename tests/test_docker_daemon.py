@@ -89,6 +89,22 @@ def test_snapshot_feeds_plan_and_bad_hosts_exit_2(docker_engines: Any, tmp_path:
     res = flowplan("plan", str(out), "--format", "json", "--time-limit", "0.3")
     assert res.returncode == 0, res.stderr
     assert '"s2"' in res.stdout
+    # With the daemon's state: the finished runs of a pending job's task come along as its curves.
+    from planner.snapshot import MetricPoint
+    from store import StateStore
+
+    with StateStore(tmp_path / "state.db") as store:
+        store.add_points("old", [MetricPoint(time=float(e), epoch=float(e), loss=2.0 / e) for e in (1, 2, 3, 4)])
+        store.record_speeds("old", [], task="digits", image=None, epochs=4.0, finished=True)
+    create_job(
+        main.url, "fp-s3", "s3", docker_engines.ckpt, args=JOB_ARGS, labels={**BOUNDS, "flowplan.task": "digits"}, start=False
+    )
+    with_state = tmp_path / "with-state.json"
+    res = flowplan("snapshot", "--hosts", *hosts(docker_engines), "--state", str(tmp_path / "state.db"), "--out", str(with_state))
+    assert res.returncode == 0, res.stderr
+    assert "the curves of 1 finished run(s) of 1 task(s)" in res.stderr
+    (curves,) = load_snapshot(with_state).curve_priors
+    assert (curves.task, [r.job for r in curves.runs]) == ("digits", ["old"])
     bad = flowplan("snapshot", "--hosts", "main=http://nope")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--hosts" in bad.stderr and "http://nope" in bad.stderr
     # Every host unreachable: one line, exit 2, nothing written (was exit 0 with a 0-CPU node).
