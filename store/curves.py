@@ -24,8 +24,9 @@ from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePo
 
 #: The most finished runs one task's curves hold (the newest ones).
 CURVE_PRIOR_MAX_RUNS = 8
-#: The most points kept of a run (the prior tabulates its curve on 512 points).
-CURVE_PRIOR_MAX_POINTS = min(500, MAX_REFERENCE_POINTS)
+#: The most points kept of a run: enough for the prior, which smooths over 5 epochs, and few enough
+#: that the snapshot (stored with every plan) stays about the size of its jobs' own histories.
+CURVE_PRIOR_MAX_POINTS = min(200, MAX_REFERENCE_POINTS)
 
 
 def thinned(points: Sequence[Any], most: int = CURVE_PRIOR_MAX_POINTS) -> list[Any]:
