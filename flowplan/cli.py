@@ -135,6 +135,15 @@ def _parser() -> argparse.ArgumentParser:
         help="the run's planned epochs (cosine and warm-up schedules anneal over them)",
     )
     pr.add_argument(
+        "--like",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="an earlier finished run of the same task (a CSV or logs JSON like HISTORY, the same column); "
+        "repeat for more. Their curves are the prior (as the state store's runs of a task are to the planner); "
+        "with --schedule they should be runs under the same schedule",
+    )
+    pr.add_argument(
         "--schedule",
         metavar="JSON",
         help='the learning-rate schedule, e.g. \'{"kind": "step", "milestones": [30, 60], "gamma": 0.1}\' '
@@ -265,9 +274,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             schedule = parse_schedule(args.schedule, args.max_epochs)
         except SnapshotError as exc:
             raise UsageError(f"--schedule: {exc}") from None
+    if "-" in args.like:
+        raise UsageError("--like -: an earlier run must be a file (standard input is HISTORY's)")
     try:
         history = pred.read_history(args.history, args.column)
-        result = pred.predict(history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs)
+    except pred.HistoryError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    like = []
+    for path in args.like:
+        try:
+            like.append(pred.read_history(path, history.column))  # the column HISTORY is read on
+        except pred.HistoryError as exc:
+            raise UsageError(f"--like {path}: {exc}") from None
+    try:
+        result = pred.predict(
+            history, args.target, args.direction, args.horizon, schedule=schedule, max_epochs=args.max_epochs, like=like
+        )
         if args.plot:
             pred.plot(result, history, args.plot)
     except pred.HistoryError as exc:

@@ -23,13 +23,15 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from models import CannotPredict, CurveFit, Direction, LRSchedule, fit_learning_curve
+from models import CannotPredict, CurveFit, CurvePrior, Direction, LRSchedule, fit_learning_curve
+from planner.snapshot import MIN_REFERENCE_POINTS
 
 #: Most data rows read from a history (a run logged every step of 100 epochs fits).
 MAX_ROWS = 100_000
@@ -183,12 +185,22 @@ def predict(
     *,
     schedule: LRSchedule | None = None,
     max_epochs: float | None = None,
+    like: Sequence[History] = (),
 ) -> dict[str, Any]:
     """The prediction as a JSON-ready dict (the ``--format json`` output).
 
     ``schedule`` (with its planned epochs in ``max_epochs``) switches to the schedule-aware curve;
-    ``max_epochs`` alone sets the default horizon and says whether the target comes within the run."""
-    fit = fit_learning_curve(history.epochs, history.values, direction, schedule=schedule)
+    ``max_epochs`` alone sets the default horizon and says whether the target comes within the run.
+    ``like``: earlier finished runs of the same task, the curve's prior, as the planner reads the
+    state store's runs of a job's task (``planner.outlook``): with a schedule too, the prior's fit,
+    and the schedule's curve for a target that fit does not reach (by ``max_epochs``, if given)."""
+    runs = [(h.epochs, h.values) for h in like if h.epochs.size >= MIN_REFERENCE_POINTS]
+    prior = CurvePrior.of(runs, same_task=True) if runs else None
+    fit = fit_learning_curve(history.epochs, history.values, direction, schedule=None if prior else schedule, prior=prior)
+    fallback = None
+    if prior is not None and schedule is not None:
+        declared = fit_learning_curve(history.epochs, history.values, direction, schedule=schedule)
+        fallback = declared if isinstance(declared, CurveFit) else None
     last = float(history.epochs.max()) if history.epochs.size else 0.0
     out: dict[str, Any] = {
         "target": target,
@@ -200,6 +212,7 @@ def predict(
         "last_epoch": last,
         "schedule": None if schedule is None else schedule.kind,
         "max_epochs": max_epochs,
+        "prior_runs": len(runs),
     }
     if isinstance(fit, CannotPredict):
         out.update(
@@ -217,6 +230,11 @@ def predict(
     reached = bool((history.values >= target).any() if direction == "higher" else (history.values <= target).any())
     at = fit.epoch_reaching(target)
     lo, hi = fit.epoch_interval(target)
+    if fallback is not None and (at is None or (max_epochs is not None and at > max_epochs)):
+        # The earlier runs do not reach the target (by the planned end): the schedule's curve does?
+        instead = fallback.epoch_reaching(target)
+        if instead is not None:
+            at, (lo, hi) = instead, fallback.epoch_interval(target)
     if horizon is not None:
         end = horizon
     elif max_epochs is not None:
@@ -258,6 +276,8 @@ def render(result: dict[str, Any], source: str) -> str:
         lines.append(f"cannot predict yet: {result['cannot_predict']}")
         return "\n".join(lines) + "\n"
     model = f"model: {result['family']} curve, plateau {result['plateau']:.4g}, residual sd {result['residual_std']:.3g}"
+    if result.get("prior_runs"):
+        model += f"; prior: {result['prior_runs']} earlier run(s)"
     if result.get("schedule"):
         model += f"; {result['schedule']} learning-rate schedule"
         if result.get("drops"):

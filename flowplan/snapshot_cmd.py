@@ -72,5 +72,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     if args.out:
         runs = sum(len(c.runs) for c in snapshot.curve_priors)
         curves = f", the curves of {runs} finished run(s) of {len(snapshot.curve_priors)} task(s)" if runs else ""
-        print(f"wrote snapshot of {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} job(s){curves} to {args.out}", file=sys.stderr)
+        print(
+            f"wrote snapshot of {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} job(s){curves} to {args.out}", file=sys.stderr
+        )
     return 0

@@ -261,3 +261,74 @@ def test_a_training_log_piped_through_flowplan_logs(tmp_path: Path) -> None:
         timeout=120,
     )
     assert missing.returncode == 2 and "no point has a 'acc' field" in missing.stderr
+
+
+def test_earlier_runs_of_the_task_are_the_prior(tmp_path: Path) -> None:
+    """yolov3 at batch 16, 5 of its 50 epochs seen, target its final loss (first reached at epoch 40):
+    alone the curve says epoch ~18; with the six other batch sizes' measured runs as ``--like`` the
+    prior's curve says ~40, within 15 % of the measured epoch. A run that cannot be read, or ``-``,
+    is one line naming it, exit 2."""
+    values = real_curve("yolov3", 16)
+    truth = int(np.argmax(values <= values[-1])) + 1
+    head = _csv(tmp_path, "epoch,loss\n" + "".join(f"{i + 1},{v}\n" for i, v in enumerate(values[:5])))
+    like = []
+    for b in (8, 32, 64, 128, 256, 512):
+        f = tmp_path / f"yolov3-{b}.csv"
+        f.write_text("epoch,loss\n" + "".join(f"{i + 1},{v}\n" for i, v in enumerate(real_curve("yolov3", b))))
+        like += ["--like", str(f)]
+    args = [str(head), "--target", str(values[-1]), "--direction", "lower", "--max-epochs", "50", "--format", "json"]
+    alone, with_runs = run(*args), run(*args, *like)
+    assert alone.returncode == 0 and with_runs.returncode == 0, with_runs.stderr
+    a, w = json.loads(alone.stdout), json.loads(with_runs.stdout)
+    assert (a["prior_runs"], w["prior_runs"], w["family"]) == (0, 6, "prior")
+    assert abs(w["epochs_to_target"] - truth) <= 0.15 * truth < abs(a["epochs_to_target"] - truth)
+    text = run(*args[:-2], *like).stdout
+    assert "prior: 6 earlier run(s)" in text
+    for bad, must in (
+        (["--like", "-"], "--like -: an earlier run must be a file"),
+        (["--like", str(tmp_path / "no.csv")], "no such file"),
+    ):
+        r = run(*args, *bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and must in r.stderr, r.stderr
+
+
+def test_earlier_runs_under_the_declared_schedule(tmp_path: Path) -> None:
+    """A recorded digits_mlp run under a step schedule (drops at epochs 30 and 45 of 60), 15 epochs
+    seen, target 90 % of its range (first reached at epoch 31): with its two sibling seeds as
+    ``--like`` and the schedule declared, the runs' curve is the prior and lands within 10 %."""
+    import csv
+
+    runs: dict[str, list[tuple[float, float]]] = {}
+    with open(Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "schedules" / "runs.csv") as fh:
+        for row in csv.DictReader(fh):
+            if row["run"].startswith("digits_mlp/step/"):
+                runs.setdefault(row["run"], []).append((float(row["epoch"]), float(row["train_loss"])))
+    own = runs["digits_mlp/step/s0"]
+    values = [v for _, v in own]
+    target = values[0] + 0.9 * (values[-1] - values[0])
+    truth = next(e for e, v in own if v <= target)
+    head = _csv(tmp_path, "epoch,loss\n" + "".join(f"{e:g},{v}\n" for e, v in own[:15]))
+    like = []
+    for seed in (1, 2):
+        f = tmp_path / f"s{seed}.csv"
+        f.write_text("epoch,loss\n" + "".join(f"{e:g},{v}\n" for e, v in runs[f"digits_mlp/step/s{seed}"]))
+        like += ["--like", str(f)]
+    schedule = '{"kind": "step", "milestones": [30, 45], "gamma": 0.1}'
+    r = run(
+        str(head),
+        "--target",
+        str(target),
+        "--direction",
+        "lower",
+        "--max-epochs",
+        "60",
+        "--schedule",
+        schedule,
+        *like,
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert (got["prior_runs"], got["schedule"]) == (2, "step")
+    assert abs(got["epochs_to_target"] - truth) <= 0.1 * truth, (got["epochs_to_target"], truth)
