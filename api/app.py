@@ -226,7 +226,8 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
             bool,
             Query(
                 description="Jobs posted without history or target get the stored ones, and a job's task without "
-                "curves in the snapshot the curves of its finished runs in the store."
+                "curves in the snapshot the curves of its finished runs in the store; finished jobs posted with a task "
+                "and a history are kept as such runs."
             ),
         ] = True,
     ) -> Response:
@@ -242,7 +243,9 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
                 snapshot = parse_snapshot(body)
             except SnapshotError as exc:
                 raise ApiError(exc.message, exc.field, status=422) from None
-            snapshot = _fill_from_store(store, snapshot) if fill_from_store else snapshot
+            if fill_from_store:
+                store.record_finished_runs(snapshot.jobs)  # lent to the task's later jobs (and this plan's)
+                snapshot = _fill_from_store(store, snapshot)
             # What the worker gets (api.work.plan_snapshot) and the store keeps: dumped once.
             return snapshot, snapshot.model_dump_json()
 

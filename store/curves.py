@@ -17,10 +17,14 @@ runs that declared the same one (``speed_jobs.schedule``, migration 6).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePoint, MetricPoint, ReferenceRun, TaskCurves
+from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePoint, Job, MetricPoint, ReferenceRun, TaskCurves
+from store.backend import Backend
+from store.speeds import declared_json
 
 #: The most finished runs one task's curves hold (the newest ones).
 CURVE_PRIOR_MAX_RUNS = 8
@@ -71,6 +75,49 @@ class CurveRecords:
 
     def history(self, job: str) -> list[MetricPoint]:
         raise NotImplementedError  # StateStore's
+
+    def _by_ids(self, sql: str, ids: Sequence[str]) -> Iterator[list[Any]]:
+        raise NotImplementedError  # StateStore's: the rows for ids, a chunk at a time
+
+    def _write(self) -> AbstractContextManager[Backend]:
+        raise NotImplementedError  # StateStore's: one write transaction
+
+    def add_points(self, job: str, points: Sequence[MetricPoint]) -> tuple[int, int]:
+        raise NotImplementedError  # StateStore's
+
+    def record_finished_runs(self, jobs: Sequence[Job]) -> list[str]:
+        """Keep the finished ``jobs`` of a posted snapshot that have a task and at least
+        ``MIN_REFERENCE_POINTS`` points as runs of their task, so that later jobs of it get their
+        curves: their points (idempotent, as an ingest) and their ``speed_jobs`` row, finished, with
+        the schedule they declared. Its speeds, if a daemon recorded any, are left as they are; a job
+        already kept as finished is not written again. Returns the jobs newly kept."""
+        runs = [j for j in jobs if j.status == "finished" and j.task is not None and len(j.history) >= MIN_REFERENCE_POINTS]
+        if not runs:
+            return []
+        sql = "SELECT job FROM speed_jobs WHERE finished = 1 AND job IN ({})"
+        known = {row[0] for rows in self._by_ids(sql, [j.id for j in runs]) for row in rows}
+        kept = []
+        for job in runs:
+            if job.id in known:
+                continue
+            self.add_points(job.id, job.history)
+            planned = job.target.max_epochs if job.target is not None else None
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO speed_jobs (job, task, image, epochs, finished, updated, schedule) VALUES (?, ?, ?, ?, 1, ?, ?) "
+                    "ON CONFLICT (job) DO UPDATE SET task = excluded.task, epochs = excluded.epochs, finished = 1, "
+                    "updated = excluded.updated, schedule = excluded.schedule",
+                    (
+                        job.id,
+                        job.task,
+                        job.image,
+                        max(p.epoch for p in job.history),
+                        time.time(),
+                        declared_json(job.schedule, planned),
+                    ),
+                )
+            kept.append(job.id)
+        return kept
 
     def task_curves(self, task: str) -> TaskCurves | None:
         """Curves of the finished runs of ``task`` (:func:`task_curves_from`), or ``None``."""

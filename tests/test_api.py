@@ -505,3 +505,38 @@ def test_plan_fills_the_curves_of_a_tasks_finished_runs_from_the_store(
     assert "earlier runs" not in bare.assignments[0].predictions.basis
     carried = parse_snapshot(body).model_copy(update={"curve_priors": [store.task_curves("yolov3-api")]})
     assert filled.assignments[0].predictions == plan(carried, PlannerConfig()).plan.assignments[0].predictions
+
+
+def test_a_finished_job_posted_with_a_task_lends_its_curve_to_the_next_plans(
+    client: httpx.Client, server: tuple[str, StateStore]
+) -> None:
+    """No daemon: a snapshot posted with a finished cifar10 job (its measured curve, 40 epochs) keeps
+    it as a run of its task, once; the next snapshot's pending job of the task is planned with its
+    curve (the stored snapshot carries it). With ``fill_from_store=false`` nothing is kept."""
+    store = server[1]
+    values = real_curve("cifar10", 256)
+    done = {
+        "id": "cifar-done",
+        "status": "finished",
+        "task": "cifar10-api",
+        "min_cpu_millis": 500,
+        "max_cpu_millis": 1000,
+        "history": [{"time": float(i), "epoch": float(i + 1), "metric": float(v)} for i, v in enumerate(values[:40])],
+    }
+    node = [{"name": "n", "cpu_millis": 4000}]
+    skipped = json.dumps({"time": 900.0, "nodes": node, "jobs": [{**done, "id": "cifar-not-kept"}]})
+    assert client.post("/v1/plan", content=skipped, params={"fill_from_store": False}, headers=JSON).status_code == 200
+    assert store.speed_record("cifar-not-kept") is None
+    first = json.dumps({"time": 1000.0, "nodes": node, "jobs": [done]})
+    for _ in range(2):  # kept once: the second post finds it kept
+        assert client.post("/v1/plan", content=first, headers=JSON).status_code == 200
+    assert store.record_finished_runs(parse_snapshot(first).jobs) == []
+    new = {**done, "id": "cifar-new", "status": "pending", "history": done["history"][:3]}
+    new["target"] = {"metric": "accuracy", "direction": "higher", "tier1": {"value": float(values[60])}}
+    resp = client.post("/v1/plan", content=json.dumps({"time": 1100.0, "nodes": node, "jobs": [new]}), headers=JSON)
+    assert resp.status_code == 200
+    stored = store.plan_snapshot(int(resp.headers["FlowPlan-Plan-Id"]))
+    assert stored is not None and [(c.task, [r.job for r in c.runs]) for c in stored.curve_priors] == [
+        ("cifar10-api", ["cifar-done"])
+    ]
+    assert [p.metric for p in stored.curve_priors[0].runs[0].points] == pytest.approx(list(values[:40]))

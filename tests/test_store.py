@@ -24,6 +24,7 @@ test). Case matrix:
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sqlite3
 import threading
@@ -570,3 +571,36 @@ def test_processes_sharing_postgresql_see_each_others_writes_and_one_holds_a_lea
             assert held or (name, holder) == winners[0]
     seen = [g[2] for g in got if g[0] == "seen"]
     assert seen == [{f"p{me}": rounds for me in range(n)}] * n
+
+
+def test_finished_runs_of_a_posted_snapshot_are_kept_once(store_location: str) -> None:
+    """``record_finished_runs`` (the service's, for snapshots posted without a daemon): a finished job
+    with a task and 3 or more points is kept as a run of its task, with its declared schedule; one
+    still training, without a task or with 2 points is not; one a daemon recorded already keeps its
+    speeds and is not written again."""
+    from planner.snapshot import Job
+
+    def job(job_id: str, status: str = "finished", task: str | None = "t", n: int = 3, **over: Any) -> Job:
+        history = [{"time": float(e), "epoch": float(e), "loss": 1.0 / e} for e in range(1, n + 1)]
+        body = {"id": job_id, "status": status, "task": task, "min_cpu_millis": 500, "max_cpu_millis": 1000, "history": history}
+        return Job.model_validate({**body, **over})
+
+    with StateStore(store_location) as s:
+        s.record_speeds("daemon", _pts(1.5), task="t", image="img:1", epochs=3.0, finished=True)
+        step = {"kind": "step", "milestones": [2], "gamma": 0.1}
+        posted = [
+            job("a", schedule=step, target={"metric": "loss", "tier1": {"value": 0.1}, "max_epochs": 3}),
+            job("running", status="pending"),
+            job("untagged", task=None),
+            job("short", n=2),
+            job("daemon"),
+        ]
+        assert s.record_finished_runs(posted) == ["a"]
+        assert s.record_finished_runs(posted) == []
+        kept = s.speed_record("a")
+        assert kept is not None and kept.finished and kept.task == "t" and json.loads(kept.schedule or "{}")["max_epochs"] == 3
+        assert s.point_count("a") == 3 and s.speed_record("running") is None and s.speed_record("short") is None
+        daemon = s.speed_record("daemon")
+        assert daemon is not None and daemon.points and daemon.image == "img:1"
+        got = s.task_curves("t")
+        assert got is not None and sorted(r.job for r in got.runs) == ["a"]  # "daemon" has no points of its own here
