@@ -80,6 +80,13 @@ def register(sub: Any) -> None:
         help="give FlowPlan the curves of earlier runs of each job's model at other batch sizes (default: on)",
     )
     p.add_argument(
+        "--learn-curves",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also put the curves of the jobs finished so far into each snapshot, per task, as the state store "
+        "gives a daemon (snapshot curve_priors; default: off)",
+    )
+    p.add_argument(
         "--live",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -195,7 +202,15 @@ def run_command(args: argparse.Namespace) -> int:
                     policy = make_sim_policy(policy_name, args.time_limit, priors, objective, args.makespan_slack)
                     record = recorder if (policy_name, seed) == (policies[0], seeds[0]) else None
                     result = simulate(
-                        scenario, policy, policy_name, seed, library, data=data, on_tick=progress.run(label), recorder=record
+                        scenario,
+                        policy,
+                        policy_name,
+                        seed,
+                        library,
+                        data=data,
+                        on_tick=progress.run(label),
+                        recorder=record,
+                        learn_curves=args.learn_curves,
                     )
                 except ScenarioError as e:
                     raise UsageError(str(e)) from None

@@ -474,3 +474,31 @@ def test_no_policy_ends_before_the_makespan_bound(library: TraceLibrary, path: P
     for policy in ("docker", "optimus", "fifo"):
         r = simulate(sc, make_policy(policy), policy, 1, library, record_timeline=False)
         assert r.makespan is not None and r.makespan >= r.makespan_lower_bound, (policy, r.makespan, r.makespan_lower_bound)
+
+
+def test_learned_curves_are_the_finished_jobs_of_the_task_only(library: TraceLibrary) -> None:
+    """``learn_curves``: job ``a`` (cifar10 at batch 512, 6 epochs) runs alone and finishes; ``b`` of
+    the same task arrives later and ``c`` (batch 256: another task) with it. Their snapshots carry
+    a's reported curve as the task's ``curve_priors``, and only for b's task; before a finishes, and
+    without the option, there are none."""
+    doc = one_job(id="a")
+    doc["jobs"] += [
+        {**doc["jobs"][0], "id": "b", "arrival": 2000},
+        {**doc["jobs"][0], "id": "c", "batch_size": 256, "arrival": 2000},
+    ]
+    sc = parse_scenario(doc)
+    for learn in (True, False):
+        spy = Scripted([2000], capped=False)
+        r = simulate(sc, spy, "scripted", 0, library, learn_curves=learn)
+        assert r.finished
+        before = [s for s in spy.seen if any(j.id == "a" and j.status != "finished" for j in s.jobs)]
+        after = [s for s in spy.seen if any(j.id == "b" and j.status != "finished" for j in s.jobs)]
+        assert before and after and all(not s.curve_priors for s in before)
+        if not learn:
+            assert all(not s.curve_priors for s in after)
+            continue
+        for s in after:
+            (curves,) = s.curve_priors
+            assert (curves.task, [run.job for run in curves.runs]) == ("cifar10/bs512", ["a"])
+        finished_a = next(j for s in spy.seen for j in s.jobs if j.id == "a" and j.status == "finished")
+        assert [p.metric for p in after[0].curve_priors[0].runs[0].points] == [p.metric for p in finished_a.history]

@@ -73,8 +73,10 @@ from planner.snapshot import (
     Settings,
     Snapshot,
     SpeedPoint,
+    TaskCurves,
     Tier,
 )
+from store import task_curves_from
 
 #: A finished job stays in the snapshot this long after it ended (module docstring).
 FINISHED_SHOWN_SECONDS = 3600.0
@@ -256,8 +258,14 @@ class SimJob:
 class SimCluster(Adapter):
     """A virtual cluster driven by the control loop; also its clock (``sleep`` advances the simulation)."""
 
-    def __init__(self, scenario: Scenario, jobs: Sequence[JobSpec], library: TraceLibrary, seed: int) -> None:
+    def __init__(
+        self, scenario: Scenario, jobs: Sequence[JobSpec], library: TraceLibrary, seed: int, *, learn_curves: bool = False
+    ) -> None:
         self.scenario = scenario
+        #: Put the curves of the jobs finished so far into each snapshot, per task (``curve_priors``),
+        #: as the state store gives a daemon (``store.curves``).
+        self.learn_curves = learn_curves
+        self._curves: dict[str, tuple[tuple[str, ...], TaskCurves | None]] = {}
         self.t = 0.0
         self.nodes = {n.name: n for n in scenario.nodes}
         # The snapshot's nodes never change (capacity, not free room; the models are frozen): built
@@ -590,7 +598,27 @@ class SimCluster(Adapter):
             migration_budget=sc.migration_budget,
             deadline_confidence=sc.deadline_confidence,
         )
-        return Snapshot(time=round(self.t, 3), nodes=nodes, jobs=jobs, settings=settings)
+        curves = self._finished_curves(jobs) if self.learn_curves else []
+        return Snapshot(time=round(self.t, 3), nodes=nodes, jobs=jobs, settings=settings, curve_priors=curves)
+
+    def _finished_curves(self, jobs: Sequence[Job]) -> list[TaskCurves]:
+        """The curves of the finished jobs of each task a job not finished names, newest first, as
+        the state store lends them (:func:`store.task_curves_from`); kept until another finishes."""
+        tasks = sorted({j.task for j in jobs if j.task is not None and j.status != "finished"})
+        out = []
+        for task in tasks:
+            done = sorted(
+                (j for j in self.jobs.values() if j.status == "finished" and task_name(j.spec.model, j.spec.batch_size) == task),
+                key=lambda j: (-(j.finish or 0.0), j.spec.id),
+            )
+            ids = tuple(j.spec.id for j in done)
+            cached = self._curves.get(task)
+            if cached is None or cached[0] != ids:
+                cached = (ids, task_curves_from(((j.spec.id, j.history, None) for j in done), task=task))
+                self._curves[task] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        return out
 
     def _tiers(self, j: SimJob) -> tuple[Tier, Tier | None]:
         """The tiers as the snapshot shows them: the final tier (the last one the job trains to, with

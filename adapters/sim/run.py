@@ -262,9 +262,10 @@ def simulate(
     on_tick: Callable[[SimCluster, Tick], None] | None = None,
     record_timeline: bool = True,
     recorder: Recorder | None = None,
+    learn_curves: bool = False,
 ) -> RunResult:
     jobs = scenario.draw(seed, library, data)
-    cluster = SimCluster(scenario, jobs, library, seed)
+    cluster = SimCluster(scenario, jobs, library, seed, learn_curves=learn_curves)
     plan_times: list[float] = []
     failures = 0
     idle_waits = 0
