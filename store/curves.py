@@ -26,6 +26,8 @@ from planner.snapshot import MAX_REFERENCE_POINTS, MIN_REFERENCE_POINTS, CurvePo
 from store.backend import Backend
 from store.speeds import declared_json
 
+#: Tasks whose last answer a store keeps (:meth:`CurveRecords.task_curves`), the oldest dropped first.
+CURVE_CACHE_TASKS = 256
 #: The most finished runs one task's curves hold (the newest ones).
 CURVE_PRIOR_MAX_RUNS = 8
 #: The most points kept of a run: enough for the prior, which smooths over 5 epochs, and few enough
@@ -120,10 +122,24 @@ class CurveRecords:
         return kept
 
     def task_curves(self, task: str) -> TaskCurves | None:
-        """Curves of the finished runs of ``task`` (:func:`task_curves_from`), or ``None``."""
+        """Curves of the finished runs of ``task`` (:func:`task_curves_from`), or ``None``.
+
+        Asked for every task at every interval (and plan request), while the runs rarely change: one
+        query lists them with what would change them (when recorded, the schedule, how many points),
+        and their histories are read again only when that list differs from the last answer's."""
         # Twice the runs wanted: some may have too few points.
-        jobs = self._read(
-            "SELECT job, schedule FROM speed_jobs WHERE task = ? AND finished = 1 ORDER BY updated DESC, job LIMIT ?",
+        rows = self._read(
+            "SELECT s.job, s.schedule, s.updated, (SELECT COUNT(*) FROM points p WHERE p.job = s.job) FROM speed_jobs s "
+            "WHERE s.task = ? AND s.finished = 1 ORDER BY s.updated DESC, s.job LIMIT ?",
             (task, 2 * CURVE_PRIOR_MAX_RUNS),
         )
-        return task_curves_from(((job, self.history(job), declared) for job, declared in jobs), task=task)
+        key = tuple((job, declared, float(updated), int(n)) for job, declared, updated, n in rows)
+        cache: dict[str, tuple[Any, TaskCurves | None]] = self.__dict__.setdefault("_task_curves", {})
+        hit = cache.get(task)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        got = task_curves_from(((job, self.history(job), declared) for job, declared, _, _ in key), task=task)
+        if len(cache) >= CURVE_CACHE_TASKS:
+            cache.pop(next(iter(cache)))
+        cache[task] = (key, got)
+        return got

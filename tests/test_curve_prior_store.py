@@ -93,6 +93,12 @@ def test_the_finished_runs_of_a_task_lend_their_curves(any_store: Any) -> None:
     assert (first.epoch, first.metric, first.loss) == (1.0, pytest.approx(curve[0]), None)
     assert store.task_curves("bert") is None
 
+    # Asked again after another run finished, or a finished run got more points: the new answer.
+    _finish(store, "old-c", "cifar10", _points(curve[:20], "metric"))
+    assert [r.job for r in store.task_curves("cifar10").runs] == ["old-c", "old-b", "old-a"]
+    store.add_points("old-b", _points(curve[:35], "metric"))  # its last 5 epochs, read late
+    assert [len(r.points) for r in store.task_curves("cifar10").runs] == [20, 35, 40]
+
     # The adapters ask for the tasks of the jobs not finished, once each, in a stable order.
     jobs = [_job("new", "cifar10"), _job("new-2", "cifar10"), _job("y", "yolov3"), _job("free", None), _job("z", "bert")]
     jobs.append(_job("gone", "ncf", status="finished"))
