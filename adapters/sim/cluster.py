@@ -605,12 +605,13 @@ class SimCluster(Adapter):
         """The curves of the finished jobs of each task a job not finished names, newest first, as
         the state store lends them (:func:`store.task_curves_from`); kept until another finishes."""
         tasks = sorted({j.task for j in jobs if j.task is not None and j.status != "finished"})
+        finished: dict[str, list[SimJob]] = {}
+        for sj in self.jobs.values():  # one pass, not one per task
+            if sj.status == "finished":
+                finished.setdefault(task_name(sj.spec.model, sj.spec.batch_size), []).append(sj)
         out = []
         for task in tasks:
-            done = sorted(
-                (j for j in self.jobs.values() if j.status == "finished" and task_name(j.spec.model, j.spec.batch_size) == task),
-                key=lambda j: (-(j.finish or 0.0), j.spec.id),
-            )
+            done = sorted(finished.get(task, []), key=lambda j: (-(j.finish or 0.0), j.spec.id))
             ids = tuple(j.spec.id for j in done)
             cached = self._curves.get(task)
             if cached is None or cached[0] != ids:
