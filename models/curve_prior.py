@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import stdtrit
 
 from models.changepoint import detect_drops
 
@@ -60,6 +62,9 @@ SCALE_WEIGHT = 0.1
 KEEP_FACTOR = 1.5
 #: Points of the tabulated prior curve.
 TABLE_POINTS = 512
+#: The upper quantile of the 80 % band the spread is read at (``band`` is a standard deviation).
+BAND_QUANTILE = 0.9
+_BAND_Z = float(NormalDist().inv_cdf(BAND_QUANTILE))
 #: Fewest points that can tell references apart (each is fitted with an offset and a scale): with
 #: fewer, the band spans every reference's end, not only the kept ones'.
 FIT_POINTS = 3
@@ -170,6 +175,17 @@ class PriorFit:
         return np.interp(k, self.epochs, self.z)
 
 
+def _new_draw_factor(n: int) -> float:
+    """What turns the spread of ``n`` references (their standard deviation about their mean) into the
+    band of one more run from the same population, as the band is read (``±1.2816 sd``, 80 %): the
+    sample's standard deviation (``n - 1``), the mean's own error (``1 + 1/n``) and Student's ``t``
+    with ``n - 1`` degrees of freedom instead of the normal quantile. 1 for a single reference (no
+    spread to scale)."""
+    if n < 2:
+        return 1.0
+    return math.sqrt(n / (n - 1) * (1.0 + 1.0 / n)) * float(stdtrit(n - 1, BAND_QUANTILE)) / _BAND_Z
+
+
 def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[PriorFit | None]:
     """For each weight row of ``W`` (zero = unseen), the prior curve fitted to ``(k, z)``.
 
@@ -231,9 +247,14 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
         # FIT_POINTS points every reference fits them (its offset and scale take up one point each),
         # so the points cannot tell them apart: all of them count; the curve stays the best ones'.
         pool = each
-        if int(seen.sum()) < FIT_POINTS and len(keep) < len(best):
-            pool = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in best])
-        spread = pool.std(axis=0)
+        if int(seen.sum()) < FIT_POINTS:
+            if len(keep) < len(best):
+                pool = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in best])
+            # The job is one more run like the references, which its points cannot tell apart: its
+            # spread is a prediction interval's, a new draw from the population they sample.
+            spread = pool.std(axis=0) * _new_draw_factor(pool.shape[0])
+        else:
+            spread = pool.std(axis=0)
         fitted = np.interp(kk, grid, curve)
         sse_row = float((w[seen] * (zz - fitted) ** 2).sum())
         out.append(

@@ -20,6 +20,7 @@ annealed to zero at ``max_epochs`` flattens the curve there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal, Protocol
@@ -142,8 +143,10 @@ def job_curve_prior(job: Job, config: PlannerConfig, curves: TaskCurves | None =
     return CurvePrior(tuple(carried) + library.references, same_task=True, warp_range=library.warp_range)
 
 
-def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | None:
-    """Median epoch at which earlier runs first reached ``value`` (``None`` if most never did)."""
+def _prior_epoch(prior: CurvePrior, value: float, direction: str, q: float = 0.5) -> float | None:
+    """The ``q`` quantile of the epoch at which earlier runs first reached ``value``, a run that never
+    did counting as never (``None`` when the quantile falls on such runs). ``q = 0.5``: the median,
+    read over the runs that reached it, as long as most did."""
     hits: list[float] = []
     for ref in prior.references:
         d = ref.direction or direction
@@ -153,7 +156,15 @@ def _prior_epoch(prior: CurvePrior, value: float, direction: str) -> float | Non
                 break
     if not prior.references or 2 * len(hits) < len(prior.references):
         return None
-    return float(np.median(hits))
+    if q == 0.5:
+        return float(np.median(hits))
+    # Linear interpolation between order statistics, as np.quantile's default, over every run.
+    ranked = sorted(hits) + [math.inf] * (len(prior.references) - len(hits))
+    pos = q * (len(ranked) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if not math.isfinite(ranked[hi]):
+        return None
+    return ranked[lo] + (pos - lo) * (ranked[hi] - ranked[lo])
 
 
 def _open_deadlines(target: QoETarget | None, t1_reached: bool, t2_reached: bool) -> tuple[float | None, float | None]:
@@ -315,8 +326,15 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
             r1, r2 = p1, p2
             if p2 is not None:
                 finish = max(p2, p1)
+                if not t2_reached and target.tier2 is not None:
+                    # The pessimistic side is the spread of the earlier runs: the TAIL_QUANTILE of
+                    # the epochs at which they reached tier 2 (a run that never did: max_epochs).
+                    k = _prior_epoch(refs, target.tier2.value, direction, TAIL_QUANTILE)
+                    high = max_left if k is None else min(max(k - epoch, MIN_REMAINING_EPOCHS), MAX_REMAINING_EPOCHS)
+                    finish_high = None if high is None else max(high, finish)
             if max_left is not None:
                 finish = min(finish, max_left)
+                finish_high = None if finish_high is None else min(finish_high, max_left)
                 r1 = None if r1 > max_left else r1
                 r2 = None if (r2 is not None and r2 > max_left) else r2
             curve_note += f"; tiers read off {len(prior.references)} earlier runs of {job.task}"
@@ -350,6 +368,6 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
         tier2_deadline=d2,
         speed_basis=speed.basis,
         speed_note=speed.note,
-        remaining_finish_high=None if tiers_from_prior or finish_high is None else float(finish_high),
+        remaining_finish_high=None if finish_high is None else float(finish_high),
         remaining_tier1_high=r1_high,
     )

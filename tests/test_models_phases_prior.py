@@ -256,3 +256,33 @@ def test_ugly_input_with_a_prior(case: str, same_task: bool) -> None:
         assert math.isfinite(fit.plateau) and math.isfinite(fit.convergence_epoch(1e-3))
         got = fit.epoch_reaching(0.4)
         assert got is None or math.isfinite(got)
+
+
+def test_the_band_of_a_prior_alone_is_that_of_one_more_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below FIT_POINTS points the references are a sample of runs the job is one more of: the band is
+    their standard deviation widened to a prediction interval for a new draw (sample deviation, the
+    mean's own error, Student's t with n - 1 degrees of freedom at the band's 0.9 quantile). Five
+    references: sqrt(5/4 * 6/5) * t_4(0.9) / z(0.9) = 1.2247 * 1.5332 / 1.2816 = 1.465 (tables).
+    With three points or more the kept references' spread is the band as it was."""
+    import models.curve_prior as cp
+
+    factor = cp._new_draw_factor
+    assert factor(5) == pytest.approx(1.2247 * 1.5332 / 1.2816, rel=1e-3)
+    assert factor(1) == 1.0
+    assert factor(2) > factor(5) > factor(50) > 1.0
+    refs = [(np.arange(1, 11), real_curve("ncf", b)) for b in BATCHES["ncf"] if b != 1024]
+    acc = real_curve("ncf", 1024)
+
+    def spreads() -> tuple[np.ndarray, np.ndarray]:
+        prior = CurvePrior.of(refs)  # fresh: nothing cached between the two readings
+        (one,) = cp.fit_prior(np.array([1.0]), -acc[:1], np.ones((1, 1)), prior, -1.0)
+        (three,) = cp.fit_prior(np.arange(1.0, 4.0), -acc[:3], np.ones((1, 3)), prior, -1.0)
+        assert one is not None and one.spread is not None and three is not None and three.spread is not None
+        return one.spread, three.spread
+
+    widened, kept = spreads()
+    monkeypatch.setattr(cp, "_new_draw_factor", lambda n: 1.0)
+    plain, kept_plain = spreads()
+    assert plain[-1] > 0.0
+    np.testing.assert_allclose(widened, plain * factor(len(refs)))
+    np.testing.assert_array_equal(kept, kept_plain)
