@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from flowplan.argtypes import seconds, whole
-from flowplan.state_arg import add_state_argument, is_url, open_store, shown
+from flowplan.state_arg import add_retention_arguments, add_state_argument, is_url, open_store, shown
 
 DEFAULT_HOST = "local=unix:///var/run/docker.sock"
 
@@ -154,6 +154,7 @@ def register(sub: Any) -> None:
         "candidates for a Lease: only its holder acts, the others wait as standbys.",
     )
     add_adapter_arguments(p)
+    add_retention_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and the actions it would take; change nothing")
     p.add_argument("--policy", default="flowplan", help="scheduling policy (default: flowplan; see planner.policies)")
     p.add_argument("--solver", choices=["cpsat", "pulp", "greedy"], default="cpsat", help="FlowPlan's backend (default: cpsat)")
@@ -459,7 +460,7 @@ def run_daemon(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--policy: {exc}") from None
     policy = _keep_failed_snapshots(policy, args.state)
-    store = open_store(args.state)
+    store = open_store(args.state, keep_plans=args.keep_plans, keep_snapshots=args.keep_snapshots)
     clock = WakeClock(debounce=args.debounce)
     adapter = build_adapter(args, store, clock=clock, checkpoint_timeout=args.checkpoint_timeout, down_grace=args.down_grace)
     # An event about a container (a pod) the adapter itself just started, stopped, created or removed is no news.

@@ -229,7 +229,10 @@ def run_explain(args: argparse.Namespace) -> int:
     offered = None
     why_none = ""
     if snapshot is None:
-        why_none = f"plan {latest_id} was stored without its snapshot, so its options cannot be worked out"
+        why_none = (
+            f"plan {latest_id} has no snapshot in the store (saved without one, or older than the plans whose snapshots "
+            "the daemon and the service keep: --keep-snapshots), so its options cannot be worked out"
+        )
     elif args.options or args.output == "json":
         from planner.alternatives import job_options
 

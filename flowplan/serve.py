@@ -16,7 +16,7 @@ import socket
 import sys
 
 from flowplan.argtypes import whole
-from flowplan.state_arg import add_state_argument, is_url, open_store, shown
+from flowplan.state_arg import add_retention_arguments, add_state_argument, is_url, open_store, shown
 
 
 class ServeError(Exception):
@@ -47,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "point; normal keeps them across a crash of the process but may lose the last ones on a power cut (faster). "
         "A PostgreSQL store's durability is the server's (synchronous_commit); this option is ignored there",
     )
+    add_retention_arguments(p)
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info")
     p.set_defaults(func=run)
 
@@ -87,7 +88,12 @@ def _serve(args: argparse.Namespace) -> int:
     from flowplan.cli import UsageError
 
     try:
-        store = open_store(args.state, synchronous="FULL" if args.synchronous == "full" else "NORMAL")
+        store = open_store(
+            args.state,
+            synchronous="FULL" if args.synchronous == "full" else "NORMAL",
+            keep_plans=args.keep_plans,
+            keep_snapshots=args.keep_snapshots,
+        )
     except UsageError as exc:
         raise ServeError(str(exc)) from None
     if notice:

@@ -16,6 +16,13 @@ DEFAULT_STATE = "flowplan-state.db"
 
 STATE_METAVAR = "PATH|URL"
 
+#: Plans a long-running writer keeps (``--keep-plans``): a day of plans at the daemon's 30-s interval.
+DEFAULT_KEEP_PLANS = 2880
+#: Plans that keep their snapshot (``--keep-snapshots``, what ``flowplan explain --plan`` replays): an
+#: hour at the daemon's 30-s interval. A 1,000-job snapshot with its histories is megabytes; kept for
+#: every plan it grew the store by gigabytes a day.
+DEFAULT_KEEP_SNAPSHOTS = 120
+
 
 def state_help(use: str, *, default: str | None = DEFAULT_STATE) -> str:
     """``--state``'s help: ``use`` says what the command does with the store."""
@@ -38,6 +45,29 @@ def add_state_argument(p: argparse.ArgumentParser, use: str, **kwargs: Any) -> N
     )
 
 
+def add_retention_arguments(p: argparse.ArgumentParser) -> None:
+    """``--keep-plans`` and ``--keep-snapshots``, for the commands that save a plan every interval or
+    request (``store.StateStore``'s ``keep_plans`` and ``keep_snapshots``)."""
+    from flowplan.argtypes import whole
+
+    p.add_argument(
+        "--keep-plans",
+        type=whole(1),
+        default=DEFAULT_KEEP_PLANS,
+        metavar="N",
+        help=f"keep the newest N plans in the state store, with their actions; older ones are deleted as new ones "
+        f"are saved, except a plan whose action is still pending (default: {DEFAULT_KEEP_PLANS}, a day at 30-s intervals)",
+    )
+    p.add_argument(
+        "--keep-snapshots",
+        type=whole(1),
+        default=DEFAULT_KEEP_SNAPSHOTS,
+        metavar="N",
+        help=f"keep the snapshot of the newest N plans (what flowplan explain --plan replays); older plans keep the "
+        f"plan only (default: {DEFAULT_KEEP_SNAPSHOTS}, an hour at 30-s intervals)",
+    )
+
+
 def shown(location: str) -> str:
     """``location`` as it may be printed (a URL's password hidden)."""
     from store import redact
@@ -56,9 +86,17 @@ def exists(location: str) -> bool:
     return is_url(location) or location == ":memory:" or Path(location).is_file()
 
 
-def open_store(location: str, *, synchronous: str = "FULL", must_exist: bool = False) -> Any:
+def open_store(
+    location: str,
+    *,
+    synchronous: str = "FULL",
+    must_exist: bool = False,
+    keep_plans: int | None = None,
+    keep_snapshots: int | None = None,
+) -> Any:
     """The :class:`store.StateStore` at ``location``; a :class:`flowplan.cli.UsageError` when it cannot be
-    opened. ``must_exist``: a SQLite file that is not there is an error (readers), not created."""
+    opened. ``must_exist``: a SQLite file that is not there is an error (readers), not created.
+    ``keep_plans`` / ``keep_snapshots``: the store's bounds on the plans it keeps (None: all)."""
     from flowplan.cli import UsageError
     from store import ConnectError, StateStore, StoreError
 
@@ -68,7 +106,12 @@ def open_store(location: str, *, synchronous: str = "FULL", must_exist: bool = F
     if not is_url(location) and location != ":memory:" and not Path(location).parent.is_dir():
         raise UsageError(f"{where}: directory {Path(location).parent} does not exist")
     try:
-        return StateStore(location, synchronous="NORMAL" if synchronous == "NORMAL" else "FULL")
+        return StateStore(
+            location,
+            synchronous="NORMAL" if synchronous == "NORMAL" else "FULL",
+            keep_plans=keep_plans,
+            keep_snapshots=keep_snapshots,
+        )
     except ConnectError as exc:
         raise UsageError(f"{where}: {exc.reason}") from None
     except (StoreError, OSError) as exc:

@@ -288,7 +288,11 @@ def run_status(args: argparse.Namespace) -> int:
             if args.watch is not None and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
             if latest is None:
-                missing = f"no plan {args.plan}" if args.plan is not None else "no plan recorded yet"
+                missing = (
+                    f"no plan {args.plan} (never made, or older than the plans the daemon and the service keep: --keep-plans)"
+                    if args.plan is not None
+                    else "no plan recorded yet"
+                )
                 sys.stdout.write(f"{shown(args.state)}: {missing}\n")
             else:
                 plan_id, plan = latest

@@ -125,4 +125,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE speed_jobs ADD COLUMN schedule TEXT;
     """,
+    # 7: plans kept within bounds (StateStore keep_plans / keep_snapshots): the plans still holding a
+    # snapshot, and each plan's actions, found without reading the whole table.
+    """
+    CREATE INDEX plans_with_snapshot ON plans (id) WHERE snapshot IS NOT NULL;
+    CREATE INDEX actions_plan ON actions (plan_id);
+    """,
 ]

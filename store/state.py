@@ -119,6 +119,12 @@ class StateStore(SpeedRecords, CurveRecords):
     """The state store; see the module docstring. ``location`` is a SQLite file (``":memory:"`` for a
     private in-memory one) or a ``postgresql://`` URL.
 
+    ``keep_plans`` / ``keep_snapshots`` bound what the plans take: each saved plan drops, in its own
+    transaction, the plans older than the newest ``keep_plans`` (with their finished actions; a plan
+    with a pending action is kept until the action ends, for crash recovery) and the snapshots of the
+    plans older than the newest ``keep_snapshots`` (their plans stay, :meth:`plan_snapshot` answers
+    None). ``None``: keep all (the default here; the daemon and the service bound both).
+
     ``synchronous`` is SQLite's durability (PostgreSQL's is the server's ``synchronous_commit``).
     ``busy_timeout`` is how long a writer waits for another's lock, in seconds. ``migrations``
     replaces :data:`store.migrations.MIGRATIONS` (tests). Raises :class:`store.errors.StoreError`
@@ -132,7 +138,16 @@ class StateStore(SpeedRecords, CurveRecords):
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout: float = 10.0,
         migrations: Sequence[str] | None = None,
+        keep_plans: int | None = None,
+        keep_snapshots: int | None = None,
     ) -> None:
+        for name, keep in (("keep_plans", keep_plans), ("keep_snapshots", keep_snapshots)):
+            if keep is not None and keep < 1:
+                raise ValueError(f"{name}: must be at least 1 (or None: keep all), got {keep}")
+        #: The newest plans kept (older ones are deleted as new ones are saved); None: every plan.
+        self.keep_plans = keep_plans
+        #: The newest plans that keep their snapshot (older ones keep the plan only); None: every one.
+        self.keep_snapshots = keep_snapshots
         self.path = str(location)
         #: The location as it may be printed (a URL's password hidden).
         self.location = redact(self.path)
@@ -343,7 +358,24 @@ class StateStore(SpeedRecords, CurveRecords):
                 "INSERT INTO plans (time, digest, plan, snapshot, created) VALUES (?, ?, ?, ?, ?) RETURNING id",
                 (plan_time, digest, plan_json, snapshot_json, time.time()),
             ).fetchone()
-            return int(row[0])
+            plan_id = int(row[0])
+            self._prune_plans(db, plan_id)
+            return plan_id
+
+    def _prune_plans(self, db: Backend, newest: int) -> None:
+        """Within the transaction that saved plan ``newest``: what :attr:`keep_plans` and
+        :attr:`keep_snapshots` no longer keep. Ids only grow, so the newest ``n`` plans are those
+        above ``newest - n`` (fewer when ids were skipped: another writer's rolled-back plan). Each
+        statement reads only the rows it changes (``plans_with_snapshot``, ``actions_plan`` and the
+        primary key, migration 7) and the plans kept for a pending action."""
+        if self.keep_snapshots is not None:
+            db.execute("UPDATE plans SET snapshot = NULL WHERE snapshot IS NOT NULL AND id <= ?", (newest - self.keep_snapshots,))
+        if self.keep_plans is None:
+            return
+        cutoff = newest - self.keep_plans
+        pending = "SELECT plan_id FROM actions WHERE status = 'pending'"
+        db.execute(f"DELETE FROM actions WHERE plan_id <= ? AND plan_id NOT IN ({pending})", (cutoff,))
+        db.execute(f"DELETE FROM plans WHERE id <= ? AND id NOT IN ({pending})", (cutoff,))
 
     def get_plan(self, plan_id: int) -> Plan | None:
         rows = self._read("SELECT plan FROM plans WHERE id = ?", (plan_id,))

@@ -120,6 +120,9 @@ def test_bad_snapshot_one_line_exit_2(case: str, tmp_path: Path) -> None:
         (["simulate", "--time-limit", "-1"], "--time-limit"),
         (["simulate", "--time-limit", "0"], "--time-limit"),
         (["schema", "nothing"], "which"),
+        (["serve", "--keep-plans", "0"], "--keep-plans"),
+        (["daemon", "--keep-snapshots", "-1"], "--keep-snapshots"),
+        (["daemon", "--keep-plans", "many"], "--keep-plans"),
     ],
 )
 def test_bad_arguments(args: list[str], must: str) -> None:

@@ -231,11 +231,15 @@ def test_quiet_intervals_print_nothing_but_the_banner(docker_engines: Any, tmp_p
     create_job(main.url, "fp-calm", "calm", docker_engines.ckpt, args=JOB_ARGS, labels=BOUNDS, cpus=1.0)
     res = flowplan(
         "daemon", "--hosts", f"main={main.url},cpu=2000", "--dry-run", "--max-ticks", "5", "--interval", "0.3",
-        "--time-limit", "0.3", "--no-events", "--state", str(tmp_path / "q.db"),
+        "--time-limit", "0.3", "--no-events", "--state", str(tmp_path / "q.db"), "--keep-plans", "2", "--keep-snapshots", "1",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("flowplan daemon "), lines
+    # Five plans saved, the newest two kept, the newest alone with its snapshot (--keep-plans, --keep-snapshots).
+    with sqlite3.connect(tmp_path / "q.db") as conn:
+        kept = conn.execute("SELECT id, snapshot IS NOT NULL FROM plans ORDER BY id").fetchall()
+    assert [(i, bool(s)) for i, s in kept] == [(4, False), (5, True)], kept
     # Issue 16: status shows the CPU the running job used, as the engine's stats measured it.
     status = flowplan("status", "--state", str(tmp_path / "q.db"), "-o", "json")
     row = next(r for r in json.loads(status.stdout)["jobs"] if r["job"] == "calm")

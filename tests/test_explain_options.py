@@ -220,4 +220,4 @@ def test_explain_text_and_json_agree_on_a_real_state_file(tmp_path: Path) -> Non
         seen_meet = True
     assert seen_meet and seen_none
     bare = run("explain", missed[0], "--state", str(path), "--plan", str(without))
-    assert bare.returncode == 0 and "stored without its snapshot" in bare.stdout
+    assert bare.returncode == 0 and "has no snapshot in the store" in bare.stdout

@@ -284,6 +284,37 @@ def test_actions_lifecycle(db: StateStore) -> None:
         db.record_actions(pid + 100, [{"job": "a", "kind": "keep"}])
 
 
+def test_plans_beyond_the_bounds_are_dropped_as_new_ones_are_saved(store_location: str) -> None:
+    """keep_plans / keep_snapshots (what the daemon's and the service's --keep-plans / --keep-snapshots
+    set): each save drops the plans older than the newest keep_plans, with their actions, except a
+    plan whose action is still pending (crash recovery replays it), and the snapshots of the plans
+    older than the newest keep_snapshots (the plan stays). A store opened without bounds keeps all."""
+    snap = random_snapshot(3, n_nodes=2, n_jobs=3)
+    made = plan(snap, PlannerConfig(solver="greedy")).plan
+    with pytest.raises(ValueError, match="keep_plans"):
+        StateStore(store_location, keep_plans=0)
+    with StateStore(store_location, keep_plans=5, keep_snapshots=2) as s:
+        ids = []
+        for i in range(12):
+            ids.append(s.save_plan(made, snap))
+            if i == 2:
+                pending = s.record_actions(ids[-1], [{"job": "a", "kind": "start"}])
+            if i == 3:
+                s.finish_action(s.record_actions(ids[-1], [{"job": "b", "kind": "start"}])[0], "done")
+        assert s.plan_ids(100) == [*reversed(ids[-5:]), ids[2]]  # the pending action's plan is kept
+        assert [s.plan_snapshot(i) is not None for i in reversed(ids[-5:])] == [True, True, False, False, False]
+        assert s.get_plan(ids[-5]) == made and s.plan_snapshot(ids[-1]) == snap
+        assert s.get_plan(ids[3]) is None and [a.job for a in s.actions()] == ["a"]
+        assert [a[1] for a in s.pending_actions()] == [ids[2]]
+        s.finish_action(pending[0], "done")
+        ids.append(s.save_plan(made))  # the next save drops it, with its action
+        assert s.plan_ids(100) == list(reversed(ids[-5:])) and s.actions() == []
+    with StateStore(store_location) as s:  # no bounds: nothing more is dropped
+        more = [s.save_plan(made, snap) for _ in range(3)]
+        assert s.plan_ids(100) == [*reversed(more), *reversed(ids[-5:])]
+        assert s.plan_snapshot(ids[-5]) is None and s.plan_snapshot(more[0]) == snap
+
+
 def test_key_value(db: StateStore) -> None:
     assert db.get_kv("x") is None
     db.set_kv("x", "1")
