@@ -14,9 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.schemas import LivePredictions, TierForecast
-from models import CurveFit
 from planner.config import PlannerConfig
-from planner.outlook import build_outlook
+from planner.outlook import JobOutlook, build_outlook
 from planner.progress import recent_seconds_per_epoch
 from planner.snapshot import Job, MetricPoint, QoETarget, Settings, Tier
 
@@ -31,16 +30,19 @@ def _job(job_id: str, history: list[MetricPoint], target: QoETarget | None, spec
 
 
 def _tier(
-    tier: Tier, reached: bool, curve: CurveFit | None, last_epoch: float, last_time: float | None, spe: float | None
+    tier: Tier, reached: bool, outlook: JobOutlook, last_epoch: float, last_time: float | None, spe: float | None
 ) -> TierForecast:
+    curve = outlook.curve
     epoch: float | None
     lo: float | None
     hi: float | None
     if reached:
         epoch = lo = hi = None
     elif curve is not None:
-        epoch = curve.epoch_reaching(tier.value)
-        lo, hi = curve.epoch_interval(tier.value)
+        # As the planner reads it (CurveFit.epoch_seen): the interval's ends at the reports that show them.
+        cadence = outlook.report_cadence
+        epoch = curve.epoch_seen(tier.value, cadence=cadence)
+        lo, hi = curve.seen_interval(tier.value, cadence=cadence)
     else:
         epoch = lo = hi = None
 
@@ -95,9 +97,9 @@ def live_predictions(
         finish_epoch=finish_epoch,
         eta_finish=eta_finish,
         residual_std=curve.residual_std if curve is not None else None,
-        tier1=_tier(target.tier1, outlook.tier1_reached, curve, epoch, last_time, spe) if target is not None else None,
+        tier1=_tier(target.tier1, outlook.tier1_reached, outlook, epoch, last_time, spe) if target is not None else None,
         tier2=(
-            _tier(target.tier2, outlook.tier2_reached, curve, epoch, last_time, spe)
+            _tier(target.tier2, outlook.tier2_reached, outlook, epoch, last_time, spe)
             if target is not None and target.tier2 is not None
             else None
         ),

@@ -16,9 +16,15 @@ For each run of ``K`` epochs and each observed fraction ``f`` (0.10, 0.25, 0.50)
     targets not reached in the observed epochs. No fit, "unreachable" and "past the last planned
     epoch" count as 100 %; every error is capped at 100 %.
 
+FlowPlan's methods (``schedule``, ``runs``, ``flowplan``) are read as the planner reads a job
+(``CurveFit.epoch_seen``): the median at the smooth crossing, the interval's ends at the reports (every
+epoch here) that will show them; ``--crossing``: the interval's ends at the smooth crossings, as
+before session 28 (the medians are the same).
+
 Coverage: the share of the *future* measured points inside the method's 80 % band
 (``CurveFit.interval_at``), and the share of (b)'s targets whose true epoch lies inside the 80 %
-epochs-to-target interval (``CurveFit.epoch_interval``); "open-ended": the share of those intervals
+epochs-to-target interval (``CurveFit.seen_interval``; with ``--crossing``, ``CurveFit.epoch_interval``);
+"open-ended": the share of those intervals
 whose pessimistic end never gets to the target (``[optimistic, inf)``, which holds any true epoch
 after its start).
 
@@ -53,6 +59,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +68,7 @@ from bench_curves import capped, first_epoch_reaching, fit_optimus
 
 import models.schedule_curve as schedule_curve
 from models import CannotPredict, CurveFit, CurvePrior, fit_learning_curve
+from models.curves import report_cadence
 from models.schedule import LRSchedule
 
 DATA = Path(__file__).resolve().parent / "data" / "schedules"
@@ -121,6 +129,22 @@ class Line3:
         return max(float(k), self.last)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a fitted curve is read for a target: as the planner reads it (``seen``:
+    ``CurveFit.epoch_seen``, the interval's ends at the reports every ``cadence`` epochs that show
+    them), or the smooth crossings (``CurveFit.epoch_reaching`` / ``epoch_interval``)."""
+
+    seen: bool
+    cadence: float = 1.0
+
+    def at(self, curve: CurveFit, target: float) -> float | None:
+        return curve.epoch_seen(target, cadence=self.cadence) if self.seen else curve.epoch_reaching(target)
+
+    def interval(self, curve: CurveFit, target: float) -> tuple[float | None, float | None]:
+        return curve.seen_interval(target, cadence=self.cadence) if self.seen else curve.epoch_interval(target)
+
+
 class WithFallback:
     """The planner's reading for a job with runs under its own schedule (``planner.outlook``): the
     prior's fit, and where it does not reach a target by the planned end, the declared schedule's
@@ -129,10 +153,10 @@ class WithFallback:
     def __init__(self, primary: Any, fallback: Any, planned: float) -> None:
         self.primary, self.fallback, self.planned = primary, fallback, planned
 
-    def epoch_reaching(self, target: float) -> float | None:
-        got = None if isinstance(self.primary, CannotPredict) else self.primary.epoch_reaching(target)
+    def epoch_reaching(self, target: float, reading: Reading) -> float | None:
+        got = None if isinstance(self.primary, CannotPredict) else reading.at(self.primary, target)
         if (got is None or got > self.planned) and isinstance(self.fallback, CurveFit):
-            other = self.fallback.epoch_reaching(target)
+            other = reading.at(self.fallback, target)
             return other if other is not None else got
         return got
 
@@ -172,15 +196,17 @@ def fit(method: str, run: dict[str, Any], n: int, direction: str, prior: CurvePr
     return ("last", float(v[-1]))
 
 
-def reach(model: Any, target: float, direction: str) -> float | None:
+def reach(model: Any, target: float, direction: str, reading: Reading) -> float | None:
     if isinstance(model, WithFallback):
-        return model.epoch_reaching(target)
+        return model.epoch_reaching(target, reading)
     if isinstance(model, CannotPredict):
         return None
     if isinstance(model, tuple):
         return None  # the last value never moves
     if isinstance(model, Line3):
         return model.epoch_reaching(target, direction)
+    if isinstance(model, CurveFit):
+        return reading.at(model, target)
     return model.epoch_reaching(target)
 
 
@@ -194,7 +220,7 @@ def predict_at(model: Any, epoch: float) -> float | None:
     return float(model.predict(np.array([epoch]))[0])
 
 
-def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
+def bench(runs: list[dict[str, Any]], direction: str, *, seen: bool = True) -> list[dict[str, Any]]:
     rows = []
     priors = siblings(runs)
     for run in runs:
@@ -203,6 +229,7 @@ def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
         for f in FRACTIONS:
             n = max(1, round(f * K))
             fits = {m: fit(m, run, n, direction, priors[run["name"]]) for m in METHODS}
+            reading = Reading(seen, report_cadence(k_all[:n]))  # Optimus and the lines are read as they are
             for m, model in fits.items():
                 pred_end = predict_at(model, float(k_all[-1]))
                 fin = capped(abs(pred_end - v_all[-1]) / abs(v_all[-1])) if pred_end is not None else 1.0
@@ -222,12 +249,12 @@ def bench(runs: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
                     true = first_epoch_reaching(v_all, tv, direction)
                     if true is None or true <= n:
                         continue
-                    at = reach(model, tv, direction)
+                    at = reach(model, tv, direction, reading)
                     err = 1.0 if at is None or at > K else capped(abs(at - true) / true)
                     inside = None
                     open_end = None
                     if isinstance(curve := model.primary if isinstance(model, WithFallback) else model, CurveFit):
-                        lo, hi = curve.epoch_interval(tv)
+                        lo, hi = reading.interval(curve, tv)
                         inside = lo is not None and lo <= true and (hi is None or true <= hi)
                         open_end = hi is None
                     row["targets"].append({"p": p, "err": err, "inside": inside, "open": open_end})
@@ -363,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learn-prior", action="store_true")
     ap.add_argument("--why", action="store_true", help="why the schedule-free fit misses (per split)")
     ap.add_argument("--split", choices=["tune", "holdout", "all"], default=None, help="only this split (default: each)")
+    ap.add_argument(
+        "--crossing",
+        action="store_true",
+        help="read the intervals' ends at the smooth crossings (CurveFit.epoch_interval), as before session 28, "
+        "instead of at the reports that show them (CurveFit.seen_interval, the planner's reading)",
+    )
     args = ap.parse_args(argv)
     direction = DIRECTION[args.metric]
     runs = load(args.data, args.metric)
@@ -373,9 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         for split in [args.split] if args.split and args.split != "all" else ["holdout", "tune"]:
             why(runs, direction, split)
         return 0
-    rows = bench(runs, direction)
+    rows = bench(runs, direction, seen=not args.crossing)
     splits = [args.split] if args.split else ["holdout", "tune", "all"]
-    print(f"metric: {args.metric} ({direction} is better); {len(runs)} runs; errors capped at 100%", file=sys.stderr)
+    reading = "the smooth crossings (--crossing)" if args.crossing else "the reports that show them (CurveFit.epoch_seen)"
+    print(
+        f"metric: {args.metric} ({direction} is better); {len(runs)} runs; errors capped at 100%; interval ends at {reading}",
+        file=sys.stderr,
+    )
     for split in splits:
         sel = rows if split == "all" else [r for r in rows if r["split"] == split]
         n_runs = len({r["run"] for r in sel})

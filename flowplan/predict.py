@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from models import CannotPredict, CurveFit, CurvePrior, Direction, LRSchedule, fit_learning_curve
+from models.curves import report_cadence
 from planner.snapshot import MIN_REFERENCE_POINTS
 
 #: Most data rows read from a history (a run logged every step of 100 epochs fits).
@@ -228,13 +229,15 @@ def predict(
         return out
     assert isinstance(fit, CurveFit)
     reached = bool((history.values >= target).any() if direction == "higher" else (history.values <= target).any())
-    at = fit.epoch_reaching(target)
-    lo, hi = fit.epoch_interval(target)
+    # As the planner reads it (CurveFit.epoch_seen): the interval's ends at the reports that show them.
+    cadence = report_cadence(history.epochs)
+    at = fit.epoch_seen(target, cadence=cadence)
+    lo, hi = fit.seen_interval(target, cadence=cadence)
     if fallback is not None and (at is None or (max_epochs is not None and at > max_epochs)):
         # The earlier runs do not reach the target (by the planned end): the schedule's curve does?
-        instead = fallback.epoch_reaching(target)
+        instead = fallback.epoch_seen(target, cadence=cadence)
         if instead is not None:
-            at, (lo, hi) = instead, fallback.epoch_interval(target)
+            at, (lo, hi) = instead, fallback.seen_interval(target, cadence=cadence)
     if horizon is not None:
         end = horizon
     elif max_epochs is not None:

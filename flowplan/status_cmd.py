@@ -99,7 +99,7 @@ def _state(job: Any, action: str) -> str:
 def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]) -> dict[str, list[float | None]]:
     """80% bands of the seconds to each open tier: ``tiers`` are (name, seconds the plan predicts to
     it, its epochs left). The job's curve, fitted again from the snapshot, gives the band's epochs
-    (:meth:`models.curves.CurveFit.epoch_interval`) relative to its median; the plan's seconds are
+    (:meth:`models.curves.CurveFit.seen_interval`, as the planner reads it) relative to its median; the plan's seconds are
     scaled by them (so the band brackets the plan's own time, which comes from the share rollout).
     An upper end of ``None``: the pessimistic curve never gets there."""
     from planner import PlannerConfig
@@ -108,17 +108,19 @@ def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]
     out: dict[str, list[float | None]] = {}
     if job is None or job.target is None or not tiers:
         return out
-    curve = build_outlook(job, settings, PlannerConfig()).curve
+    outlook = build_outlook(job, settings, PlannerConfig())
+    curve = outlook.curve
     if curve is None:
         return out
+    cadence = outlook.report_cadence
     values = {"tier1": job.target.tier1.value, "tier2": job.target.tier2.value if job.target.tier2 else None}
     epoch = curve.last_epoch
     for name, seconds, left in tiers:
         value = values.get(name)
-        mid = curve.epoch_reaching(value) if value is not None else None
+        mid = curve.epoch_seen(value, cadence=cadence) if value is not None else None
         if value is None or mid is None or mid <= epoch or not left:
             continue
-        lo, hi = curve.epoch_interval(value)
+        lo, hi = curve.seen_interval(value, cadence=cadence)
         per = seconds / (mid - epoch)  # the plan's seconds per epoch of this curve, on the way there
         out[name] = [
             max(lo - epoch, 0.0) * per if lo is not None else None,

@@ -382,6 +382,33 @@ class CurveFit:
                 lo = mid
         return hi
 
+    def epoch_seen(self, target: float, *, quantile_z: float = 0.0, cadence: float = 1.0) -> float | None:
+        """When the job's *reports* (every ``cadence`` epochs after :attr:`last_epoch`) will show
+        ``target``, as the planner reads its tiers; ``None``: never (within the search horizon).
+
+        Away from the median (``quantile_z`` != 0) the crossing of the band's quantile
+        (:meth:`epoch_reaching`) is shown by the report after it: its epoch on the report grid, never
+        on the median's wrong side. The median itself is the smooth crossing: a noisy series shows a
+        target by the first report after its crossing or before (``docs/models.md``, "Seen, not
+        crossed": read on the grid, or where a noisy series first passes, the median was further off
+        on the held-out runs)."""
+        median = self.epoch_reaching(target)
+        if quantile_z == 0.0:
+            return median
+        step = max(float(cadence), 1e-6)
+        k = self.epoch_reaching(target, quantile_z=quantile_z)
+        if k is not None:
+            k = self.last_epoch + step * max(math.ceil((k - self.last_epoch) / step - 1e-9), 1)
+        if k is None or median is None:
+            return k
+        return max(k, median) if quantile_z > 0 else min(k, median)
+
+    def seen_interval(self, target: float, z: float | None = None, *, cadence: float = 1.0) -> tuple[float | None, float | None]:
+        """(optimistic, pessimistic) :meth:`epoch_seen` of ``target`` at ``-z`` and ``z`` (default
+        :attr:`interval_z`): :meth:`epoch_interval` read at the reports that will show its ends."""
+        z = self.interval_z if z is None else z
+        return self.epoch_seen(target, quantile_z=-z, cadence=cadence), self.epoch_seen(target, quantile_z=z, cadence=cadence)
+
     def epoch_interval(self, target: float, z: float | None = None) -> tuple[float | None, float | None]:
         """(optimistic, pessimistic) epochs to ``target`` at ``±z`` standard deviations of the band
         (default :attr:`interval_z`); the pessimistic end is ``None`` when that side never gets there."""
@@ -411,6 +438,20 @@ class CurveFit:
             return None, None
         got = [self.convergence_epoch(tolerance), *(v.convergence_epoch(tolerance) for v in self.variants)]
         return min(got), max(got)
+
+
+#: The newest reports whose spacing says how often a job reports (:func:`report_cadence`).
+CADENCE_POINTS = 16
+
+
+def report_cadence(epochs: ArrayLike) -> float:
+    """Epochs between a series' newest reports (the median positive gap of the newest
+    :data:`CADENCE_POINTS`; 1 with fewer than two): where :meth:`CurveFit.epoch_seen` reads a report.
+    Read on the whole series, before any thinning for the fit."""
+    k = np.asarray(epochs, dtype=float).ravel()
+    gaps = np.diff(k[-CADENCE_POINTS:])
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if gaps.size else 1.0
 
 
 def _clean(epochs: ArrayLike, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

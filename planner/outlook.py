@@ -29,6 +29,7 @@ import numpy as np
 
 from models import CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.curve_prior import CurvePrior, ReferenceCurve
+from models.curves import report_cadence
 from planner.config import PlannerConfig
 from planner.progress import SpeedBasis, job_speed, judged_on_loss, judged_series, reached
 from planner.snapshot import MIN_REFERENCE_POINTS, Job, QoETarget, Settings, Snapshot, TaskCurves, lr_schedule
@@ -98,16 +99,31 @@ class JobOutlook:
     #: snapshot's ``deadline_confidence`` where higher), for a job with an open tier-1 deadline;
     #: ``None``: no band (or no such deadline).
     remaining_tier1_high: float | None = None
+    #: Epochs between the job's reports of its judged metric (:func:`models.curves.report_cadence`):
+    #: what :meth:`~models.curves.CurveFit.epoch_seen` reads the curve with.
+    report_cadence: float = 1.0
 
 
-def _series(job: Job) -> tuple[np.ndarray, np.ndarray, str, Direction]:
+@dataclass(frozen=True)
+class _Series:
+    epochs: np.ndarray  # thinned for the fit
+    values: np.ndarray
+    name: str
+    direction: Direction
+    #: Epochs between the job's reports (:func:`models.curves.report_cadence`, before thinning): where
+    #: a tier read at a quantile of the band is shown (:meth:`models.curves.CurveFit.epoch_seen`).
+    cadence: float
+
+
+def _series(job: Job) -> _Series:
     """Epochs, values, name and direction of the judged metric (:func:`planner.progress.judged_series`),
-    thinned evenly to at most :data:`MAX_FIT_POINTS` for the fit."""
+    thinned evenly to at most :data:`MAX_FIT_POINTS` for the fit, and how often the job reports it."""
     _, epochs, values, name, direction = judged_series(job)
+    cadence = report_cadence(epochs)
     if epochs.size > MAX_FIT_POINTS:
         keep = np.unique(np.linspace(0, epochs.size - 1, MAX_FIT_POINTS).round().astype(int))
         epochs, values = epochs[keep], values[keep]
-    return epochs, values, name, direction
+    return _Series(epochs, values, name, direction, cadence)
 
 
 def task_curves(snapshot: Snapshot) -> dict[str, TaskCurves]:
@@ -213,7 +229,8 @@ TAIL_Z = NormalDist().inv_cdf(TAIL_QUANTILE)
 def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: TaskCurves | None = None) -> JobOutlook:
     """What the planner believes of ``job``: its curve and speed, and what is left to its tiers and its
     end. ``curves``: the snapshot's finished runs of its task (``Snapshot.curve_priors``), if any."""
-    epochs, values, metric, direction = _series(job)
+    series = _series(job)
+    epochs, values, metric, direction = series.epochs, series.values, series.name, series.direction
     epoch = float(max((p.epoch for p in job.history), default=0.0))
     target = job.target
 
@@ -259,7 +276,8 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
     quantile = NormalDist().inv_cdf(settings.deadline_confidence)
 
     def read(c: CurveFit, value: float, z: float | None) -> float | None:
-        k = c.epoch_reaching(value, quantile_z=quantile if z is None else z)
+        # A quantile of the band is read at the report that will show it (on the job's report grid).
+        k = c.epoch_seen(value, quantile_z=quantile if z is None else z, cadence=series.cadence)
         if k is None:
             return None
         # Not reached in the data (the caller checked): at least one more epoch to show it.
@@ -370,4 +388,5 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
         speed_note=speed.note,
         remaining_finish_high=None if finish_high is None else float(finish_high),
         remaining_tier1_high=r1_high,
+        report_cadence=series.cadence,
     )
