@@ -393,8 +393,10 @@ class CurveFit:
         crossed": read on the grid, or where a noisy series first passes, the median was further off
         on the held-out runs)."""
         median = self.epoch_reaching(target)
-        if quantile_z == 0.0:
-            return median
+        return median if quantile_z == 0.0 else self._seen(target, quantile_z, cadence, median)
+
+    def _seen(self, target: float, quantile_z: float, cadence: float, median: float | None) -> float | None:
+        """:meth:`epoch_seen` away from the median, given the median (the smooth crossing)."""
         step = max(float(cadence), 1e-6)
         k = self.epoch_reaching(target, quantile_z=quantile_z)
         if k is not None:
@@ -407,7 +409,8 @@ class CurveFit:
         """(optimistic, pessimistic) :meth:`epoch_seen` of ``target`` at ``-z`` and ``z`` (default
         :attr:`interval_z`): :meth:`epoch_interval` read at the reports that will show its ends."""
         z = self.interval_z if z is None else z
-        return self.epoch_seen(target, quantile_z=-z, cadence=cadence), self.epoch_seen(target, quantile_z=z, cadence=cadence)
+        median = self.epoch_reaching(target)  # once, for both ends
+        return self._seen(target, -z, cadence, median), self._seen(target, z, cadence, median)
 
     def epoch_interval(self, target: float, z: float | None = None) -> tuple[float | None, float | None]:
         """(optimistic, pessimistic) epochs to ``target`` at ``±z`` standard deviations of the band
