@@ -36,6 +36,7 @@ import pytest
 
 from models.speed import (
     COACH_MIN_SPEED_FRACTION,
+    PRIOR_CPU_SERIAL_FRACTION,
     PSSpeedModel,
     PSSpeedObservation,
     SpeedModel,
@@ -65,7 +66,8 @@ def test_amdahl_serial_fraction_recovered(f: float, noise: float, tol: float) ->
     rng = np.random.default_rng(7)
     t1 = 300.0
     obs = [
-        SpeedObservation(c, 0, _noisy(t1 * (f + (1 - f) * 1000 / c), noise, rng)) for c in (500, 1000, 2000, 4000, 8000, 16000)
+        SpeedObservation(c, 0, _noisy(t1 * (f * max(1000 / c, 1) + (1 - f) * 1000 / c), noise, rng))
+        for c in (500, 1000, 2000, 4000, 8000, 16000)
     ]
     m = fit_speed_model(obs, uses_gpu=False)
     assert m.source == "fitted"
@@ -111,6 +113,39 @@ def test_without_sync_term() -> None:
     assert m.sync == 0.0 and m.best_gpus == math.inf
     assert m.relative_rmse is not None and m.relative_rmse < 0.05
     assert fit_speed_model([], uses_gpu=True, with_sync=False).sync == 0.0
+
+
+def test_cpu_fit_follows_observations_that_do_not_scale() -> None:
+    """A CPU job measured at the same epoch time on 2.6 and on 4 cores (the simulator's ncf, Amdahl
+    serial fraction 1) is fitted as hardly scaling. The NNLS fit with prior rows at a quarter and four
+    times the observed shares predicted 18.6 s on 4 cores and 42.6 s on one: the prior's curve, not
+    the data's (the planner then kept giving the job CPU it could not use)."""
+    obs = [SpeedObservation(c, 0, 21.9658) for c in (2600, 2645, 2667, 4000)]
+    m = fit_speed_model(obs, uses_gpu=False)
+    assert m.source == "fitted"
+    assert m.serial_fraction > 0.5
+    assert m.seconds_per_epoch(4000, 0) == pytest.approx(21.9658, rel=0.05)
+    assert m.seconds_per_epoch(1000, 0) < 1.3 * 21.9658
+    assert m.relative_rmse is not None and m.relative_rmse < 0.05
+
+
+def test_cpu_fit_keeps_the_prior_where_shares_are_too_close_to_tell() -> None:
+    """Two shares 2.6 % apart whose times differ by their noise say nothing about the shape: the prior's
+    serial fraction stands (it would take the 2 % wobble as a speed-up of 0.7 per core otherwise)."""
+    m = fit_speed_model([SpeedObservation(2600, 0, 22.0), SpeedObservation(2667, 0, 21.5)], uses_gpu=False)
+    assert m.serial_fraction == pytest.approx(PRIOR_CPU_SERIAL_FRACTION, abs=0.03)
+
+
+def test_serial_part_runs_on_one_core() -> None:
+    """Below one core the serial part slows with the share (one thread gets ``c`` of a core): a job that
+    does not scale at all takes twice as long on half a core, and as long on 1 as on 8."""
+    m = SpeedModel(30.0, 0.0, 0.0, 0, "truth")
+    assert m.seconds_per_epoch(500, 0) == pytest.approx(60.0)
+    assert m.seconds_per_epoch(1000, 0) == pytest.approx(30.0) == m.seconds_per_epoch(8000, 0)
+    fitted = fit_speed_model([SpeedObservation(c, 0, 30.0 * max(1000 / c, 1.0)) for c in (250, 500, 1000, 4000)], uses_gpu=False)
+    assert fitted.serial_fraction > 0.85  # the prior (0.1) still pulls, as far as 5 % noise allows
+    assert fitted.seconds_per_epoch(8000, 0) == pytest.approx(30.0, rel=0.1)
+    assert fitted.seconds_per_epoch(500, 0) == pytest.approx(60.0, rel=0.1)
 
 
 def _models_to_check() -> list[SpeedModel]:
