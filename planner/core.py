@@ -32,7 +32,7 @@ from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import refill, residual, solve_relaxation
 from planner.snapshot import Job, Node, Snapshot
-from planner.split import apply_split, moves_checked
+from planner.split import apply_split, moves_checked, moves_to_room
 
 
 @dataclass(frozen=True)
@@ -416,6 +416,7 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
     node_cpu = [n.cpu_millis for n in snapshot.nodes]
     profile = snapshot.settings.objective
     choice, notes = moves_checked(problem, packing.choice, profile, config, node_cpu, snapshot.settings.makespan_slack)
+    choice, notes = moves_to_room(problem, choice, profile, config, node_cpu, snapshot.settings.makespan_slack, notes)
     assignments, unserved, terms = decode(
         problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why
     )

@@ -18,6 +18,14 @@ Case matrix:
   resize live (the program's price of its level is what it gets at home);
 - a whole plan of the crowded case passes the checker and moves nothing it should not.
 
+Moves to idle CPU (``moves_to_room``), which the program never makes for a CPU-only job:
+
+- two long jobs share a node at half their max each while the other node is empty: one moves there
+  (the whole planner, from the snapshot), its explanation says why, the plan passes the checker;
+- the same two jobs one epoch from their end: the move would not pay for what it loses, nothing moves;
+- with a migration budget of 0 nothing moves;
+- a node whose jobs are all at their max offers no candidate (nothing there would run faster).
+
 Jobs are built on measured data: each job's speed table is the simulator's ground truth for a
 measured model (AdaptDL's cifar10 throughput tables, bundled), its history a prefix of the measured
 cifar10 validation curve (``../shared/data``). Nothing is faked; the problem is the real build.
@@ -39,7 +47,7 @@ from planner.menu import MOVE, STAY
 from planner.outlook import build_outlook
 from planner.problem import Problem
 from planner.snapshot import Snapshot
-from planner.split import moves_checked
+from planner.split import moves_checked, moves_to_room
 
 CONFIG = PlannerConfig(fit_processes=1)
 NOW = 10_000.0
@@ -195,3 +203,52 @@ def test_plans_of_the_crowded_case_pass_the_checker() -> None:
     assert check_plan(snapshot, p) == []
     assert all(a.node is not None for a in p.assignments)
     assert sum(a.action == "migrate" for a in p.assignments) <= 4
+
+
+ROOM_PROFILE = "deadlines>mean-jct>makespan"
+
+
+def _room(problem: Problem, choice: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+    return moves_to_room(problem, choice, ROOM_PROFILE, CONFIG, [int(c) for c in problem.cap_cpu])
+
+
+def test_a_long_job_moves_to_an_empty_node() -> None:
+    """Two long jobs at 4 cores each on one node (each could use 8), the other node empty (its job
+    ended): the planner moves one of them there, says why, and the plan passes the checker. Before
+    ``moves_to_room`` the program kept both home (a CPU job moves only when it must)."""
+    snapshot = _snapshot([_job("a", "n0", 4000, 5, 40), _job("b", "n0", 4000, 5, 40)])
+    p = plan(snapshot, CONFIG).plan
+    assert check_plan(snapshot, p) == []
+    by = {a.job: a for a in p.assignments}
+    assert sorted(a.node for a in by.values()) == ["n0", "n1"]
+    moved = [a for a in by.values() if a.action == "migrate"]
+    assert len(moved) == 1 and moved[0].node == "n1"
+    assert "has CPU no job there can use" in moved[0].explanation
+    assert p.objective.migrations == 1
+
+
+def test_no_move_where_it_cannot_pay() -> None:
+    """The same two jobs one epoch from their end: what a move loses (checkpoint, restart, the work
+    since the last checkpoint, four times over) outweighs sharing the node for one more epoch."""
+    problem = _problem(_snapshot([_job("a", "n0", 4000, 39, 40), _job("b", "n0", 4000, 39, 40)]))
+    choice = _staying(problem)
+    out, notes = _room(problem, choice)
+    assert np.array_equal(out, choice) and notes == {}
+
+
+def test_no_move_without_budget() -> None:
+    snapshot = _snapshot([_job("a", "n0", 4000, 5, 40), _job("b", "n0", 4000, 5, 40)])
+    snapshot = snapshot.model_copy(update={"settings": snapshot.settings.model_copy(update={"migration_budget": 0})})
+    problem = _problem(snapshot)
+    choice = _staying(problem)
+    out, notes = _room(problem, choice)
+    assert np.array_equal(out, choice) and notes == {}
+
+
+def test_no_candidate_where_every_job_has_its_max() -> None:
+    """Two jobs whose max is half the node each: at home they already get all they can use, so the
+    empty node offers them nothing and no move is priced."""
+    problem = _problem(_snapshot([_job("a", "n0", 4000, 5, 40, hi=4000), _job("b", "n0", 4000, 5, 40, hi=4000)]))
+    choice = _staying(problem)
+    out, notes = _room(problem, choice)
+    assert np.array_equal(out, choice) and notes == {}
