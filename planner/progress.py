@@ -126,7 +126,9 @@ def job_speed(job: Job) -> JobSpeed:
     own = observed_speeds(job)
     if own:
         model = fit_speed_model(own, uses_gpu=uses_gpu)
-        return JobSpeed(model, "observed", f"speed observed ({len(own)} obs, {model.source})")
+        # How much a CPU job scales, where its observations say (a job that does not is given little CPU).
+        scales = f"; serial fraction {model.serial_fraction:.2f}" if not uses_gpu and model.source == "fitted" else ""
+        return JobSpeed(model, "observed", f"speed observed ({len(own)} obs, {model.source}{scales})")
     prior = job.speed_prior
     if prior is None:
         model = fit_speed_model([], uses_gpu=uses_gpu)
