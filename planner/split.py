@@ -258,19 +258,18 @@ def moves_to_room(
     budget = problem.migration_budget - int(problem.moves[choice].sum())
     if budget <= 0:
         return choice, notes
-    price: _RolloutPrice | None = None
+    price = _RolloutPrice(problem, profile, config, node_cpu, makespan_slack)  # rollouts only once a move is priced
     priced = 0
     cap = problem.capacity()
-    capacity = [min(int(c), int(r)) for c, r in zip(problem.cap_cpu, node_cpu, strict=True)]
     while budget > 0 and priced < ROOM_MOVES_PRICED:
         flexible, fixed = _by_node(problem, choice)
-        free = [capacity[n] - int(fixed[n]) for n in range(len(names))]
+        free = [price.capacity[n] - int(fixed[n]) for n in range(len(names))]
         want = [sum(_max_cpu(menus[j]) for j in flexible[n]) for n in range(len(names))]
         rooms = {n for n in range(len(names)) if free[n] > want[n]}
         crowded = [
             n for n in range(len(names)) if want[n] > free[n] and not any(menus[i].t1_slack_s is not None for i in flexible[n])
         ]
-        pairs: list[tuple[int, int]] = []  # (job, option)
+        pairs: list[tuple[int, int, int]] = []  # (job, its node, option)
         for n in crowded:
             for j in flexible[n]:
                 m = menus[j]
@@ -287,17 +286,16 @@ def moves_to_room(
                         continue
                     if to not in best or int(problem.dem_cpu[o]) < int(problem.dem_cpu[best[to]]):
                         best[to] = o
-                pairs.extend((j, o) for o in best.values())
+                pairs.extend((j, n, o) for o in best.values())
         if not pairs:
             break
-        if price is None:
-            price = _RolloutPrice(problem, profile, config, node_cpu, makespan_slack)
         state = price.cluster(choice)
         top: tuple[float, int, int] | None = None
-        for j, o in sorted(pairs, key=lambda p: (-(free[int(problem.opt_node[p[1]])] - want[int(problem.opt_node[p[1]])]), p)):
+        spare = [f - w for f, w in zip(free, want, strict=True)]  # the roomiest node first
+        for j, home, o in sorted(pairs, key=lambda p: (-spare[int(problem.opt_node[p[2]])], p)):
             if priced >= ROOM_MOVES_PRICED:
                 break
-            home, away = names.index(str(menus[j].outlook.job.node)), int(problem.opt_node[o])
+            away = int(problem.opt_node[o])
             moved = choice.copy()
             moved[j] = o
             if (problem.usage(moved)[:, away] > cap[:, away]).any():
