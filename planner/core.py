@@ -421,7 +421,17 @@ def _decode(snapshot: Snapshot, problem: Problem, config: PlannerConfig, outcome
         problem, choice, snapshot.time, list(snapshot.nodes), _eligible_any(problem), packing.device, packing.why
     )
     assignments, terms = apply_split(
-        problem, choice, assignments, terms, snapshot.time, profile, config, node_cpu, snapshot.settings.makespan_slack, notes
+        problem,
+        choice,
+        assignments,
+        terms,
+        snapshot.time,
+        profile,
+        config,
+        node_cpu,
+        snapshot.settings.makespan_slack,
+        notes,
+        snapshot.settings.interval_seconds,
     )
     return Plan(
         time=snapshot.time,

@@ -5,6 +5,8 @@ jobs migrating there, running jobs that resize live — share what the others le
 CPU by :func:`planner.share.split_node`. Jobs that stay and cannot resize live keep what they have.
 The assignments get the split's shares as their guarantees, the action that follows (``keep`` when
 the share is unchanged, else ``resize``), and the rollout's predictions (which see completions).
+A CPU job whose speed-up was never observed (its speeds all at one share) may be held at half that
+share for one interval so that the next plan can fit it (:func:`_probe_share`).
 """
 
 from __future__ import annotations
@@ -14,19 +16,23 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from models import SpeedModel
 from planner.config import PlannerConfig
 from planner.decode import explain
 from planner.menu import MOVE, STAY, JobMenu
 from planner.objective import MAX_HORIZON_SECONDS
 from planner.plan import Assignment, ObjectiveTerms
 from planner.problem import WAIT_WAY, Problem
-from planner.share import SearchBudget, ShareJob, share_grid, split_node
+from planner.progress import observed_speeds
+from planner.share import TAIL_BAND, SearchBudget, ShareJob, share_grid, split_node
 
 
-def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> ShareJob:
+def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig, cap: int | None = None) -> ShareJob:
+    """``cap``: the most share this plan may give it (a probe, :func:`_probes`), else its max."""
     o = m.outlook
     job = o.job
-    grid = share_grid(job.min_cpu_millis, job.max_cpu_millis, config.cpu_step_millis)
+    hi = job.max_cpu_millis if cap is None else min(cap, job.max_cpu_millis)
+    grid = share_grid(job.min_cpu_millis, hi, config.cpu_step_millis)
     spe = o.speed.seconds_per_epoch_many(grid, np.full(grid.size, int(m.gpu[level])))
     # An open tier 1 counts even when it is only assumed (no curve yet: tier 1 by the finish, the
     # pessimistic guess): a new job's deadline is reserved for from its first plan, not ignored.
@@ -36,7 +42,7 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         deadline = float(m.t1_slack_s)
     return ShareJob(
         lo=job.min_cpu_millis,
-        hi=job.max_cpu_millis,
+        hi=hi,
         replicas=job.replicas,
         weight=float(m.weight),
         seconds_per_epoch=np.asarray(spe, dtype=float),
@@ -51,6 +57,76 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig) -> Share
         tier1_open=bool(o.job.target is not None and not o.tier1_reached),
         remaining_tier1_high=float(o.remaining_tier1_high) if (open1 and o.remaining_tier1_high is not None) else None,
     )
+
+
+#: A CPU-only job's speed-up is known from its own speeds once they span this ratio of shares at
+#: or above one core (below one core every serial fraction gives the same linear speed-up).
+PROBE_SPAN = 1.5
+#: A probe costs one interval at a lower share; it is worth it only to a job with at least this many
+#: intervals left at the share it was seen at, over which what it learns pays.
+PROBE_INTERVALS = 4.0
+
+
+def _probe_share(m: JobMenu, way: int, interval: float) -> int | None:
+    """The share to give ``m``'s job for one interval so that its speed-up can be fitted, or ``None``.
+
+    A running CPU-only job whose own speeds were all seen at about one share (spanning less than
+    :data:`PROBE_SPAN` at or above one core) has a speed-up that only the prior says (a serial
+    fraction of 0.1: it scales well); held at that share for its whole run (its max, say, as the
+    shortest job), it would never show that it does not scale, and the CPU it cannot use would stay
+    with it. Half of the highest share it was seen at (at least one core and its min) tells the two
+    apart in one interval: a job that scales loses part of one interval's progress, which the jobs
+    beside it gain (the caller probes only where they can use the CPU); one that does not is given
+    what it can use from the next plan on. Not for a job with an open deadline (its reservation
+    comes first) or too little left to run for the knowledge to pay."""
+    o = m.outlook
+    job = o.job
+    if way != STAY or job.status != "running" or job.allocation is None or job.max_gpus > 0 or m.t1_slack_s is not None:
+        return None
+    if not isinstance(o.speed, SpeedModel) or o.speed.source not in ("scaled-prior", "fitted"):
+        return None  # not planned with a model of its own speeds (the oracle's true speed, say)
+    shares = [s.cpu_millis for s in observed_speeds(job) if s.gpus == 0]
+    if not shares:
+        return None
+    top = max(shares)
+    if top / max(min(shares), 1000) >= PROBE_SPAN:
+        return None  # its speed-up is fitted from its own speeds
+    probe = max(job.min_cpu_millis, 1000, round(top / 2))
+    if top / probe < PROBE_SPAN:
+        return None  # seen at too little CPU for a lower share to tell anything
+    left = o.remaining_finish * o.speed.seconds_per_epoch(top, 0)
+    return probe if left >= PROBE_INTERVALS * interval else None
+
+
+def _probes(
+    problem: Problem,
+    choice: np.ndarray,
+    jobs: list[int],
+    share_jobs: list[ShareJob],
+    capacity: int,
+    interval: float,
+    finish: np.ndarray,
+) -> dict[int, int]:
+    """Position in ``jobs`` -> probe share, for the jobs of one node that :func:`_probe_share` picks,
+    that do not end the node's batch (``finish``: the split's rollout without probes; a job it ends
+    within the last tenth, ``TAIL_BAND``, is given no less now than the rule gives it, as in the
+    value search: a probe there would lengthen the makespan by what it costs), and whose freed CPU
+    the others there can take (their maxima cover what the probe leaves of the node): where nobody
+    could use it, a lower guarantee changes nothing the job really gets."""
+    his = [s.hi * s.replicas for s in share_jobs]
+    done = finish[np.isfinite(finish)]
+    tail = TAIL_BAND * float(done.max()) if done.size else math.inf
+    out: dict[int, int] = {}
+    for i, j in enumerate(jobs):
+        if not finish[i] < tail:
+            continue
+        probe = _probe_share(problem.menus[j], int(problem.opt_way[choice[j]]), interval)
+        if probe is None or probe >= share_jobs[i].hi:
+            continue
+        if sum(his) - his[i] >= capacity - probe * share_jobs[i].replicas:
+            out[i] = probe
+            his[i] = probe * share_jobs[i].replicas
+    return out
 
 
 def _by_node(problem: Problem, choice: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
@@ -330,14 +406,18 @@ def apply_split(
     node_cpu: Sequence[int],
     makespan_slack: float | None = None,
     notes: Mapping[int, str] | None = None,
+    interval: float = math.inf,
 ) -> tuple[list[Assignment], ObjectiveTerms]:
     """The assignments with every node's CPU split (see the module docstring); ``node_cpu``: each
     node's real CPU (the problem's may be raised where jobs that cannot move overfill a node);
     ``makespan_slack``: the snapshot's ``Settings.makespan_slack``; ``notes``: a sentence per job
-    to add to its explanation (:func:`moves_checked`'s)."""
+    to add to its explanation (:func:`moves_checked`'s); ``interval``: the snapshot's
+    ``Settings.interval_seconds``, what a probe of a job's speed-up costs (:func:`_probe_share`;
+    ``inf``: none)."""
     N = len(problem.node_names)
     flexible, fixed = _by_node(problem, choice)
     out = list(assignments)
+    notes = dict(notes or {})
     search = SearchBudget(config.split_search)  # shared by the nodes, in node order
     for n in range(N):
         jobs = flexible[n]
@@ -348,11 +428,24 @@ def apply_split(
         if sum(s.lo * s.replicas for s in share_jobs) > capacity:
             continue  # an overfull node the plan could not relieve: keep the program's levels
         split = split_node(share_jobs, capacity, profile, makespan_slack, search)
+        probes = _probes(problem, choice, jobs, share_jobs, capacity, interval, split.finish)
+        if probes:
+            for i, probe in probes.items():
+                j = jobs[i]
+                share_jobs[i] = _share_job(
+                    problem.menus[j], int(problem.opt_way[choice[j]]), int(problem.opt_level[choice[j]]), config, cap=probe
+                )
+                seen = max(s.cpu_millis for s in observed_speeds(problem.menus[j].outlook.job) if s.gpus == 0)
+                probing = (
+                    f"probing its speed-up: at most {probe / 1000:g} CPU this interval (its speed seen only at {seen / 1000:g})"
+                )
+                notes[j] = f"{notes[j]}; {probing}" if j in notes else probing
+            split = split_node(share_jobs, capacity, profile, makespan_slack, search)
         for i, j in enumerate(jobs):
             out[j] = _rewrite(
                 problem.menus[j], problem, int(choice[j]), out[j], int(split.shares[i]), split.finish[i], split.tier1[i], now
             )
-    for j, note in (notes or {}).items():
+    for j, note in notes.items():
         out[j] = out[j].model_copy(update={"explanation": f"{out[j].explanation}; {note}"})
     return out, _terms(terms, out, now)
 
