@@ -75,7 +75,7 @@ MAKESPAN_FIRST = "deadlines>makespan>mean-jct"
 SEARCH_STEP = 2.0
 SEARCH_FINEST = 1.25
 #: A job whose rate at its max share is at least this many times its rate at its min counts toward
-#: the three the value search needs.
+#: the two the value search needs.
 SENSITIVE = 1.25
 #: Rule applications (rollout events) one plan's value searches may spend, over all nodes, when the
 #: caller does not say (``PlannerConfig.split_search``): at about 50 us each, 0.1 s at most.
@@ -715,10 +715,12 @@ def split_node(
             finish, tier1, first = _rollout(node, allocate, breaks=breaks)
     spend = SearchBudget(SEARCH_BUDGET) if search is None else search
     sensitive = sum(1 for j, r in zip(jobs, rates, strict=True) if j.remaining > 0 and r[-1] >= SENSITIVE * r[0])
-    if spend.left > 0 and sensitive > 2:
-        # Two jobs leave nothing to search: the one that ends last is held to the equal split (or
-        # to the makespan), the other takes the rest. Nor do jobs whose speed hardly depends on
-        # their CPU share (a GPU job's, mostly): whatever their values, they gain little from more.
+    if spend.left > 0 and sensitive >= 2:
+        # One job leaves nothing to search, nor do jobs whose speed hardly depends on their CPU
+        # share (a GPU job's, mostly): whatever their values, they gain little from more. Two do:
+        # the one that ends last is held to at least the equal split, and the rule gives the other
+        # the rest by its weight over its epochs left, even where more CPU hardly speeds it up and
+        # the long job would have used it (a short job that scales little beside one that scales).
         finish, tier1, first = _searched(jobs, node, allocator, breaks, (finish, tier1, first), spend, applied)
     return _whole(jobs, first, finish, tier1, fair, capacity)
 
