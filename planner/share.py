@@ -759,7 +759,9 @@ def _searched(
             continue
         r1, high = j.remaining_tier1, j.remaining_tier1_high
         stretch = high / r1 if (high is not None and r1) else math.inf
-        due[i] = j.deadline / stretch if base[1][i] * stretch <= j.deadline + 1e-6 else base[1][i]
+        # No band (an infinite stretch; times 0 s to tier 1 it would be NaN): no later than the rule.
+        fits = math.isfinite(stretch) and base[1][i] * stretch <= j.deadline + 1e-6
+        due[i] = j.deadline / stretch if fits else base[1][i]
     kept = np.isfinite(due)
 
     # And the jobs that end the node's batch (the rule's rollout ends them within its last tenth) get
