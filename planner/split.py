@@ -67,8 +67,9 @@ PROBE_SPAN = 1.5
 PROBE_INTERVALS = 4.0
 
 
-def _probe_share(m: JobMenu, way: int, interval: float) -> int | None:
-    """The share to give ``m``'s job for one interval so that its speed-up can be fitted, or ``None``.
+def _probe_share(m: JobMenu, way: int, interval: float) -> tuple[int, int] | None:
+    """The share to give ``m``'s job for one interval so that its speed-up can be fitted, and the
+    highest share it was seen at, or ``None``.
 
     A running CPU-only job whose own speeds were all seen at about one share (spanning less than
     :data:`PROBE_SPAN` at or above one core) has a speed-up that only the prior says (a serial
@@ -95,7 +96,7 @@ def _probe_share(m: JobMenu, way: int, interval: float) -> int | None:
     if top / probe < PROBE_SPAN:
         return None  # seen at too little CPU for a lower share to tell anything
     left = o.remaining_finish * o.speed.seconds_per_epoch(top, 0)
-    return probe if left >= PROBE_INTERVALS * interval else None
+    return (probe, top) if left >= PROBE_INTERVALS * interval else None
 
 
 def _probes(
@@ -106,8 +107,8 @@ def _probes(
     capacity: int,
     interval: float,
     finish: np.ndarray,
-) -> dict[int, int]:
-    """Position in ``jobs`` -> probe share, for the jobs of one node that :func:`_probe_share` picks,
+) -> dict[int, tuple[int, int]]:
+    """Position in ``jobs`` -> (probe share, highest share seen), for the jobs of one node that :func:`_probe_share` picks,
     that do not end the node's batch (``finish``: the split's rollout without probes; a job it ends
     within the last tenth, ``TAIL_BAND``, is given no less now than the rule gives it, as in the
     value search: a probe there would lengthen the makespan by what it costs), and whose freed CPU
@@ -116,16 +117,16 @@ def _probes(
     his = [s.hi * s.replicas for s in share_jobs]
     done = finish[np.isfinite(finish)]
     tail = TAIL_BAND * float(done.max()) if done.size else math.inf
-    out: dict[int, int] = {}
+    out: dict[int, tuple[int, int]] = {}
     for i, j in enumerate(jobs):
         if not finish[i] < tail:
             continue
-        probe = _probe_share(problem.menus[j], int(problem.opt_way[choice[j]]), interval)
-        if probe is None or probe >= share_jobs[i].hi:
+        got = _probe_share(problem.menus[j], int(problem.opt_way[choice[j]]), interval)
+        if got is None or got[0] >= share_jobs[i].hi:
             continue
-        if sum(his) - his[i] >= capacity - probe * share_jobs[i].replicas:
-            out[i] = probe
-            his[i] = probe * share_jobs[i].replicas
+        if sum(his) - his[i] >= capacity - got[0] * share_jobs[i].replicas:
+            out[i] = got
+            his[i] = got[0] * share_jobs[i].replicas
     return out
 
 
@@ -430,12 +431,11 @@ def apply_split(
         split = split_node(share_jobs, capacity, profile, makespan_slack, search)
         probes = _probes(problem, choice, jobs, share_jobs, capacity, interval, split.finish)
         if probes:
-            for i, probe in probes.items():
+            for i, (probe, seen) in probes.items():
                 j = jobs[i]
                 share_jobs[i] = _share_job(
                     problem.menus[j], int(problem.opt_way[choice[j]]), int(problem.opt_level[choice[j]]), config, cap=probe
                 )
-                seen = max(s.cpu_millis for s in observed_speeds(problem.menus[j].outlook.job) if s.gpus == 0)
                 probing = (
                     f"probing its speed-up: at most {probe / 1000:g} CPU this interval (its speed seen only at {seen / 1000:g})"
                 )
