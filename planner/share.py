@@ -231,13 +231,15 @@ def _rule(
     floor: list[float],
     capacity: float,
     values: Values | None = None,
+    moved: Moved | None = None,
 ) -> list[float]:
     """The share per job (0 for inactive) for one moment of the rollout; ``floor``: least share per
     job (the tail guard's), ``guard``: a finish time per job to reserve for (inf: none); ``values``:
     what an epoch of each job is worth toward its finish and toward its open tier 1 (None: its
     weight over the epochs left to its next milestone, the rule's own). Shares are
     grid steps, except a guarded job's floor, which is met exactly (between two steps, the step above
-    may not fit for every guarded job: two tied long jobs would end apart, one of them late)."""
+    may not fit for every guarded job: two tied long jobs would end apart, one of them late).
+    ``moved`` (if given) is marked where a job's value could change its share here (:data:`Moved`)."""
     J = node.J
     idx = [j for j in range(J) if active[j]]
     if not idx:
@@ -340,10 +342,10 @@ def _rule(
     steps, costs = steps[order], cost.ravel()[steps][order]
     # The longest prefix that fits (the running total of costs, all >= 0, only grows).
     n = int(np.searchsorted(np.cumsum(costs), room + 1e-9, side="right"))
-    if n:
-        for j, count in enumerate(np.bincount(steps[:n] // S, minlength=J).tolist()):
-            if count:
-                level[j], exact[j] = level[j] + count, math.nan
+    counts = np.bincount(steps[:n] // S, minlength=J).tolist() if n else [0] * J
+    for j, count in enumerate(counts):
+        if count:
+            level[j], exact[j] = level[j] + count, math.nan
     # What is left is less than any next step: part of the best next step, so the rollout
     # hands out all of the node as the kernel would (a few millicores kept back from a short
     # job make it, and the job waiting for its share, end later than under the equal split).
@@ -356,6 +358,11 @@ def _rule(
         if k == level[j]:  # step k + 1: the job's next one
             exact[j] = share[j] + min(rest / node.rep[j], node.gridf[j][k + 1] - share[j])
             rest -= (exact[j] - share[j]) * node.rep[j]
+            counts[j] += 1
+    if moved is not None:
+        for j in below:
+            moved[0][j] = moved[0][j] or level[j] < node.top[j]
+            moved[1][j] = moved[1][j] or counts[j] > 0
     return node.shares(level, exact)
 
 
@@ -388,6 +395,13 @@ def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[floa
 Allocate = Callable[[list[bool], list[float], list[float], float], list[float]]
 #: What an epoch of each job is worth toward its finish, and toward its tier 1 while that is open.
 Values = tuple[list[float], list[float]]
+#: Per job, whether a higher value (first list) or a lower one (second) could change its share at some
+#: event of a rollout: it ended an event below its max where the marginal steps were handed out, or
+#: it took one of them there (or the part of one left over at the end). The marginal steps go in the order of their value per millicore, and
+#: scaling one job's values moves only its own steps in that order, earlier or later; a job that took
+#: every step it has at every such event keeps them all when it is worth more, one that took none
+#: still takes none when it is worth less, so every share, and the rollout, stays the same.
+Moved = tuple[list[bool], list[bool]]
 
 
 @dataclass(frozen=True)
@@ -455,7 +469,7 @@ Rollout = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _search_values(
-    roll: Callable[[Values | None, list[Phase] | None], Rollout],
+    roll: Callable[[Values | None, list[Phase] | None, Moved | None], Rollout],
     objective: Callable[[Rollout], float],
     weights: Values,
     start: Values,
@@ -468,23 +482,28 @@ def _search_values(
     costates of the rule's rollout), every job's values are scaled by ``SEARCH_STEP`` up, then
     down, keeping any change that lowers ``objective`` (infinite for a rollout that breaks a limit);
     a sweep that finds nothing halves the step (log scale) down to ``SEARCH_FINEST``. ``events()``
-    counts the rule applications spent, which the budget bounds (each rollout is paid for when it ends)."""
+    counts the rule applications spent, which the budget bounds (each rollout is paid for when it ends).
+    A change that cannot move any share of the current rollout (:data:`Moved`) is not rolled out: it
+    would give that same rollout, so it is no better. It is charged what that rollout spent, as
+    if rolled out, so that the search takes the same path within the same budget, only sooner."""
+    J = len(start[0])
 
-    def paid(values: Values | None, phases: list[Phase] | None = None) -> Rollout:
+    def paid(values: Values | None, phases: list[Phase] | None = None) -> tuple[Rollout, Moved, int]:
         spent = events()
-        got = roll(values, phases)
-        budget.left -= events() - spent
-        return got
+        moved: Moved = ([False] * J, [False] * J)
+        got = roll(values, phases, moved)
+        cost = events() - spent
+        budget.left -= cost
+        return got, moved, cost
 
     best_cost, best = objective(base), base
     phases: list[Phase] = []
     paid(None, phases)
-    J = len(start[0])
     for v0 in (start, _epoch_values(weights[0], weights[1], phases)):
         if budget.left <= 0:
             break
         cur = (list(v0[0]), list(v0[1]))
-        found = paid(cur)
+        found, moves, spends = paid(cur)
         cost = objective(found)
         step = math.log(SEARCH_STEP)
         while step > math.log(SEARCH_FINEST) and budget.left > 0:
@@ -493,14 +512,17 @@ def _search_values(
                 for sign in (1.0, -1.0):
                     if budget.left <= 0:
                         break
+                    if not moves[0 if sign > 0 else 1][j]:
+                        budget.left -= spends
+                        continue
                     k = math.exp(sign * step)
                     cand = (cur[0].copy(), cur[1].copy())
                     cand[0][j] *= k
                     cand[1][j] *= k
-                    got = paid(cand)
+                    got, got_moves, got_spends = paid(cand)
                     c = objective(got)
                     if c < cost * (1.0 - 1e-9):
-                        cur, cost, found, improved = cand, c, got, True
+                        cur, cost, found, moves, spends, improved = cand, c, got, got_moves, got_spends, True
                         break
             if not improved:
                 step /= 2.0
@@ -643,7 +665,7 @@ def split_node(
     no_floor = [0.0] * J
     applied = [0]  # rule applications, for the value search's budget
 
-    def allocator(values: Values | None = None) -> Allocate:
+    def allocator(values: Values | None = None, moved: Moved | None = None) -> Allocate:
         def allocate(active: list[bool], left: list[float], left1: list[float], now: float) -> list[float]:
             # Mean completion first: the critical job's share along the equal split's own trajectory
             # (not the equal share among the jobs still active here: shortest-first keeps long jobs
@@ -655,7 +677,7 @@ def split_node(
                 floor = [
                     (float(at[j]) if at[j] > 0 else float(node.hi[j])) if guarded[j] and active[j] else 0.0 for j in range(J)
                 ]
-            return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity, values)
+            return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity, values, moved)
 
         return allocate
 
@@ -728,7 +750,7 @@ def split_node(
 def _searched(
     jobs: Sequence[ShareJob],
     node: _Node,
-    allocator: Callable[[Values | None], Allocate],
+    allocator: Callable[[Values | None, Moved | None], Allocate],
     breaks: list[float] | None,
     base: Rollout,
     budget: SearchBudget,
@@ -782,8 +804,8 @@ def _searched(
         t = np.where(reach1, np.where(np.isfinite(t1), t1, f0), 0.0)
         return float(np.dot(weight, f0) + np.dot(w, t))
 
-    def roll(values: Values | None, phases: list[Phase] | None) -> Rollout:
-        return _rollout(node, allocator(values), breaks=breaks, phases=phases)
+    def roll(values: Values | None, phases: list[Phase] | None, moved: Moved | None) -> Rollout:
+        return _rollout(node, allocator(values, moved), breaks=breaks, phases=phases)
 
     # The rule's own values now, held constant: its weight over the epochs left to each milestone.
     start = (

@@ -14,7 +14,9 @@ Case matrix:
 - the value search: costates by hand on a two-phase rollout; on measured speeds (yolov3, deepspeech2
   and cifar10 on 8 cores) it stops starving the linear-speed-up job and ends the batch no later;
   over random nodes it never raises the rollout's objective or makespan, never loses a deadline the
-  rule meets, spends only its budget, and leaves CPU-insensitive (GPU) jobs alone.
+  rule meets, spends only its budget, and leaves CPU-insensitive (GPU) jobs alone; a value change
+  that cannot move a share is not rolled out, and the search still ends where rolling every one out
+  ends, with the same budget left.
 
 Nothing is faked: plans come from the real planner; curves are measured ones where a curve matters.
 """
@@ -24,10 +26,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from conftest import random_snapshot
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import planner.share as share
 from adapters.sim.truth import GroundTruth, TraceLibrary
 from models import SpeedObservation, fit_speed_model
 from planner import PlannerConfig, Snapshot, check_plan, plan
@@ -459,3 +463,78 @@ def test_the_value_search_spends_only_its_budget_and_skips_cpu_insensitive_jobs(
     untouched = SearchBudget(300)
     split_node(flat, 8000, MEAN, search=untouched)
     assert untouched.left == 300
+
+
+def _search_once(jobs: list[ShareJob], budget: int, skip: bool) -> tuple[object, int, int]:
+    """``split_node`` with ``budget`` (``skip``: as it runs; else with every value change rolled out,
+    ``_rule`` marking every job as one whose value could move its share): the split, the budget left
+    and the rollouts made."""
+    rollouts = [0]
+    rule, rollout = share._rule, share._rollout
+
+    def every(*args: object, **kw: object) -> list[float]:
+        got = rule(*args, **kw)  # type: ignore[arg-type]
+        moved = args[9] if len(args) > 9 else kw.get("moved")
+        if moved is not None and not skip:
+            for flags in moved:  # type: ignore[attr-defined]
+                flags[:] = [True] * len(flags)
+        return got
+
+    def counted(*args: object, **kw: object) -> object:
+        rollouts[0] += 1
+        return rollout(*args, **kw)  # type: ignore[arg-type]
+
+    left = SearchBudget(budget)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(share, "_rule", every)
+        mp.setattr(share, "_rollout", counted)
+        split = split_node(jobs, 8000, MEAN, search=left)
+    return split, left.left, rollouts[0]
+
+
+def _search_both_ways(jobs: list[ShareJob], budget: int) -> tuple[tuple[object, int, int], tuple[object, int, int]]:
+    return _search_once(jobs, budget, True), _search_once(jobs, budget, False)
+
+
+def _same_split(a: object, b: object) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True) for f in ("shares", "finish", "tier1", "fair_finish"))
+
+
+def test_a_value_change_that_cannot_move_a_share_is_not_rolled_out() -> None:
+    """The README demo's three long jobs (measured speeds, as above) and an ncf job capped at one core
+    on 8 cores. The ncf job holds its max at every event, so a higher value for it moves nothing,
+    and a lower value for a job that takes no marginal step moves nothing either. The search skips
+    those changes, and ends with the same split (not the rule's: it gives deepspeech2 more), the
+    same predictions and the same budget left as when every change is rolled out, in fewer
+    rollouts."""
+    jobs = [_measured("yolov3", 128, 5.3), _measured("deepspeech2", 160, 9.0), _measured("cifar10", 256, 20.0)]
+    jobs.append(_measured("ncf", 512, 3.0, hi=1000))
+    rule = split_node(jobs, 8000, MEAN, search=SearchBudget(0))
+    (fast, left_fast, n_fast), (full, left_full, n_full) = _search_both_ways(jobs, 5000)
+    assert fast.shares[1] >= rule.shares[1] + 500  # type: ignore[attr-defined]
+    assert _same_split(fast, full)
+    assert left_fast == left_full < 5000
+    assert n_fast < n_full
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.floats(min_value=1.0, max_value=60.0), min_size=3, max_size=6),
+    powers=st.lists(st.sampled_from([1.0, 0.7, 0.5, 0.3]), min_size=6, max_size=6),
+    caps=st.lists(st.sampled_from([1000, 2000, 4000, 8000]), min_size=6, max_size=6),
+    budget=st.sampled_from([150, 600, 5000]),
+)
+# A job that takes only the part of a step left over at some event: a lower value hands that part to
+# another job, so it must be rolled out.
+@example(sizes=[1.6, 59.0, 18.4], powers=[0.5, 0.3, 0.3, 1.0, 1.0, 1.0], caps=[1000, 4000, 8000, 8000, 8000, 8000], budget=5000)
+def test_skipping_value_changes_leaves_the_search_where_it_was(
+    sizes: list[float], powers: list[float], caps: list[int], budget: int
+) -> None:
+    """Random nodes (3-6 jobs, linear to strongly concave, maxima from one core to the node), budgets
+    that run out early or never: the split, its predictions and the budget left are the same with
+    the skips as with every value change rolled out."""
+    jobs = [_job(250, c, s, 60.0, p) for s, p, c in zip(sizes, powers, caps, strict=False)]
+    (fast, left_fast, n_fast), (full, left_full, n_full) = _search_both_ways(jobs, budget)
+    assert _same_split(fast, full)
+    assert left_fast == left_full
+    assert n_fast <= n_full
