@@ -43,6 +43,7 @@ finish and hand their share on:
   program's: each job's finish, and its tier-1 time while it has an unreached tier 1) falls, no
   job ends later than the rule's makespan, the jobs that end the batch get no less now than the
   rule gives them, and a deadline job keeps its margin. The floors and reservations stay as they are.
+  A change that cannot move any share of the current rollout is not rolled out (:data:`Moved`).
 
 **The rollout.** The rule is applied now, then again at every predicted event (a job finishes, a
 restarting job resumes), as the control loop re-plans when things change; the first allocation is
@@ -395,12 +396,13 @@ def _equal_levels(node: _Node, active: list[bool], capacity: float) -> list[floa
 Allocate = Callable[[list[bool], list[float], list[float], float], list[float]]
 #: What an epoch of each job is worth toward its finish, and toward its tier 1 while that is open.
 Values = tuple[list[float], list[float]]
-#: Per job, whether a higher value (first list) or a lower one (second) could change its share at some
-#: event of a rollout: it ended an event below its max where the marginal steps were handed out, or
-#: it took one of them there (or the part of one left over at the end). The marginal steps go in the order of their value per millicore, and
-#: scaling one job's values moves only its own steps in that order, earlier or later; a job that took
-#: every step it has at every such event keeps them all when it is worth more, one that took none
-#: still takes none when it is worth less, so every share, and the rollout, stays the same.
+#: Per job, whether a higher value (first list) or a lower one (second) could change its share at
+#: some event of a rollout: it ended an event below its max where the marginal steps were handed
+#: out, or it took one of them there (or the part of one left over at the end). The marginal steps
+#: go in the order of their value per millicore, and scaling one job's values moves only its own
+#: steps in that order, earlier or later; a job that took every step it has at every such event
+#: keeps them all when it is worth more, one that took none still takes none when it is worth less,
+#: so every share, and the rollout, stays the same.
 Moved = tuple[list[bool], list[bool]]
 
 
