@@ -491,12 +491,12 @@ def _search_values(
     J = len(start[0])
 
     def paid(values: Values | None, phases: list[Phase] | None = None) -> tuple[Rollout, Moved, int]:
-        spent = events()
+        before = events()
         moved: Moved = ([False] * J, [False] * J)
         got = roll(values, phases, moved)
-        cost = events() - spent
-        budget.left -= cost
-        return got, moved, cost
+        used = events() - before
+        budget.left -= used
+        return got, moved, used
 
     best_cost, best = objective(base), base
     phases: list[Phase] = []
