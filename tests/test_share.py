@@ -178,15 +178,20 @@ def test_a_deadline_comes_before_the_tail_guards_floor() -> None:
     sizes=st.lists(st.floats(min_value=1.0, max_value=60.0), min_size=2, max_size=6),
     slack=st.sampled_from([0.0, 0.02, 0.05, 0.2]),
 )
+# Found in session 32: the makespan-first split *with* the value search ends this batch at 1,100.5 s,
+# its rule at 1,119.8 s; the budget is the rule's (held: 1,118.5 s), so against the searched reach
+# the test failed by 1.6 %, one run in many.
+@example(sizes=[1.0, 7.0, 22.0, 32.0, 25.75], slack=0.0)
 def test_a_makespan_budget_holds_the_batch_within_it(sizes: list[float], slack: float) -> None:
     """Mean completion first within a makespan budget: with concave speed-ups (where the equal split
     ends the batch later than need be) no job ends past ``(1 + slack)`` times the makespan reachable
-    on the node (the makespan-first profile's; 1 % tolerance, as for the tail guard), nor past the
-    budget-free plan's makespan. (Nothing is claimed of the mean: the rule is greedy, and a budget
-    that reserves for a long job early can leave a shorter mean too; CI found such a case.)"""
+    on the node (the makespan-first profile's rule, without the value search, as the budget reads it;
+    1 % tolerance, as for the tail guard), nor past the budget-free plan's makespan. (Nothing is
+    claimed of the mean: the rule is greedy, and a budget that reserves for a long job early can
+    leave a shorter mean too; CI found such a case.)"""
     jobs = [_sqrt(250, 6000, s, 60.0) for s in sizes]
     free = split_node(jobs, 8000, MEAN)
-    reach = float(np.max(split_node(jobs, 8000, SPAN).finish))
+    reach = float(np.max(split_node(jobs, 8000, SPAN, search=SearchBudget(0)).finish))
     held = split_node(jobs, 8000, MEAN, makespan_slack=slack)
     assert int(held.shares.sum()) == 8000
     budget = min(reach * (1.0 + slack), float(np.max(free.finish)))
