@@ -205,6 +205,15 @@ class _Node:
             if job.current is not None:
                 self.hold[j, :n] = np.where(job.grid[1:] <= job.current, 1.0 + HOLD_BONUS, 1.0)
         self.floor_cost = np.maximum(self.cost, 1e-9)
+        # What job j's steps from k on cost in all (index k, 0 ... top; 0 at the top), for the rule's
+        # check that every step left fits.
+        self.cost_from: list[list[float]] = []
+        for j in range(J):
+            row = self.cost[j, : self.top[j]].tolist()
+            from_k = [0.0] * (len(row) + 1)
+            for k in range(len(row) - 1, -1, -1):
+                from_k[k] = from_k[k + 1] + row[k]
+            self.cost_from.append(from_k)
         self.col = np.arange(S)
         self.in_range = self.col < np.array(self.top)[:, None]
 
@@ -312,6 +321,23 @@ def _rule(
     below = [j for j in idx if level[j] < node.top[j]]
     if not below or not room > 0:
         return node.shares(level, exact)
+    # Every step left fits: each job takes all of them, as the best-first prefix below would, whatever
+    # the values, so there is no order to find. (Summed in any order, a few hundred costs >= 0 are
+    # within 1e-13 of each other, relatively: a total that fits with a 1e-12 margin fits in the
+    # prefix's own order too. Nearer the room, the prefix below decides.)
+    total = 0.0
+    for j in below:
+        k0 = level[j]
+        if math.isnan(exact[j]):
+            total += node.cost_from[j][k0]
+        else:  # its first step starts from its exact share, as below
+            total += node.cost_from[j][k0 + 1] + (node.gridf[j][k0 + 1] - exact[j]) * node.rep[j]
+    if total * (1.0 + 1e-12) <= room + 1e-9:
+        for j in below:
+            level[j], exact[j] = node.top[j], math.nan
+            if moved is not None:
+                moved[1][j] = True
+        return node.shares(level, exact)
     S = node.steps
     first_col, milestone = [S] * J, [1.0] * J
     for j in below:
@@ -337,12 +363,13 @@ def _rule(
     held = node.col < np.array(first_col)[:, None]
     density[held] = math.inf
     density = np.minimum.accumulate(density, axis=1)
-    steps = np.flatnonzero(node.in_range & ~held)  # j * S + k - 1, in the order of (j, k)
+    # (NumPy's methods rather than its functions: the same operations, without a Python wrapper each.)
+    steps = (node.in_range & ~held).ravel().nonzero()[0]  # j * S + k - 1, in the order of (j, k)
     # Best first, ties to the lower job and step: a stable sort keeps the (j, k) order of ties.
-    order = np.argsort(-density.ravel()[steps], kind="stable")
-    steps, costs = steps[order], cost.ravel()[steps][order]
+    steps = steps[(-density.ravel()[steps]).argsort(kind="stable")]
+    costs = cost.ravel()[steps]
     # The longest prefix that fits (the running total of costs, all >= 0, only grows).
-    n = int(np.searchsorted(np.cumsum(costs), room + 1e-9, side="right"))
+    n = int(costs.cumsum().searchsorted(room + 1e-9, side="right"))
     counts = np.bincount(steps[:n] // S, minlength=J).tolist() if n else [0] * J
     for j, count in enumerate(counts):
         if count:
@@ -351,7 +378,7 @@ def _rule(
     # hands out all of the node as the kernel would (a few millicores kept back from a short
     # job make it, and the job waiting for its share, end later than under the equal split).
     share = node.shares(level, exact)
-    rest = room - float(np.sum(costs[:n]))
+    rest = room - float(costs[:n].sum())
     for at in steps[n:].tolist():
         if rest <= 1e-6:
             break
