@@ -59,6 +59,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -162,21 +163,48 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return y
 
 
+class _Steps:
+    """The marginal-value tables of a node's jobs as (jobs × steps) arrays, so that one NumPy
+    operation serves every job of an event: step k (1 ... top) of job j is column k - 1, with its
+    rate gain times the weight, its cost in millicores (all replicas) and the hold bonus's factor (at
+    now = 0); padding costs 1 and gains 0."""
+
+    def __init__(self, jobs: Sequence[ShareJob], rates: list[np.ndarray], top: list[int]) -> None:
+        J = len(jobs)
+        self.count = S = max(top)
+        self.gain = np.zeros((J, S))
+        self.cost = np.ones((J, S))
+        self.hold = np.ones((J, S))
+        for j, job in enumerate(jobs):
+            n = top[j]
+            if n == 0:
+                continue
+            self.gain[j, :n] = np.diff(rates[j]) * job.weight
+            self.cost[j, :n] = np.diff(job.grid.astype(float)) * job.replicas
+            if job.current is not None:
+                self.hold[j, :n] = np.where(job.grid[1:] <= job.current, 1.0 + HOLD_BONUS, 1.0)
+        self.floor_cost = np.maximum(self.cost, 1e-9)
+        self.col = np.arange(S)
+        self.in_range = self.col < np.array(top)[:, None]
+
+
 class _Node:
     """One node's jobs as the rule and the rollouts read them, prepared once per split (the rule is
     re-applied at every event of every rollout): plain Python numbers for the per-job steps (a node
     holds a handful of jobs, where a NumPy call costs more than the arithmetic it does), and the
-    marginal-value tables as (jobs × steps) arrays, so one NumPy operation serves every job of an
-    event. Every figure the rule computes is the same float, from the same operations in the same
-    order, as when each event rebuilt them from the ``ShareJob`` arrays."""
+    marginal-value tables (:class:`_Steps`), built when the rule first needs them (a node whose jobs
+    all fit at their max never does). Every figure the rule computes is the same float, from the same
+    operations in the same order, as when each event rebuilt them from the ``ShareJob`` arrays."""
 
     def __init__(self, jobs: Sequence[ShareJob], rates: list[np.ndarray]) -> None:
-        self.J = J = len(jobs)
+        self.J = len(jobs)
+        self.jobs, self.rates_arr = jobs, rates
         self.grid = [j.grid.tolist() for j in jobs]  # ints
-        self.gridf = [j.grid.astype(float).tolist() for j in jobs]
+        self.gridf = [[float(x) for x in g] for g in self.grid]
         self.rates = [r.tolist() for r in rates]
         self.top = [len(g) - 1 for g in self.grid]
-        self.monotone = [bool(np.all(r[1:] >= r[:-1])) for r in rates]
+        # (NaN compares false either way, as in NumPy's comparison.)
+        self.monotone = [all(b >= a for a, b in pairwise(r)) for r in self.rates]
         self.lo = [j.lo for j in jobs]
         self.hi = [j.hi for j in jobs]
         self.rep = [j.replicas for j in jobs]
@@ -189,33 +217,10 @@ class _Node:
         self.lo_arr = np.array(self.lo, dtype=float)
         self.hi_arr = np.array(self.hi, dtype=float)
         self.rep_arr = np.array(self.rep, dtype=float)
-        # Step k (1 ... top) of job j is column k - 1: its rate gain times the weight, its cost in
-        # millicores (all replicas), the hold bonus's factor (at now = 0); padding costs 1, gains 0.
-        S = max(self.top)
-        self.steps = S
-        self.gain = np.zeros((J, S))
-        self.cost = np.ones((J, S))
-        self.hold = np.ones((J, S))
-        for j, job in enumerate(jobs):
-            n = self.top[j]
-            if n == 0:
-                continue
-            self.gain[j, :n] = np.diff(rates[j]) * job.weight
-            self.cost[j, :n] = np.diff(job.grid.astype(float)) * job.replicas
-            if job.current is not None:
-                self.hold[j, :n] = np.where(job.grid[1:] <= job.current, 1.0 + HOLD_BONUS, 1.0)
-        self.floor_cost = np.maximum(self.cost, 1e-9)
-        # What job j's steps from k on cost in all (index k, 0 ... top; 0 at the top), for the rule's
-        # check that every step left fits.
-        self.cost_from: list[list[float]] = []
-        for j in range(J):
-            row = self.cost[j, : self.top[j]].tolist()
-            from_k = [0.0] * (len(row) + 1)
-            for k in range(len(row) - 1, -1, -1):
-                from_k[k] = from_k[k + 1] + row[k]
-            self.cost_from.append(from_k)
-        self.col = np.arange(S)
-        self.in_range = self.col < np.array(self.top)[:, None]
+
+    @functools.cached_property
+    def tables(self) -> _Steps:
+        return _Steps(self.jobs, self.rates_arr, self.top)
 
     def level_for_rate(self, j: int, need: float) -> int | None:
         """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
@@ -326,19 +331,17 @@ def _rule(
     # within 1e-13 of each other, relatively: a total that fits with a 1e-12 margin fits in the
     # prefix's own order too. Nearer the room, the prefix below decides.)
     total = 0.0
-    for j in below:
-        k0 = level[j]
-        if math.isnan(exact[j]):
-            total += node.cost_from[j][k0]
-        else:  # its first step starts from its exact share, as below
-            total += node.cost_from[j][k0 + 1] + (node.gridf[j][k0 + 1] - exact[j]) * node.rep[j]
+    for j in below:  # from its share (its step, or an exact share between two: not NaN) to its top
+        x, g = exact[j], node.gridf[j]
+        total += (g[-1] - (g[level[j]] if x != x else x)) * node.rep[j]
     if total * (1.0 + 1e-12) <= room + 1e-9:
         for j in below:
             level[j], exact[j] = node.top[j], math.nan
             if moved is not None:
                 moved[1][j] = True
         return node.shares(level, exact)
-    S = node.steps
+    tables = node.tables
+    S = tables.count
     first_col, milestone = [S] * J, [1.0] * J
     for j in below:
         first_col[j] = level[j]
@@ -347,8 +350,8 @@ def _rule(
         else:  # gain = weight * rate / milestone = value * rate
             worth = values[0][j] + (values[1][j] if left1[j] > 0 else 0.0)
             milestone[j] = node.weight[j] / worth if worth > 0 else math.inf
-    gain = node.gain / np.array(milestone)[:, None]
-    cost, floor_cost = node.cost, node.floor_cost
+    gain = tables.gain / np.array(milestone)[:, None]
+    cost, floor_cost = tables.cost, tables.floor_cost
     patched = [j for j in below if not math.isnan(exact[j])]
     if patched:  # a job between two steps: its first step starts from its exact share
         cost, floor_cost = cost.copy(), floor_cost.copy()
@@ -358,13 +361,13 @@ def _rule(
             cost[j, k0] = (g[k0 + 1] - exact[j]) * node.rep[j]
             floor_cost[j, k0] = max(cost[j, k0], 1e-9)
     if now == 0.0:
-        gain = gain * node.hold
+        gain = gain * tables.hold
     density = np.maximum(gain, 0.0) / floor_cost
-    held = node.col < np.array(first_col)[:, None]
+    held = tables.col < np.array(first_col)[:, None]
     density[held] = math.inf
     density = np.minimum.accumulate(density, axis=1)
     # (NumPy's methods rather than its functions: the same operations, without a Python wrapper each.)
-    steps = (node.in_range & ~held).ravel().nonzero()[0]  # j * S + k - 1, in the order of (j, k)
+    steps = (tables.in_range & ~held).ravel().nonzero()[0]  # j * S + k - 1, in the order of (j, k)
     # Best first, ties to the lower job and step: a stable sort keeps the (j, k) order of ties.
     steps = steps[(-density.ravel()[steps]).argsort(kind="stable")]
     costs = cost.ravel()[steps]
