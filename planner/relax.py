@@ -87,8 +87,11 @@ def solve_relaxation(problem: Problem) -> Relaxation | None:
     # the simplex tolerances stay meaningful.
     c = np.append(problem.cost.astype(float), float(problem.makespan_weight))
     scale = 1.0 / max(float(np.abs(c).max()), 1.0)
-    floor = float(problem.makespan_floor)
-    bounds = [(0.0, 1.0)] * n + [(floor, None)]
+    # Bounds as one (n + 1) x 2 array: what linprog makes of a list of pairs (None: inf), without
+    # converting a pair per option.
+    bounds = np.empty((n + 1, 2))
+    bounds[:n] = (0.0, 1.0)
+    bounds[n] = (float(problem.makespan_floor), np.inf)
     res = linprog(c * scale, A_ub=a_ub, b_ub=np.array(rhs), A_eq=a_eq, b_eq=np.ones(J), bounds=bounds, method="highs-ds")
     if res.status != 0 or res.x is None:
         return None
