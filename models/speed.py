@@ -197,10 +197,22 @@ class SpeedModel:
     def seconds_per_epoch_many(self, cpu_millis: np.ndarray, gpus: np.ndarray) -> np.ndarray:
         cores = np.maximum(np.asarray(cpu_millis, dtype=float), 1.0) / 1000.0
         g = np.asarray(gpus, dtype=float)
-        gg = np.maximum(g, 1.0)
-        on_gpu = self.serial + self.gpu_work / gg + self.sync * np.log2(gg)
-        on_cpu = self.serial / np.minimum(cores, 1.0) + self.gpu_work * np.maximum(GPU_ON_CPU_SLOWDOWN / cores, 1.0)
-        return self.cpu_work / cores + np.where(g >= 1, on_gpu, on_cpu)
+        on = g >= 1
+        # Each form only where some allocation takes it (a job's levels are mostly all on GPUs or
+        # all on CPUs): the same figures as both computed and one picked per allocation.
+        if on.all():
+            return self.cpu_work / cores + self._on_gpu(g)
+        if not on.any():
+            return self.cpu_work / cores + self._on_cpu(cores)
+        return self.cpu_work / cores + np.where(on, self._on_gpu(np.maximum(g, 1.0)), self._on_cpu(cores))
+
+    def _on_gpu(self, gpus: np.ndarray) -> np.ndarray:
+        """The serial and GPU terms at ``gpus`` >= 1 (``seconds_per_epoch``'s first form)."""
+        return self.serial + self.gpu_work / gpus + self.sync * np.log2(gpus)
+
+    def _on_cpu(self, cores: np.ndarray) -> np.ndarray:
+        """The serial and GPU-work terms without a GPU (``seconds_per_epoch``'s second form)."""
+        return self.serial / np.minimum(cores, 1.0) + self.gpu_work * np.maximum(GPU_ON_CPU_SLOWDOWN / cores, 1.0)
 
     @property
     def best_gpus(self) -> float:
