@@ -148,8 +148,8 @@ def build_menu(
     per_node = job.replicas if gang is None else -(-job.fewest_replicas // job.max_nodes)
     room = None if max_node_gpus is None else max_node_gpus // per_node
     gpus = gpu_levels(job.min_gpus, job.max_gpus, cur.gpus if cur else None, config, room)
-    cpu = np.tile(np.array(cpus, dtype=np.int64), len(gpus))
-    gpu = np.repeat(np.array(gpus, dtype=np.int64), len(cpus))
+    cpu = np.array(cpus * len(gpus), dtype=np.int64)  # np.tile and np.repeat of the lists, built as lists
+    gpu = np.array([g for g in gpus for _ in cpus], dtype=np.int64)
     spe = (outlook.speed if gang is None else gang.speed).seconds_per_epoch_many(cpu, gpu)
     reps: int | np.ndarray = job.replicas
     n_alloc = 0
@@ -167,7 +167,7 @@ def build_menu(
             shares = job.shares()
             count = sum(k for _, k in shares)
             same &= (reps == count) & (nodes == node_block(gang.nodes[gang.count == count], len(shares)))
-        hit = np.flatnonzero(same)
+        hit = same.nonzero()[0]
         current_level = int(hit[0]) if hit.size else None
     # A restart loses checkpoint + restart time and the work since the last checkpoint: jobs
     # checkpoint at every epoch end and every ``checkpoint_every_seconds``, so on average half of
@@ -183,7 +183,7 @@ def build_menu(
     lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds + redo])
 
     tau = phase_seconds if job.max_gpus > 0 else 0.0
-    fast = float(np.min(spe)) if spe.size else math.inf
+    fast = float(spe.min()) if spe.size else math.inf
     if not (tau > 0 and math.isfinite(fast) and fast > 0):
         tau = 0.0
 
