@@ -203,8 +203,6 @@ class _Node:
         self.gridf = [[float(x) for x in g] for g in self.grid]
         self.rates = [r.tolist() for r in rates]
         self.top = [len(g) - 1 for g in self.grid]
-        # (NaN compares false either way, as in NumPy's comparison.)
-        self.monotone = [all(b >= a for a, b in pairwise(r)) for r in self.rates]
         self.lo = [j.lo for j in jobs]
         self.hi = [j.hi for j in jobs]
         self.rep = [j.replicas for j in jobs]
@@ -221,6 +219,11 @@ class _Node:
     @functools.cached_property
     def tables(self) -> _Steps:
         return _Steps(self.jobs, self.rates_arr, self.top)
+
+    @functools.cached_property
+    def monotone(self) -> list[bool]:
+        """Per job: its rate never falls as its share grows (NaN compares false, as in NumPy)."""
+        return [all(b >= a for a, b in pairwise(r)) for r in self.rates]
 
     def level_for_rate(self, j: int, need: float) -> int | None:
         """Lowest grid index whose rate reaches ``need`` (None: not even the max does)."""
@@ -579,6 +582,7 @@ def _rollout(
     left = [max(x, 0.0) for x in node.remaining]
     left1 = [x if x is not None else 0.0 for x in node.remaining_tier1]
     blocked = node.blocked
+    last_start = max(blocked, default=0.0)
     finish = [math.inf if x > 0 else 0.0 for x in left]
     tier1 = [0.0 if (r1 is not None and x <= 0) else math.nan for r1, x in zip(node.remaining_tier1, left1, strict=True)]
     active = [x > 0 for x in left]
@@ -593,17 +597,24 @@ def _rollout(
             trajectory.append((now, [x if a else 0.0 for x, a in zip(share, active, strict=True)]))
         if event == 0:
             first = [x if a else f for x, a, f in zip(share, active, first, strict=True)]
-        rate = [_interp(share[j], node.gridf[j], node.rates[j]) if active[j] else 0.0 for j in range(J)]
-        running = [j for j in range(J) if active[j] and blocked[j] <= now + 1e-9 and rate[j] > 0]
+        rate = [_interp(x, g, r) if a else 0.0 for x, g, r, a in zip(share, node.gridf, node.rates, active, strict=True)]
+        soon = now + 1e-9
+        running = [j for j in range(J) if active[j] and blocked[j] <= soon and rate[j] > 0]
         # Next event: a finish, a tier-1 crossing (the milestone changes), or a restart ending.
+        # (``if x < dt: dt = x`` is ``dt = min(dt, x)``, without the call.)
         dt = math.inf
         for j in running:
-            dt = min(dt, left[j] / rate[j])
+            x = left[j] / rate[j]
+            if x < dt:
+                dt = x
             if left1[j] > 0:
-                dt = min(dt, left1[j] / rate[j])
-        for j in range(J):
-            if active[j] and blocked[j] > now + 1e-9:
-                dt = min(dt, blocked[j] - now)
+                x = left1[j] / rate[j]
+                if x < dt:
+                    dt = x
+        if last_start > soon:
+            for j in range(J):
+                if active[j] and blocked[j] > soon and blocked[j] - now < dt:
+                    dt = blocked[j] - now
         if not math.isfinite(dt):
             break
         if breaks is not None:
