@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
         action="append",
         metavar="NAME",
         help="policy to run (repeat; 'all' = the scenario's list and the oracle, FlowPlan fed the simulator's ground "
-        "truth). Default: flowplan and the scenario's baseline",
+        "truth; 'oracle-speed' / 'oracle-epochs': the oracle given only the true speeds / only the true epochs left, "
+        "which split FlowPlan's gap to the oracle in two). Default: flowplan and the scenario's baseline",
     )
     from flowplan.cli import objective_help
 
@@ -115,7 +116,7 @@ def make_sim_policy(
     makespan slack."""
     from planner.policies import make_policy
 
-    if name in ("flowplan", "oracle"):
+    if name == "flowplan" or name.startswith("oracle"):
         return make_policy(name, time_limit=time_limit, curve_priors=priors, objective=objective, makespan_slack=makespan_slack)
     return make_policy(name)
 
@@ -461,6 +462,10 @@ def render_summary(scenario: Scenario, summary: dict[str, Any], *, rich: bool = 
             mark = " <- the paper's baseline"
         elif base == "oracle":
             mark = " <- FlowPlan with the ground truth: the cost of its prediction errors"
+        elif base == "oracle-speed":
+            mark = " <- the true speeds only: the cost of its speed predictions"
+        elif base == "oracle-epochs":
+            mark = " <- the true epochs left only: the cost of its curve predictions"
         lines.append(f"{label} {gain_text(imp['mean'], imp['unit'], sd)}{extra}{mark}")
     if scenario.headline is not None:
         lines.append(f"paper ({scenario.paper}): {scenario.headline_text}")

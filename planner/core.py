@@ -27,7 +27,7 @@ from planner.decompose import parts_needed, split
 from planner.devices import pack_devices
 from planner.errors import PlanCheckError
 from planner.fanout import fan_out, usable_cpus
-from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves
+from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves, with_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.relax import refill, residual, solve_relaxation
@@ -111,7 +111,7 @@ def _outlooks(
         if job.status == "finished":
             continue
         known = truth.get(job.id) if truth is not None else None
-        if known is not None:
+        if known is not None and known.knows == "all":
             entries.append((job.id, "truth", outlook_from_truth(job, known)))  # never reused: the truth changes
             continue
         digest = _job_digest(settings_json, job, config, curves_json.get(job.task or "", ""))
@@ -124,7 +124,15 @@ def _outlooks(
             entries.append((job.id, digest, None))
             misses.append(job)
     fitted = iter(_fitted_outlooks(misses, snapshot, config))
-    return {job_id: (digest, got if got is not None else next(fitted)) for job_id, digest, got in entries}
+    out = {job_id: (digest, got if got is not None else next(fitted)) for job_id, digest, got in entries}
+    if truth is not None:
+        # Part of the truth (the oracle's variants): the fitted outlook with the known part replaced,
+        # kept under no digest (never reused as a fit).
+        for job_id, (_, got) in out.items():
+            known = truth.get(job_id)
+            if known is not None and known.knows != "all":
+                out[job_id] = ("truth", with_truth(got, known))
+    return out
 
 
 #: Problems up to this many options are solved whole by the integer backend; larger ones go

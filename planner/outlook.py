@@ -21,7 +21,7 @@ annealed to zero at ``max_epochs`` flattens the curve there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Literal, Protocol
 
@@ -67,6 +67,11 @@ class JobTruth:
     remaining_tier2: float | None
     remaining_finish: float
     speed: SpeedLike
+    #: What of it the planner is given: ``"all"``; ``"speed"`` (the true speed, the epochs left still
+    #: predicted from the job's curve); ``"epochs"`` (the true epochs left to each tier and the end,
+    #: the speed still fitted from what the job showed). The last two split the oracle's gap to
+    #: FlowPlan into the two predictions' parts (``oracle-speed``, ``oracle-epochs``).
+    knows: Literal["all", "speed", "epochs"] = "all"
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,17 @@ def _open_deadlines(target: QoETarget | None, t1_reached: bool, t2_reached: bool
     d1 = None if t1_reached else target.tier1.deadline
     d2 = target.tier2.deadline if (target.tier2 is not None and not t2_reached) else None
     return d1, d2
+
+
+def with_truth(predicted: JobOutlook, truth: JobTruth) -> JobOutlook:
+    """``predicted`` (the job's fitted outlook) with what ``truth`` gives the planner (its ``knows``):
+    all of it, only the speed, or only the epochs left (the speed then stays the fitted one)."""
+    if truth.knows == "speed":
+        return replace(predicted, speed=truth.speed, speed_basis="truth", speed_note="speed: ground truth (oracle)")
+    known = outlook_from_truth(predicted.job, truth)
+    if truth.knows == "epochs":
+        return replace(known, speed=predicted.speed, speed_basis=predicted.speed_basis, speed_note=predicted.speed_note)
+    return known
 
 
 def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:

@@ -37,7 +37,7 @@ from adapters.sim.run import simulate
 from adapters.sim.scenario import load_scenario
 from adapters.sim.truth import TraceLibrary
 from planner import JobTruth, check_plan, snapshot_digest
-from planner.policies import POLICIES, OracleError, make_policy, reads_ground_truth
+from planner.policies import POLICIES, OracleError, OraclePolicy, make_policy, reads_ground_truth
 from planner.policies.flowplan import OBJECTIVE_ALIASES, resolve_objective, with_objective
 from planner.snapshot import OBJECTIVE_PROFILES, Snapshot
 
@@ -101,11 +101,15 @@ def _truth_for(snap: Snapshot, remaining: float = 10.0) -> dict[str, JobTruth]:
 # -- registry: only the oracle reads the ground truth ------------------------------------------------
 
 
+ORACLES = ("oracle", "oracle-speed", "oracle-epochs")
+
+
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_only_the_oracle_reads_ground_truth(name: str) -> None:
     policy = make_policy(name)
-    if name == "oracle":
+    if name in ORACLES:
         assert reads_ground_truth(policy) and callable(policy.observe_truth)  # type: ignore[attr-defined]
+        assert policy.name == name
     else:
         assert getattr(policy, "reads_ground_truth", False) is False and not reads_ground_truth(policy)
         assert not hasattr(policy, "observe_truth"), f"{name} could be handed the ground truth"
@@ -163,6 +167,49 @@ def test_the_oracle_acts_on_the_truth_where_flowplan_predicts_otherwise(objectiv
     assert got[other].predictions.seconds_per_epoch == pytest.approx(speed.seconds_per_epoch(2000, 0))
 
 
+def test_the_oracles_variants_know_one_half_of_the_truth() -> None:
+    """``oracle-speed`` plans with the true speed and FlowPlan's own epochs left; ``oracle-epochs``
+    with the true epochs left and FlowPlan's own fitted speed; ``oracle`` with both. Told that the job
+    FlowPlan starts needs 500 epochs at 600 s each and the other 1 epoch at 6 s, each variant's
+    predictions carry its half of the truth and FlowPlan's other half, and only the half that changes
+    FlowPlan's order (the epochs, here) makes the variant start the other job."""
+    snap = _two_waiting_jobs()
+    fp = make_policy("flowplan")(snap)
+    mine = {a.job: a.predictions for a in fp.assignments}
+    started = next(a.job for a in fp.assignments if a.node is not None)
+    other = next(a.job for a in fp.assignments if a.node is None)
+    truth = {started: JobTruth(500.0, None, 500.0, AmdahlSpeed(600.0)), other: JobTruth(1.0, None, 1.0, AmdahlSpeed(6.0))}
+    got = {}
+    for name in ORACLES:
+        policy = make_policy(name)
+        policy.observe_truth(truth)  # type: ignore[attr-defined]
+        plan = policy(snap)
+        assert check_plan(snap, plan) == []
+        got[name] = {a.job: a for a in plan.assignments}
+    fitted = 60.0  # FlowPlan's speed of either job: both measured at 60 s an epoch on the 2 cores
+    checked = 0
+    for job, t in truth.items():
+        true_spe = t.speed.seconds_per_epoch(2000, 0)
+        speed, epochs, both = (got[n][job].predictions for n in ("oracle-speed", "oracle-epochs", "oracle"))
+        assert speed.epochs_to_finish == pytest.approx(mine[job].epochs_to_finish)
+        assert epochs.epochs_to_finish == pytest.approx(t.remaining_finish) == both.epochs_to_finish
+        assert "ground truth" in speed.basis and "ground truth" in epochs.basis
+        # An epoch's time is shown where the job runs (the plan's share).
+        for p, want in ((speed, true_spe), (both, true_spe), (epochs, fitted)):
+            if p.seconds_per_epoch is not None:
+                assert p.seconds_per_epoch == pytest.approx(want)
+                checked += 1
+    assert checked == 3  # one running job under each
+    assert got["oracle-epochs"][other].node == "n0" and got["oracle"][other].node == "n0"
+    assert got["oracle-epochs"][started].node is None
+
+
+def test_the_oracles_variant_is_named_and_checked() -> None:
+    with pytest.raises(ValueError, match="knows: must be all, speed or epochs, got 'curve'"):
+        OraclePolicy(knows="curve")  # type: ignore[arg-type]
+    assert make_policy("oracle").name == "oracle"
+
+
 @pytest.mark.parametrize("seed", [1, 5, 8, 13, 21, 34])
 def test_oracle_plans_pass_the_checker_on_random_snapshots(seed: int) -> None:
     snap = random_snapshot(seed, n_nodes=3, n_jobs=8)
@@ -215,7 +262,7 @@ def demo_runs() -> dict[str, Any]:
     return {name: simulate(sc, make_policy(name), name, 0, library, record_timeline=False) for name in sorted(POLICIES)}
 
 
-@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"oracle"}))
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - set(ORACLES)))
 def test_in_the_simulator_no_other_policy_reads_the_truth(name: str, demo_runs: dict[str, Any], monkeypatch: Any) -> None:
     """Runs are identical whether or not the simulator has a truth to give: any read of it fails the run."""
 
@@ -243,6 +290,16 @@ def test_in_the_simulator_the_oracle_plans_with_the_truth(demo_runs: dict[str, A
     monkeypatch.setattr(SimCluster, "truth", wrong)
     misled = simulate(load_scenario(DEMO), make_policy("oracle"), "oracle", 0, TraceLibrary.bundled(), record_timeline=False)
     assert misled.checker_failures == 0 and _result(misled) != _result(oracle)
+
+
+@pytest.mark.parametrize("name", ["oracle-speed", "oracle-epochs"])
+def test_in_the_simulator_the_oracles_variants_plan_with_their_half(name: str, demo_runs: dict[str, Any]) -> None:
+    """Each variant finishes the demo with checked plans and plans neither as FlowPlan nor as the oracle
+    (each half of the truth changes something there: ``docs/results.md``, "Which prediction costs what")."""
+    run = demo_runs[name]
+    assert run.finished and run.checker_failures == 0
+    for other in ("flowplan", "oracle"):
+        assert _result(run) != {**_result(demo_runs[other]), "policy": name}
 
 
 def test_simulate_cli_runs_the_oracle_beside_flowplan(tmp_path: Path) -> None:

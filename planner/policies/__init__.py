@@ -11,12 +11,15 @@ only the snapshot, may keep state between the calls of one run, and every plan i
 
 The *oracle* (:class:`OraclePolicy`) is FlowPlan fed the simulator's ground truth: it alone has
 ``reads_ground_truth = True``, and it plans only after ``observe_truth(truth)`` (the simulator's
-job). It measures how much of FlowPlan's gap to the best policy comes from prediction errors.
+job). It measures how much of FlowPlan's gap to the best policy comes from prediction errors;
+``oracle-speed`` and ``oracle-epochs``, given only the true speeds or only the true epochs left,
+split that into the two predictions' parts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from planner.policies.common import Decision, Policy
@@ -40,6 +43,8 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
     "optimus": OptimusPolicy,
     "tiresias": TiresiasPolicy,
     "oracle": OraclePolicy,
+    "oracle-speed": partial(OraclePolicy, knows="speed"),
+    "oracle-epochs": partial(OraclePolicy, knows="epochs"),
 }
 
 #: Policy name -> factory of a fresh policy (default options).
@@ -59,7 +64,7 @@ def make_policy(name: str, **options: Any) -> Policy:
 
 
 def reads_ground_truth(policy: object) -> bool:
-    """Does ``policy`` read the simulator's ground truth? Only the oracle does."""
+    """Does ``policy`` read the simulator's ground truth? Only the oracle (and its two variants) does."""
     return getattr(policy, "reads_ground_truth", False) is True
 
 

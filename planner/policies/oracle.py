@@ -11,11 +11,19 @@ What it is for: on the same run, *FlowPlan − oracle* is the cost of FlowPlan's
 *oracle − the best policy* the cost of the formulation itself (what the integer program optimises
 and cannot see, with perfect predictions). It is not a deployable policy: on a real cluster there is
 no truth and it refuses to plan.
+
+Two variants split the prediction error in two (``knows``): ``oracle-speed`` is given only the true
+speeds (each job's epochs left still predicted from its curve, as FlowPlan has them) and
+``oracle-epochs`` only the true epochs left to each tier and to the end (each job's speed still
+fitted from what it showed). ``docs/results.md``, "Which prediction costs what", has both on the CPU
+scenarios.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
 
 from planner.core import plan
 from planner.errors import PlannerError
@@ -39,9 +47,18 @@ class OraclePolicy(FlowPlanPolicy):
     #: The truth for the next call (set by :meth:`observe_truth`, used once).
     truth: dict[str, JobTruth] | None = None
 
+    def __init__(self, knows: Literal["all", "speed", "epochs"] = "all", **options: Any) -> None:
+        if knows not in ("all", "speed", "epochs"):
+            raise ValueError(f"knows: must be all, speed or epochs, got {knows!r}")
+        super().__init__(**options)
+        #: What of the truth it plans with (:class:`planner.JobTruth` ``knows``; module docstring).
+        self.knows = knows
+        if knows != "all":
+            self.name = f"oracle-{knows}"
+
     def observe_truth(self, truth: Mapping[str, JobTruth]) -> None:
         """The ground truth for the next call (job id -> :class:`planner.JobTruth`); used once."""
-        self.truth = dict(truth)
+        self.truth = dict(truth) if self.knows == "all" else {k: replace(t, knows=self.knows) for k, t in truth.items()}
 
     def __call__(self, snapshot: Snapshot) -> Plan:
         truth, self.truth = self.truth, None  # one truth per interval: a stale one is never reused
