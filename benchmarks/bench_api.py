@@ -24,7 +24,10 @@ Starts ``flowplan serve`` (one uvicorn process, a fresh state file), then:
    ``--poller thread``: a thread beside the clients times their GIL too). The plans are reported as each
    client's *first* and its *repeat* ones, and by ``FlowPlan-Fitted-Jobs``: *warm* (every fit was the
    worker's already) and *fitting* (some were fitted), each with the planner's own time
-   (``solver.seconds``) beside the client's latency, which includes waiting for a worker.
+   (``solver.seconds``) beside the client's latency, which includes waiting for a worker; then the
+   CPU per answered plan of the server process, its planning workers and the clients' threads (Linux
+   ``/proc``; the poller's process is not counted): what a plan costs the machine in all, against how
+   often one was answered.
 
 Bounded: at most ``--points`` points and ``--seconds`` of ingestion, ``2 x --plans`` plan requests,
 ``--clients x --rounds x 3`` requests under load, ``--clients x (--rounds + 1)`` warm. Figures vary
@@ -99,6 +102,28 @@ class Server:
         """User + system CPU time the server process has used (Linux /proc)."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def cpu_by_process(self) -> dict[int, float]:
+        """User + system CPU seconds of the server and of every process below it (its planning
+        workers), by pid (Linux /proc)."""
+        parent: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            parent[int(d.name)] = int(fields[1])
+            cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / tick
+        tree, todo = {}, [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree[pid] = cpu.get(pid, 0.0)
+            todo.extend(child for child, up in parent.items() if up == pid)
+        return tree
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -316,7 +341,7 @@ def under_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]
     return _load_report(*_clients_and_poller(url, args, bodies))
 
 
-def warm_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def warm_load(server: Server, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Phase ``warm``: ``--clients`` clients, each re-planning its own cluster (a 50-job snapshot of
     :mod:`benchmarks.workload` on ``--nodes`` nodes, seed 2000 + client) ``--rounds`` + 1 times back to
     back, one client polling health and metrics. Plans are reported as each client's *first* and the
@@ -326,14 +351,27 @@ def warm_load(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     snapshots = [
         make_snapshot(50, args.nodes, seed=2000 + k, data_dir=data).model_dump_json().encode() for k in range(args.clients)
     ]
+    url = server.url
     with httpx.Client(base_url=url, timeout=300, headers={"content-type": "application/json"}) as http:
         # Imports and solver start-up, not counted: a snapshot of no client's cluster.
         http.post(
             "/v1/plan", content=make_snapshot(50, args.nodes, seed=1999, data_dir=data).model_dump_json()
         ).raise_for_status()
+    # CPU by process over the phase: the server, its planning workers, and this process (the clients'
+    # threads; the poller runs in a process of its own and is not counted).
+    before, mine = server.cpu_by_process(), time.process_time()
     answers, polls, wall = _clients_and_poller(url, args, [[body] * (args.rounds + 1) for body in snapshots])
+    after, mine = server.cpu_by_process(), time.process_time() - mine
+    used = {pid: t - before.get(pid, 0.0) for pid, t in after.items()}
     out = _load_report(answers, polls, wall)
     planned = [a for a in answers if a.status == 200]
+    n = max(len(planned), 1)
+    out["cpu"] = {
+        "server_ms": 1000 * used.get(server.proc.pid, 0.0) / n,
+        "workers_ms": 1000 * sum(t for pid, t in used.items() if pid != server.proc.pid) / n,
+        "clients_ms": 1000 * mine / n,
+        "wall_ms": 1000 * wall / n,
+    }
     groups = {
         "first": [a for a in planned if a.index == 0],
         "repeat": [a for a in planned if a.index > 0],
@@ -394,7 +432,7 @@ def main() -> None:
             ing = ingest(server, curves, args) if "ingest" in phases else None
             plans = plan_latency(server.url, args) if "plan" in phases else {}
             load = under_load(server.url, args) if "load" in phases else None
-            warm = warm_load(server.url, args) if "warm" in phases else None
+            warm = warm_load(server, args) if "warm" in phases else None
         finally:
             server.stop()
         with StateStore(state) as store:
@@ -411,6 +449,13 @@ def main() -> None:
     if warm is not None:
         what = f"warm: {args.clients} clients x {args.rounds + 1} plans of their own 50-job, {args.nodes}-node cluster"
         print_load(what, warm, ("first", "repeat", "warm", "fitting"))
+        c = warm["cpu"]
+        total = c["server_ms"] + c["workers_ms"] + c["clients_ms"]
+        print(
+            f"  CPU per answered plan: server {c['server_ms']:.1f} ms, planning workers {c['workers_ms']:.1f} ms, "
+            f"clients {c['clients_ms']:.1f} ms: {total:.1f} ms on {os.cpu_count()} cores, one plan answered every "
+            f"{c['wall_ms']:.1f} ms (the poller's own process not counted)"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
