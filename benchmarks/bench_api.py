@@ -80,6 +80,12 @@ def measured_curves(data_dir: Path) -> list[tuple[str, list[float]]]:
     return out
 
 
+def _proc_stat(proc: Path) -> tuple[int, float]:
+    """A process's parent pid and the user + system CPU seconds it has used, from ``/proc/PID/stat``."""
+    fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Server:
     def __init__(self, state: Path, synchronous: str, env_extra: dict[str, str] | None = None) -> None:
         env = dict(os.environ)
@@ -100,24 +106,20 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used (Linux /proc)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _proc_stat(Path(f"/proc/{self.proc.pid}"))[1]
 
     def cpu_by_process(self) -> dict[int, float]:
         """User + system CPU seconds of the server and of every process below it (its planning
         workers), by pid (Linux /proc)."""
         parent: dict[int, int] = {}
         cpu: dict[int, float] = {}
-        tick = os.sysconf("SC_CLK_TCK")
         for d in Path("/proc").iterdir():
             if not d.name.isdigit():
                 continue
             try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(d.name)], cpu[int(d.name)] = _proc_stat(d)
             except OSError:  # gone meanwhile
                 continue
-            parent[int(d.name)] = int(fields[1])
-            cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / tick
         tree, todo = {}, [self.proc.pid]
         while todo:
             pid = todo.pop()
