@@ -213,8 +213,8 @@ def run_command(args: argparse.Namespace) -> int:
                         recorder=record,
                         learn_curves=args.learn_curves,
                     )
-                except ScenarioError as e:
-                    raise UsageError(str(e)) from None
+                except ScenarioError as e:  # found as the jobs are drawn: name the file, as load_scenario does
+                    raise UsageError(f"{scenario.path}: {e}" if scenario.path else str(e)) from None
                 runs.append(result)
                 progress.ended(
                     label,

@@ -30,7 +30,10 @@ from models import Direction, LRSchedule
 
 API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
-Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$")]
+#: A job's id or a node's name: what every contract, store and adapter can carry (a DNS-like label).
+NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:/-]*[A-Za-z0-9])?$"
+MAX_NAME = 253
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)]
 #: Bounds that keep every derived figure finite (a year is 3.2e7 s; Unix time now is 1.8e9 s).
 MAX_SECONDS = 1e9
 MAX_EPOCHS = 1e9

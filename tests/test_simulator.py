@@ -343,6 +343,27 @@ def test_example_scenarios_load_and_draw(path: Path, library: TraceLibrary, data
         ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "epochs": 500}]}, "epochs"),
         ({"interval_seconds": float("nan")}, "interval_seconds"),
         ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "duration_seconds": 0}]}, "duration_seconds"),
+        # Each of these was accepted, then failed the snapshot contract inside the run (a traceback)
+        # or was silently misread (a string "false" taken as true, a negative trace limit).
+        ({"jobs": [{"id": "a b", "model": "cifar10", "batch_size": 512}]}, "jobs[0].id: 'a b' is not a valid name"),
+        ({"jobs": [{"id": 5, "model": "cifar10", "batch_size": 512}]}, "jobs[0].id: 5 is not a valid name"),
+        ({"jobs": [{"id": "x" * 252, "model": "cifar10", "batch_size": 512, "count": 20}]}, "jobs[0].id"),
+        ({"nodes": [{"name": "", "cpu_millis": 1000}]}, "nodes[0].name: '' is not a valid name"),
+        ({"nodes": [{"name": "n", "cpu_millis": 1000, "gpu_type": 5}]}, "nodes[0].gpu_type"),
+        ({"nodes": [{"name": "n", "cpu_millis": 1000, "memory_mib": 10**14}]}, "nodes[0].memory_mib"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "memory_mib": 10**14}]}, "jobs[0].memory_mib"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "arrival": 1e300}]}, "jobs[0].arrival"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "resizable": "false"}]}, "jobs[0].resizable"),
+        ({"jobs": [{"id": "x", "model": "cifar10", "batch_size": 512, "tag": "no"}]}, "jobs[0].tag"),
+        ({"stop_at_target": "false"}, "stop_at_target"),
+        ({"policies": "flowplan"}, "policies: expected a list"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "limit": -5}}, "trace.limit"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "limit": "x"}}, "trace.limit"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "time_scale": "fast"}}, "trace.time_scale"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "max_epochs": 0}}, "trace.max_epochs"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "job": "x"}}, "trace.job"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "models": [["cifar10"]]}}, "trace.models[0]"),
+        ({"trace": {"philly": "adaptdl-osdi21/traces/philly.csv", "limt": 3}}, "trace.limt: unknown field"),
     ],
 )
 def test_bad_scenarios_name_the_field(patch: dict, field: str, library: TraceLibrary, data_dir: Path) -> None:
@@ -404,6 +425,30 @@ def test_simulate_cli_bad_scenario_file(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "jobs[0].model: unknown model 'alexnet'" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_cli_bad_job_id_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A job id the snapshot contract refuses was a traceback from inside the first interval."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\n[[nodes]]\nname = "n"\ncpu_millis = 1000\n'
+        '[[jobs]]\nid = "my job"\nmodel = "cifar10"\nbatch_size = 512\nkind = "cpu"\nepochs = 1\n'
+    )
+    p = _cli("simulate", str(bad), "--seeds", "1", "--quiet")
+    assert p.returncode == 2, p.stderr
+    assert f"{bad}: jobs[0].id: 'my job' is not a valid name" in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_cli_error_found_when_drawing_names_the_file(tmp_path: Path) -> None:
+    """A batch size without a measured curve is found as the jobs are drawn; the line names the file too."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\n[[nodes]]\nname = "n"\ncpu_millis = 1000\n[[jobs]]\nid = "a"\nmodel = "cifar10"\nbatch_size = 7\n'
+    )
+    p = _cli("simulate", str(bad), "--quiet")
+    assert p.returncode == 2
+    assert f"{bad}: jobs[0].batch_size: no measured curve" in p.stderr
 
 
 def test_readme_main_command_runs_the_demo() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ import numpy as np
 
 from adapters.sim.truth import METRICS, GroundTruth, TraceError, TraceLibrary
 from models.speed import PSSpeedModel, fit_ps_speed_model
-from planner.snapshot import gpu_model_allowed
+from planner.snapshot import MAX_NAME, MAX_SECONDS, NAME_PATTERN, gpu_model_allowed
 
 #: Scenario metrics: name -> (what it measures, lower is better?)
 SCENARIO_METRICS: dict[str, tuple[str, bool]] = {
@@ -176,6 +177,22 @@ def _num(v: Any, where: str, *, lo: float | None = None, hi: float | None = None
     if hi is not None and x > hi:
         raise ScenarioError(f"{where}: {v!r} is above the maximum {hi:g}")
     return x
+
+
+def _name(v: Any, where: str, suffix: int = 0) -> str:
+    """A job id or node name as the snapshot contract takes it; ``suffix``: the characters a
+    ``count`` appends to it (``-12``)."""
+    if not isinstance(v, str) or not re.fullmatch(NAME_PATTERN, v) or len(v) + suffix > MAX_NAME:
+        raise ScenarioError(
+            f"{where}: {v!r} is not a valid name (1-{MAX_NAME - suffix} letters, digits, '.', '_', ':', '/' or '-', "
+            "starting and ending with a letter or digit)"[:300]
+        )
+    return v
+
+
+def _count_suffix(count: int) -> int:
+    """Characters ``count`` copies append to a name (``-0`` ... ``-99``): 0 for one copy."""
+    return len(f"-{count - 1}") if count > 1 else 0
 
 
 def _flag(v: Any, where: str) -> bool:
@@ -345,6 +362,10 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     for key in ("id", "model", "batch_size") if need_id else ("model", "batch_size"):
         if key not in row:
             raise ScenarioError(f"{where}.{key}: missing")
+    if "count" in row:
+        _num(row["count"], f"{where}.count", lo=1, hi=100_000, integer=True)
+    if "id" in row:
+        _name(row["id"], f"{where}.id", _count_suffix(int(row.get("count", 1))))
     if "model" in row and row["model"] not in METRICS:
         raise ScenarioError(f"{where}.model: unknown model {row['model']!r} (known: {', '.join(sorted(METRICS))})")
     kind = row.setdefault("kind", "gpu")
@@ -368,14 +389,15 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     for key in ("replicas", "min_replicas", "max_nodes"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=1, hi=1024, integer=True)
-    if "elastic" in row:
-        _flag(row["elastic"], f"{where}.elastic")
+    for key in ("elastic", "resizable", "tag"):
+        if key in row:
+            _flag(row[key], f"{where}.{key}")
     for key in ("count", "epochs"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=1, hi=100_000, integer=True)
     for key in ("memory_mib",):
         if key in row:
-            _num(row[key], f"{where}.{key}", lo=0, integer=True)
+            _num(row[key], f"{where}.{key}", lo=0, hi=10**9, integer=True)
     for key in ("checkpoint_seconds", "restart_seconds"):
         if key in row:
             _num(row[key], f"{where}.{key}", lo=0, hi=86400)
@@ -401,11 +423,11 @@ def _check_job_row(row: Any, where: str, *, need_id: bool = True) -> dict[str, A
     if isinstance(arr, list):
         if len(arr) != 2:
             raise ScenarioError(f"{where}.arrival: a range must be [low, high], got {arr!r}")
-        lo, hi = (_num(x, f"{where}.arrival", lo=0) for x in arr)
+        lo, hi = (_num(x, f"{where}.arrival", lo=0, hi=MAX_SECONDS) for x in arr)
         if hi < lo:
             raise ScenarioError(f"{where}.arrival: range {arr!r} has high below low")
     else:
-        _num(arr, f"{where}.arrival", lo=0)
+        _num(arr, f"{where}.arrival", lo=0, hi=MAX_SECONDS)
     return row
 
 
@@ -493,6 +515,39 @@ def _trace_rows(
     return rows
 
 
+_TRACE_KEYS = {"workload", "philly", "span", "job", "limit", "max_epochs", "time_scale", "models"}
+
+
+def _check_trace(trace: Any) -> None:
+    """The ``[trace]`` table's own fields (its jobs' rows are checked as they are drawn)."""
+    if not isinstance(trace, dict):
+        raise ScenarioError("trace: expected a table [trace]")
+    unknown = sorted(set(trace) - _TRACE_KEYS)
+    if unknown:
+        raise ScenarioError(f"trace.{unknown[0]}: unknown field (known: {', '.join(sorted(_TRACE_KEYS))})")
+    for key in ("workload", "philly"):
+        if key in trace and not (isinstance(trace[key], str) and trace[key]):
+            raise ScenarioError(f"trace.{key}: expected a path in the data folder, got {trace[key]!r}")
+    if "span" in trace:
+        _flag(trace["span"], "trace.span")
+    if not isinstance(trace.get("job", {}), dict):
+        raise ScenarioError(f"trace.job: expected a table of job fields, got {trace['job']!r}")
+    if "limit" in trace:
+        _num(trace["limit"], "trace.limit", lo=1, hi=10**6, integer=True)
+    if "max_epochs" in trace:
+        _num(trace["max_epochs"], "trace.max_epochs", lo=1, hi=10**9, integer=True)
+    if "time_scale" in trace:
+        _num(trace["time_scale"], "trace.time_scale", lo=1e-6, hi=1e6)
+    if "models" in trace:
+        mix = trace["models"]
+        if not isinstance(mix, list) or not mix:
+            raise ScenarioError(f"trace.models: expected a list of [model, batch_size] pairs, got {mix!r}"[:300])
+        for i, pair in enumerate(mix):
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise ScenarioError(f"trace.models[{i}]: expected [model, batch_size], got {pair!r}"[:300])
+            _num(pair[1], f"trace.models[{i}].batch_size", lo=1, integer=True)
+
+
 def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
     known = {
         "name", "description", "paper", "metric", "baseline", "headline", "headline_text", "interval_seconds",
@@ -509,7 +564,10 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
     if metric not in SCENARIO_METRICS:
         raise ScenarioError(f"metric: unknown metric {metric!r} (known: {', '.join(SCENARIO_METRICS)})")
     baseline = doc.get("baseline", "docker")
-    policies = tuple(doc.get("policies", _POLICY_NAMES))
+    raw_policies = doc.get("policies", list(_POLICY_NAMES))
+    if not isinstance(raw_policies, list) or not raw_policies:
+        raise ScenarioError(f"policies: expected a list of policy names, got {raw_policies!r}")
+    policies = tuple(raw_policies)
     for p in (baseline, *policies):
         if p not in _POLICY_NAMES:
             raise ScenarioError(f"baseline/policies: unknown policy {p!r} (known: {', '.join(_POLICY_NAMES)})")
@@ -522,11 +580,15 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         if not isinstance(n, dict) or "name" not in n or "cpu_millis" not in n:
             raise ScenarioError(f"{w}: needs 'name' and 'cpu_millis'")
         count = int(_num(n.get("count", 1), f"{w}.count", lo=1, hi=10_000, integer=True))
+        node_name = _name(n["name"], f"{w}.name", _count_suffix(count))
         cpu = int(_num(n["cpu_millis"], f"{w}.cpu_millis", lo=1, hi=10**7, integer=True))
         gpus = int(_num(n.get("gpus", 0), f"{w}.gpus", lo=0, hi=1024, integer=True))
-        mem = int(_num(n.get("memory_mib", 0), f"{w}.memory_mib", lo=0, integer=True))
+        mem = int(_num(n.get("memory_mib", 0), f"{w}.memory_mib", lo=0, hi=10**9, integer=True))
+        gpu_type = n.get("gpu_type")
+        if gpu_type is not None and not (isinstance(gpu_type, str) and gpu_type):
+            raise ScenarioError(f"{w}.gpu_type: expected a GPU model name, got {gpu_type!r}")
         for k in range(count):
-            nodes.append(NodeSpec(f"{n['name']}-{k}" if count > 1 else str(n["name"]), cpu, gpus, mem, n.get("gpu_type")))
+            nodes.append(NodeSpec(f"{node_name}-{k}" if count > 1 else node_name, cpu, gpus, mem, gpu_type))
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise ScenarioError("nodes: duplicate node names")
@@ -539,8 +601,8 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         dup = next(x for x in ids if ids.count(x) > 1)
         raise ScenarioError(f"jobs: duplicate job id {dup!r}")
     trace = doc.get("trace")
-    if trace is not None and not isinstance(trace, dict):
-        raise ScenarioError("trace: expected a table [trace]")
+    if trace is not None:
+        _check_trace(trace)
     if not table and trace is None:
         raise ScenarioError("jobs: a scenario needs [[jobs]] or a [trace]")
     headline = doc.get("headline")
@@ -556,7 +618,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         migration_budget=int(_num(doc.get("migration_budget", 4), "migration_budget", lo=0, hi=10**6, integer=True)),
         deadline_confidence=_num(doc.get("deadline_confidence", 0.5), "deadline_confidence", lo=0.5, hi=0.99),
         noise=_num(doc.get("noise", 0.003), "noise", lo=0, hi=0.5),
-        stop_at_target=bool(doc.get("stop_at_target", True)),
+        stop_at_target=_flag(doc.get("stop_at_target", True), "stop_at_target"),
         max_hours=_num(doc.get("max_hours", 72.0), "max_hours", lo=0.01, hi=24 * 365),
         nodes=tuple(nodes),
         job_table=table,
