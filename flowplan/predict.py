@@ -14,8 +14,9 @@ Rows (points) whose value is empty, null or NaN are skipped (and counted); anyth
 a number is an error naming the row (point) and column (field).
 
 Work is bounded whatever the input: at most :data:`MAX_ROWS` rows, epochs up to :data:`MAX_EPOCH`
-(the contracts' bound), cells up to :data:`MAX_CELL` characters, and the predicted curve is drawn
-on at most :data:`MAX_GRID` epochs however far the horizon.
+and values within ±1e12 (the contracts' bounds: beyond them the fit's band overflows), cells up to
+:data:`MAX_CELL` characters, and the predicted curve is drawn on at most :data:`MAX_GRID` epochs
+however far the horizon.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from models import CannotPredict, CurveFit, CurvePrior, Direction, LRSchedule, fit_learning_curve
 from models.curves import report_cadence
-from planner.snapshot import MIN_REFERENCE_POINTS
+from planner.snapshot import MAX_VALUE, MIN_REFERENCE_POINTS
 
 #: Most data rows read from a history (a run logged every step of 100 epochs fits).
 MAX_ROWS = 100_000
@@ -169,6 +170,8 @@ def _add_point(where: str, cells: list[str] | None, value: str, epochs: list[flo
         parsed.append(x)
     if not 0 <= parsed[0] <= MAX_EPOCH:
         raise HistoryError(f"{where} 'epoch': must be 0 to {MAX_EPOCH:g} (got {_clip(cells[0])})")
+    if not -MAX_VALUE <= parsed[1] <= MAX_VALUE:
+        raise HistoryError(f"{where} '{value}': must be within ±{MAX_VALUE:g} (got {_clip(cells[1])})")
     epochs.append(parsed[0])
     values.append(parsed[1])
     return 0

@@ -47,6 +47,12 @@ BAD = {
     "epoch 1e308 (overflowed the fit)": ("epoch,metric\n1,0.5\n1e308,0.4\n", "row 3, column 'epoch': must be 0 to 1e+09"),
     "epochs near 1e300 (overflowed the grid)": ("epoch,metric\n1e300,0.5\n2e300,0.4\n3e300,0.3\n", "row 2, column 'epoch'"),
     "a cell over the csv limit": ("epoch,metric\n1," + "9" * 140_000 + "\n", "row 2: not valid CSV"),
+    # Beyond the contracts' ±1e12 the fit's band overflowed: "inf" in the table, Infinity in the JSON.
+    "a metric of 1e300": ("epoch,metric\n1,0.5\n2,0.6\n3,1e300\n4,0.68\n", "row 4, column 'metric': must be within ±1e+12"),
+    "logs JSON, a loss of -1e300": (
+        '{"points": [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": -1e300}]}',
+        "point 1, field 'loss': must be within ±1e+12",
+    ),
     "too many rows": ("epoch,metric\n" + "".join(f"{i},{1 / i}\n" for i in range(1, 100_002)), "more than 100,000 rows"),
 }
 
