@@ -86,6 +86,26 @@ def exists(location: str) -> bool:
     return is_url(location) or location == ":memory:" or Path(location).is_file()
 
 
+def foreign_file(location: str) -> bool:
+    """Whether ``location`` is a SQLite file (or an empty one) without FlowPlan's tables: a reader must
+    not open it, since opening a store creates them. Asked read-only; False where it cannot tell (a URL,
+    a file SQLite cannot read: opening it says why)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    if is_url(location) or location == ":memory:":
+        return False
+    try:
+        db = sqlite3.connect(f"file:{quote(str(Path(location).resolve()))}?mode=ro", uri=True)
+        try:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+    return found is None
+
+
 def open_store(
     location: str,
     *,
@@ -95,7 +115,8 @@ def open_store(
     keep_snapshots: int | None = None,
 ) -> Any:
     """The :class:`store.StateStore` at ``location``; a :class:`flowplan.cli.UsageError` when it cannot be
-    opened. ``must_exist``: a SQLite file that is not there is an error (readers), not created.
+    opened. ``must_exist``: a SQLite file that is not there, or that has no FlowPlan tables (an empty
+    file, another program's database), is an error (readers): it is neither created nor written to.
     ``keep_plans`` / ``keep_snapshots``: the store's bounds on the plans it keeps (None: all)."""
     from flowplan.cli import UsageError
     from store import ConnectError, StateStore, StoreError
@@ -103,6 +124,11 @@ def open_store(
     where = f"--state {shown(location)}"
     if must_exist and not exists(location):
         raise UsageError(f"{where}: no state store there (flowplan daemon or flowplan simulate --state writes one)")
+    if must_exist and foreign_file(location):
+        raise UsageError(
+            f"{where}: not a FlowPlan state store (a file without its tables; flowplan daemon or flowplan simulate "
+            "--state writes one)"
+        )
     if not is_url(location) and location != ":memory:" and not Path(location).parent.is_dir():
         raise UsageError(f"{where}: directory {Path(location).parent} does not exist")
     try:

@@ -84,6 +84,28 @@ def test_one_line_errors(args: list[str], needle: str) -> None:
     assert r.returncode == 2 and needle in last and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("command", [["status"], ["events"], ["explain", "j"]])
+@pytest.mark.parametrize("kind", ["another program's database", "an empty file"])
+def test_readers_refuse_a_file_that_is_not_a_store_and_leave_it_as_it_was(command: list[str], kind: str, tmp_path: Path) -> None:
+    """They created FlowPlan's tables in whatever file --state named: another program's SQLite
+    database grew ten tables, and an empty file became a store."""
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    if kind == "an empty file":
+        path.write_bytes(b"")
+    else:
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+        db.commit()
+        db.close()
+    before = path.read_bytes()
+    r = run(*command, "--state", str(path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--state {path}: not a FlowPlan state store" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+
+
 def test_explain_an_unknown_job(state: Path) -> None:
     r = run("explain", "nobody", "--state", str(state))
     assert r.returncode == 2 and "nobody: not in the last" in r.stderr
