@@ -119,6 +119,21 @@ def test_epoch_numbering() -> None:
     assert [p.time for p in stamp] == [None, 1795411837.0]  # a duration is no timestamp
 
 
+def test_a_bar_without_an_epoch_is_no_epoch_per_redraw() -> None:
+    """A bare ``tqdm(loader)`` with ``set_postfix(loss=...)`` redrawn at 1 % to 7 % of one epoch was
+    read by key-value as seven finished epochs (its postfix's ``loss=`` a bare loss line each time)."""
+    redrawn = "".join(f"\r  {i}%|#         | {i * 10}/1000 [00:0{i}<00:10,  5.00it/s, loss={1 / i:.3f}]" for i in range(1, 8))
+    described = "".join(
+        f"train:  {i}%|#         | {i * 10}/1000 [00:0{i}<00:10,  5.00it/s, loss={1 / i:.3f}]\n" for i in range(1, 8)
+    )
+    for log in (redrawn + "\n", described):
+        points, _, reader = read_log(log)
+        assert points == [] and reader.recognised["key-value"] == 0, [(p.epoch, p.loss) for p in points]
+    # A bare loss line after such a bar is still the next epoch's.
+    points, _, _ = read_log(redrawn + "\nLoss: 0.1\n")
+    assert [(p.epoch, p.loss) for p in points] == [(1.0, 0.1)]
+
+
 def test_resumed_reader_goes_on_where_the_first_stopped() -> None:
     raw = open_fixture("lightning/lightning-tqdm-pipe.log")
     lines = raw.split(b"\n")

@@ -13,6 +13,9 @@ A line needs a loss or an accuracy (``loss``/``train_loss``…, ``val_acc``/``ac
   (``flowplan logs --steps-per-epoch``), else the line cannot be placed (counted, and said);
 - neither (FlowCon's bare ``Loss: x``): the epoch after the last one seen.
 
+A progress bar's line is not one of these, even where the bar has no epoch for ``progress-bar`` to
+read (a bare ``tqdm(loader)``): its postfix's ``loss=`` is a step's, and each redraw is no new epoch.
+
 ``time`` is used when it looks like Unix seconds (after 2001); per-epoch durations are not times.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import re
 
 from adapters.logs.formats.base import LOSS_KEYS, METRIC_KEYS, Context, Item, LogFormat, first, pairs
+from adapters.logs.formats.progress_bar import TQDM
 from adapters.logs.points import NUMBER, finite
 from adapters.logs.terminal import Frame
 
@@ -43,6 +47,8 @@ class KeyValue(LogFormat):
 
     def read(self, frame: Frame, time: float | None, ctx: Context) -> list[Item] | None:
         text = frame.text
+        if TQDM.match(text) is not None:
+            return None
         values = pairs(text)
         for key, value in SPACED.findall(text):
             values.setdefault(key.lower(), float(value))
