@@ -173,6 +173,8 @@ def run_command(args: argparse.Namespace) -> int:
     if out_dir is not None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise UsageError(f"--out {args.out}: is a file, not a directory") from None
         except OSError as e:
             raise UsageError(f"--out {args.out}: {e.strerror or e}") from None
     seeds = list(range(args.seed, args.seed + args.seeds))

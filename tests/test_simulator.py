@@ -407,6 +407,7 @@ def test_simulate_cli_writes_results_and_plots(tmp_path: Path) -> None:
         (["simulate", "no-such.toml"], "no-such.toml: file not found"),
         (["simulate", "--policy", "slurm"], "--policy: unknown policy 'slurm'"),
         (["simulate", "--seeds", "0"], "--seeds"),
+        (["simulate", "--out", "README.md"], "--out README.md: is a file, not a directory"),  # was "File exists"
     ],
 )
 def test_simulate_cli_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
@@ -425,6 +426,14 @@ def test_simulate_cli_bad_scenario_file(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "jobs[0].model: unknown model 'alexnet'" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_binary_scenario_file_is_one_line(tmp_path: Path) -> None:
+    """It was a UnicodeDecodeError traceback."""
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "x"\n\xf5\xff\x00')
+    with pytest.raises(ScenarioError, match=r"bad\.toml: not a TOML file \(byte 11 is not UTF-8 text\)"):
+        load_scenario(bad)
 
 
 def test_simulate_cli_bad_job_id_is_one_line_and_exit_2(tmp_path: Path) -> None:

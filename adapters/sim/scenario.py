@@ -633,11 +633,13 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(f"{p}: file not found") from None
     except OSError as e:
         raise ScenarioError(f"{p}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{p}: not a TOML file (byte {e.start} is not UTF-8 text)") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
