@@ -375,6 +375,33 @@ def test_bad_scenarios_name_the_field(patch: dict, field: str, library: TraceLib
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "content", "needle"),
+    [
+        ("workload", "name,time,application,batch_size\ncifar10-0,107,cifar10,2048\n", "header has no 'num_replicas' column"),
+        ("workload", "name,time,application,num_replicas,batch_size\ncifar10-0,abc,cifar10,6,2048\n", "line 2, column 'time'"),
+        ("workload", "name,time,application,num_replicas,batch_size\nc-0,107,cifar10,x,2048\n", "column 'num_replicas'"),
+        ("workload", "name,time,application,num_replicas,batch_size\n", "no rows after the header"),
+        ("workload", b"\x83\xf5\x00binary", "not a CSV file"),
+        ("philly", "timestamp,duration\n2017-10-09 07:01:55,1\n", "header has no 'num_gpus' column"),
+        ("philly", "timestamp,duration,num_gpus\n2017-10-09 07:01:55,1,two\n", "line 2, column 'num_gpus'"),
+        ("philly", "timestamp,duration,num_gpus\n", "no rows after the header"),
+    ],
+)
+def test_a_bad_trace_file_names_the_file_and_line(
+    key: str, content: str | bytes, needle: str, library: TraceLibrary, tmp_path: Path
+) -> None:
+    """A trace CSV missing a column, with a cell that is not a number, or not text was a KeyError,
+    ValueError or UnicodeDecodeError traceback; an empty one ran an empty simulation."""
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(content if isinstance(content, bytes) else content.encode())
+    doc = {"name": "t", "nodes": [{"name": "n", "cpu_millis": 32000, "gpus": 4}], "trace": {key: "t.csv", "limit": 2}}
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(doc).draw(0, library, tmp_path)
+    assert f"trace.{key}: {trace}" in str(e.value) and needle in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "flowplan", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 

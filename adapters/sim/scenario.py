@@ -443,6 +443,38 @@ def _timestamp(text: str, path: Path) -> float:
         raise ScenarioError(f"trace.philly: {path}: bad timestamp {text!r}") from None
 
 
+def _read_trace(path: Path, key: str, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    """The rows of trace CSV ``path`` (``trace.<key>``) with their line numbers, its header checked
+    for ``columns``; a file that cannot be read as such is a :class:`ScenarioError` naming it."""
+    where = f"trace.{key}: {path}"
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or ())]
+            if missing:
+                found = ", ".join(reader.fieldnames or ()) or "nothing"
+                raise ScenarioError(f"{where}: header has no '{missing[0]}' column (found: {found})"[:300])
+            rows = [(reader.line_num, r) for r in reader]
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{where}: not a CSV file (byte {e.start} is not UTF-8 text)") from None
+    except csv.Error as e:
+        raise ScenarioError(f"{where}: not valid CSV ({e})") from None
+    if not rows:
+        raise ScenarioError(f"{where}: no rows after the header")
+    return rows
+
+
+def _cell(r: dict[str, str], column: str, kind: type[int] | type[float], where: str) -> Any:
+    """Column ``column`` of a trace row as ``kind`` (``where`` names the file and line in an error)."""
+    text = r.get(column) or ""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ScenarioError(
+            f"{where}, column '{column}': not a {'whole number' if kind is int else 'number'} ({text[:40]!r})"
+        ) from None
+
+
 def _trace_rows(
     trace: dict[str, Any], rng: np.random.Generator, data: Path | None, library: TraceLibrary, n_nodes: int
 ) -> list[dict[str, Any]]:
@@ -467,26 +499,27 @@ def _trace_rows(
         path = data / str(trace["workload"])
         if not path.is_file():
             raise ScenarioError(f"trace.workload: file not found: {path}")
-        with path.open(newline="") as f:
-            for r in csv.DictReader(f):
-                if len(rows) >= limit:
-                    break
-                asked = int(r["num_replicas"])
-                gpus = 1 if span else min(asked, 4)
-                row = {**defaults, "id": r["name"], "model": r["application"], "batch_size": int(r["batch_size"]),
-                       "kind": "gpu", "arrival": float(r["time"]) * scale, "max_gpus": gpus}  # fmt: skip
-                row.setdefault("min_gpus", 1)
-                if span:
-                    row.update(min_gpus=1, replicas=asked, min_replicas=1, elastic=bool(defaults.get("elastic", False)))
-                    row["max_nodes"] = max(1, min(int(defaults.get("max_nodes", asked)), asked, n_nodes))
-                row["_where"] = f"trace.workload row {r['name']}"
-                rows.append(row)
+        for line, cells in _read_trace(path, "workload", ("name", "time", "application", "num_replicas", "batch_size"))[:limit]:
+            at = f"trace.workload: {path} line {line}"
+            asked = _cell(cells, "num_replicas", int, at)
+            gpus = 1 if span else min(asked, 4)
+            batch, arrival = _cell(cells, "batch_size", int, at), _cell(cells, "time", float, at) * scale
+            row = {**defaults, "id": cells["name"], "model": cells["application"], "batch_size": batch,
+                   "kind": "gpu", "arrival": arrival, "max_gpus": gpus}  # fmt: skip
+            row.setdefault("min_gpus", 1)
+            if span:
+                row.update(min_gpus=1, replicas=asked, min_replicas=1, elastic=bool(defaults.get("elastic", False)))
+                row["max_nodes"] = max(1, min(int(defaults.get("max_nodes", asked)), asked, n_nodes))
+            row["_where"] = f"trace.workload row {cells['name']}"
+            rows.append(row)
     elif "philly" in trace:
         path = data / str(trace["philly"])
         if not path.is_file():
             raise ScenarioError(f"trace.philly: file not found: {path}")
-        with path.open(newline="") as f:
-            all_rows = [(_timestamp(r["timestamp"], path), int(r["num_gpus"])) for r in csv.DictReader(f)]
+        all_rows = [
+            (_timestamp(cells["timestamp"], path), _cell(cells, "num_gpus", int, f"trace.philly: {path} line {line}"))
+            for line, cells in _read_trace(path, "philly", ("timestamp", "num_gpus"))
+        ]
         all_rows.sort()
         n = min(limit, len(all_rows))
         start = int(rng.integers(0, max(1, len(all_rows) - n)))
