@@ -296,6 +296,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"{name}: {exc}") from None
     except OSError as exc:
         raise UsageError(f"--plot {args.plot}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # matplotlib's: a file type it cannot write ("Format 'json' is not supported ...")
+        if not args.plot:
+            raise
+        raise UsageError(f"--plot {args.plot}: {exc}") from None
     if args.format == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

@@ -65,12 +65,15 @@ class History:
 def read_history(path: str, column: str | None = None) -> History:
     """Read a history CSV, or ``flowplan logs --format json`` output (``-``: standard input); the
     values from ``column`` (None: see :func:`parse_history`)."""
-    if path == "-":
-        import sys
-
-        return parse_history(sys.stdin.read(), column)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        if path == "-":
+            import sys
+
+            # As a file is read: UTF-8, a byte-order mark dropped (a spreadsheet's export piped in),
+            # any line ending.
+            text = sys.stdin.buffer.read().decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+        else:
+            text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise HistoryError("no such file") from None
     except IsADirectoryError:
@@ -87,7 +90,10 @@ def parse_history(text: str, column: str | None = None) -> History:
         return _parse_points(text, column)
     csv.field_size_limit(MAX_CELL)
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise HistoryError(f"row 1: not valid CSV ({exc})") from None
     if header is None:
         raise HistoryError("empty file (expected a header with 'epoch' and 'metric' or 'loss')")
     names = [h.strip().lower() for h in header]

@@ -53,6 +53,7 @@ BAD = {
         '{"points": [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": -1e300}]}',
         "point 1, field 'loss': must be within ±1e+12",
     ),
+    "a header cell over the csv limit": ("epoch," + "m" * 140_000 + "\n1,2\n", "row 1: not valid CSV"),  # was a traceback
     "too many rows": ("epoch,metric\n" + "".join(f"{i},{1 / i}\n" for i in range(1, 100_002)), "more than 100,000 rows"),
 }
 
@@ -66,6 +67,33 @@ def test_bad_history(case: str, tmp_path: Path) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(f) in lines[0] and must in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_standard_input_is_read_as_a_file_is() -> None:
+    """Binary on standard input was a csv.Error traceback; a byte-order mark (a spreadsheet's export)
+    hid the 'epoch' column, and old-Mac line ends were a traceback too. A file read fine either way."""
+
+    def piped(data: bytes) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "flowplan", "predict", "-", "--target", "0.9", "--direction", "higher"]
+        return subprocess.run(cmd, input=data, capture_output=True, timeout=120)
+
+    binary = piped(bytes(range(256)) * 4)
+    assert binary.returncode == 2 and b"<stdin>: cannot read" in binary.stderr and b"Traceback" not in binary.stderr
+    for ending in (b"\n", b"\r\n", b"\r"):
+        rows = ending.join([b"epoch,metric", b"1,0.5", b"2,0.6", b"3,0.65", b"4,0.68"]) + ending
+        for data in (rows, b"\xef\xbb\xbf" + rows):
+            r = piped(data)
+            assert r.returncode == 0 and b"4 point(s) of metric up to epoch 4" in r.stdout, (data, r.stderr)
+
+
+def test_a_plot_file_type_matplotlib_cannot_write_is_one_line(tmp_path: Path) -> None:
+    """``--plot out.json`` was matplotlib's ValueError traceback."""
+    pytest.importorskip("matplotlib")
+    f = _csv(tmp_path, "epoch,metric\n1,0.5\n2,0.6\n3,0.65\n4,0.68\n")
+    r = run(str(f), "--target", "0.9", "--direction", "higher", "--plot", str(tmp_path / "out.json"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"flowplan: error: --plot {tmp_path / 'out.json'}: " + r.stderr.split(": ", 3)[-1].strip()
+    assert "Format 'json' is not supported" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_missing_file() -> None:
