@@ -94,7 +94,7 @@ def _translate(exc: ValidationError, model: Any) -> SnapshotError:
         loc, msg = msg.split(": ", 1)
         return SnapshotError(loc, msg)
     # ... and those of a job name their field first ("schedule: ...").
-    head = re.match(r"^([a-z_]+(?:\.[a-z_]+|\[\d+\])*): ", msg)
+    head = re.match(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*|\[\d+\])*): ", msg)
     if loc and head:
         return SnapshotError(f"{loc}.{head.group(1)}", msg[head.end() :])
     value = err.get("input")

@@ -204,7 +204,7 @@ class QoETarget(Input):
             better = self.tier2.value >= self.tier1.value if self.direction == "higher" else self.tier2.value <= self.tier1.value
             if not better:
                 raise ValueError(
-                    f"tier2.value {self.tier2.value} must be at least as good as tier1.value {self.tier1.value} "
+                    f"tier2.value: {self.tier2.value} must be at least as good as tier1.value {self.tier1.value} "
                     f"(direction '{self.direction}')"
                 )
         return self

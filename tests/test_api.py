@@ -264,7 +264,7 @@ REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
         "/v1/jobs/j/target",
         {"direction": "higher", "tier1": {"value": 0.9}, "tier2": {"value": 0.8}},
         422,
-        "",
+        "tier2.value",  # was "": the message named it, the field did not
     ),
     ("target: NaN deadline", "PUT", "/v1/jobs/j/target", b'{"tier1": {"value": 1, "deadline": NaN}}', 422, "tier1.deadline"),
     ("target: bad direction", "PUT", "/v1/jobs/j/target", {"direction": "up", "tier1": {"value": 1}}, 422, "direction"),

@@ -87,7 +87,7 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
     "running without node": (json.dumps(_mut(["jobs", 0, "node"], None)), "jobs[0]"),
     "tier2 worse than tier1": (
         json.dumps(_mut(["jobs", 1, "target"], {"direction": "higher", "tier1": {"value": 0.9}, "tier2": {"value": 0.8}})),
-        "jobs[1].target",
+        "jobs[1].target.tier2.value: 0.8 must be at least as good",
     ),
     "negative priority": (json.dumps(_mut(["jobs", 1, "priority"], -1)), "jobs[1].priority"),
 }
