@@ -31,7 +31,7 @@ from models import CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.curve_prior import CurvePrior, ReferenceCurve
 from models.curves import report_cadence
 from planner.config import PlannerConfig
-from planner.progress import SpeedBasis, job_speed, judged_on_loss, judged_series, reached
+from planner.progress import SpeedBasis, job_speed, judged_on_loss, judged_series, reached, unread_history
 from planner.snapshot import MIN_REFERENCE_POINTS, Job, QoETarget, Settings, Snapshot, TaskCurves, lr_schedule
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
@@ -277,7 +277,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
             curve_note += f" with the declared {schedule.kind} learning-rate schedule"
     else:
         assert isinstance(fit, CannotPredict)
-        curve_note = f"no curve yet ({fit.reason})"
+        curve_note = f"no curve yet ({unread_history(job) or fit.reason})"
 
     speed = job_speed(job)
 

@@ -32,6 +32,30 @@ def judged_on_loss(job: Job) -> bool:
     return any(p.loss is not None for p in job.history)
 
 
+def unread_history(job: Job) -> str | None:
+    """Why none of a job's history points can be read, where that is a column mismatch (the target's
+    metric reads the loss and the job reports only a quality metric, or the other way round): a
+    misnamed target is the likely cause, and the plan should say so rather than "no curve yet".
+    ``None`` when some point has the judged column, or no point has either."""
+    if not job.history:
+        return None
+    use_loss = judged_on_loss(job)
+    if any((p.loss if use_loss else p.metric) is not None for p in job.history):
+        return None
+    if not any((p.metric if use_loss else p.loss) is not None for p in job.history):
+        return None
+    n, name = len(job.history), job.target.metric if job.target is not None else "loss"
+    if use_loss:
+        return (
+            f"none of its {n} history point(s) has a loss, which the target's metric {name!r} reads; they carry a "
+            "quality metric only (a target on it names it: metric 'accuracy', direction 'higher')"
+        )
+    return (
+        f"none of its {n} history point(s) has a quality metric, which the target's metric {name!r} reads; they "
+        "carry a loss only (a target on the loss says metric 'loss')"
+    )
+
+
 def judged_series(job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, Direction]:
     """Times, epochs and values of the metric the job is judged on (by epoch, then time), its name
     and its direction.

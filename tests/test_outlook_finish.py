@@ -42,3 +42,22 @@ def test_a_reachable_tier2_still_stops_it_sooner() -> None:
     near = values[SEEN + 9]  # reached about ten epochs on
     target = QoETarget(metric="accuracy", direction="higher", tier1=Tier(value=0.5), tier2=Tier(value=near), max_epochs=300)
     assert _outlook(target).remaining_finish < 300 - SEEN
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        # The history carries the accuracy; a target left at the default metric reads the loss.
+        (QoETarget(tier1=Tier(value=0.2), max_epochs=300), "none of its 60 history point(s) has a loss"),
+        (QoETarget(metric="accuracy", direction="higher", tier1=Tier(value=0.9), max_epochs=300), None),
+    ],
+    ids=["target-on-the-loss", "target-on-the-accuracy"],
+)
+def test_a_target_on_a_column_the_history_lacks_says_so(target: QoETarget, says: str | None) -> None:
+    """A target whose metric reads the loss of a job that reports only its accuracy has no curve: the
+    basis says that no point has the column (a misnamed target), not only "0 usable points"."""
+    o = _outlook(target)
+    if says is None:
+        assert o.curve is not None and "none of its" not in o.curve_note
+    else:
+        assert o.curve is None and says in o.curve_note and "metric 'accuracy'" in o.curve_note, o.curve_note
