@@ -211,6 +211,11 @@ def run_explain(args: argparse.Namespace) -> int:
 
     store = _open(args.state)
     try:
+        newest = store.plan_ids(1)
+        if not newest:
+            raise UsageError(f"{shown(args.state)}: no plans yet (the daemon or flowplan simulate --state writes them)")
+        if args.plan is not None and store.get_plan(args.plan) is None:
+            raise UsageError(f"--plan {args.plan}: no such plan in {shown(args.state)} (the newest is plan {newest[0]})")
         ids = store.plan_ids(args.plans) if args.plan is None else list(range(args.plan, max(args.plan - args.plans, 0), -1))
         plans = [(i, store.get_plan(i)) for i in ids]
         actions = store.actions(job=args.job, limit=20)

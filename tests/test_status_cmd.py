@@ -111,6 +111,19 @@ def test_explain_an_unknown_job(state: Path) -> None:
     assert r.returncode == 2 and "nobody: not in the last" in r.stderr
 
 
+def test_explain_a_plan_that_is_not_there_or_a_store_without_plans(state: Path, tmp_path: Path) -> None:
+    """``--plan`` past the newest plan was "not in the last 5 plan(s) up to plan 999", as if the job
+    were the problem; a store with no plans said "not in the last 0 plan(s)"."""
+    from store import StateStore
+
+    r = run("explain", "ncf-0", "--state", str(state), "--plan", "999999")
+    assert r.returncode == 2 and "--plan 999999: no such plan in" in r.stderr and "(the newest is plan " in r.stderr, r.stderr
+    empty = tmp_path / "empty.db"
+    StateStore(empty).close()
+    r = run("explain", "ncf-0", "--state", str(empty))
+    assert r.returncode == 2 and f"{empty}: no plans yet" in r.stderr, r.stderr
+
+
 def test_tables_are_rich_on_a_terminal_and_plain_when_piped() -> None:
     import io
 
