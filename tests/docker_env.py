@@ -152,6 +152,30 @@ def create_job(
     return str(res["Id"])
 
 
+def job_logs(engines: Any, job_id: str, tail: int = 40) -> str:
+    """Every container of ``job_id`` on ``engines`` (an ``EngineSet``): its name, labels' role and rank,
+    state and exit code, then the last ``tail`` lines of its log. For a test's failure message: a
+    container that exited early says why here, and its engine is gone once the session ends."""
+    out: list[str] = []
+    for e in engines.engines:
+        try:
+            client = api(e.url)
+            found = client.containers(all=True, filters={"label": f"flowplan.job={job_id}"})
+        except Exception as exc:
+            out.append(f"--- {e.name}: not read ({exc})")
+            continue
+        for c in sorted(found, key=lambda c: c["Names"][0]):
+            labels = c["Labels"]
+            who = f"{labels.get('flowplan.role', 'worker')} {labels.get('flowplan.rank', '?')}"
+            out.append(f"--- {c['Names'][0].lstrip('/')} ({who}) on {e.name}: {c['Status']}")
+            try:
+                text = client.logs(c["Id"], tail=tail).decode(errors="replace").rstrip()
+            except Exception as exc:
+                text = f"(log not read: {exc})"
+            out.extend("    " + line for line in text.splitlines())
+    return "\n".join(out) or f"(no container of job {job_id})"
+
+
 def remove_jobs(url: str) -> None:
     """Remove every container carrying a ``flowplan.job`` label (test clean-up)."""
     try:

@@ -58,14 +58,18 @@ def _clean(docker_engines: Any) -> Any:
             remove_jobs(e.url)
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float, what: str, every: float = 0.5, explain: Callable[[], str] | None = None
+) -> Any:
+    """``pred()``'s first true value within ``timeout`` s; else the test fails, with ``explain()``
+    (e.g. the job's container logs, ``docker_env.job_logs``) in its message."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         got = pred()
         if got:
             return got
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}" + (f"\n{explain()}" if explain else ""))
 
 
 def adapter_for(engines: Any, **kw: Any) -> DockerAdapter:

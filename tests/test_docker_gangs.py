@@ -43,6 +43,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -106,6 +107,14 @@ def template(
     return str(res["Id"])
 
 
+def logs(engines: Any, job: str) -> Callable[[], str]:
+    """For ``wait_for``'s ``explain``: a wait that times out shows the job's containers, their exit
+    codes and the ends of their logs (a replica that exited early says why there)."""
+    from docker_env import job_logs
+
+    return lambda: job_logs(engines, job)
+
+
 def env_of(engine: Any, cid: str) -> dict[str, str]:
     from docker_env import api
 
@@ -146,7 +155,12 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
         assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == (rank, "2", "127.0.0.1", port)
         assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("0", "1")
         assert c["HostConfig"]["NetworkMode"] == "host" and c["Labels"][RANK] == rank
-    running = wait_for(lambda: (j := job_of(ad, "gang")) and len(j.history) >= 5 and j, 90, "5 epochs of the 2-replica gang")
+    running = wait_for(
+        lambda: (j := job_of(ad, "gang")) and len(j.history) >= 5 and j,
+        90,
+        "5 epochs of the 2-replica gang",
+        explain=logs(docker_engines, "gang"),
+    )
     assert running.status == "running" and running.node == "main"
     assert [(s.node, s.replicas) for s in running.placement] == [("main", 1), ("extra0", 1)]
     assert running.allocation.cpu_millis == 500
@@ -170,15 +184,28 @@ def test_gang_on_two_engines_trains_and_rescales_through_a_checkpoint(docker_eng
     held = max(p.epoch for p in ad.store.history("gang"))
     assert held >= 5, held
     resumed = wait_for(
-        lambda: [e for e in log_events(main, now["0"]["Id"]) if e["event"] == "resumed"], 180, "the new rank 0 to resume"
+        lambda: [e for e in log_events(main, now["0"]["Id"]) if e["event"] == "resumed"],
+        180,
+        "the new rank 0 to resume",
+        explain=logs(docker_engines, "gang"),
     )
     assert resumed[0]["epoch"] == held  # from the checkpoint, not from 0
     assert [e["world_size"] for e in log_events(main, now["0"]["Id"]) if e["event"] == "rendezvous"] == [3]
-    grown = wait_for(lambda: (j := job_of(ad, "gang")) and j.status == "running" and j, 30, "the gang of 3")
+    grown = wait_for(
+        lambda: (j := job_of(ad, "gang")) and j.status == "running" and j,
+        30,
+        "the gang of 3",
+        explain=logs(docker_engines, "gang"),
+    )
     assert [(s.node, s.replicas) for s in grown.placement] == [("main", 2), ("extra0", 1)]
     (same,) = ad.apply([three])
     assert same.ok and "already running" in same.message, same
-    done = wait_for(lambda: (j := job_of(ad, "gang")) and j.status == "finished" and j, 120, "the gang to finish")
+    done = wait_for(
+        lambda: (j := job_of(ad, "gang")) and j.status == "finished" and j,
+        120,
+        "the gang to finish",
+        explain=logs(docker_engines, "gang"),
+    )
     print(
         "speed points (cpu, replicas, hosts, s/epoch):",
         [(p.cpu_millis, p.replicas, p.nodes, round(p.seconds_per_epoch, 3)) for p in done.speed],
@@ -222,7 +249,12 @@ def test_a_tensorflow_gang_finds_its_workers_through_tf_config(docker_engines: A
         env = env_of(engine, c["Id"])
         assert json.loads(env["TF_CONFIG"]) == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
         assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env), env
-    done = wait_for(lambda: (j := job_of(ad, "tf")) and j.status == "finished" and j, 180, "the TF_CONFIG gang to finish")
+    done = wait_for(
+        lambda: (j := job_of(ad, "tf")) and j.status == "finished" and j,
+        180,
+        "the TF_CONFIG gang to finish",
+        explain=logs(docker_engines, "tf"),
+    )
     assert [e["world_size"] for e in log_events(main, r0["Id"]) if e["event"] == "rendezvous"] == [2]
     reference = unscaled_loss(tmp_path)
     print(f"final loss: TF_CONFIG gang of 2 {done.history[-1].loss!r}, one process {reference!r}")
@@ -261,7 +293,12 @@ def test_a_parameter_server_gang_trains_through_its_servers_and_rescales(docker_
             assert c["Labels"][PS] == "2" and c["HostConfig"]["NetworkMode"] == "host"
             shares = api(engine.url).inspect_container(c["Id"])["HostConfig"]["CpuShares"]
             assert shares == shares_for(300 if role == "ps" else 500)
-    running = wait_for(lambda: (j := job_of(ad, "ps")) and len(j.history) >= 5 and j, 90, "5 epochs through the servers")
+    running = wait_for(
+        lambda: (j := job_of(ad, "ps")) and len(j.history) >= 5 and j,
+        90,
+        "5 epochs through the servers",
+        explain=logs(docker_engines, "ps"),
+    )
     assert running.allocation.servers == 1 and [(s.node, s.replicas) for s in running.placement] == [("main", 1), ("extra0", 1)]
     (again,) = ad.apply([start])
     assert again.ok and "already running" in again.message, again
@@ -280,15 +317,28 @@ def test_a_parameter_server_gang_trains_through_its_servers_and_rescales(docker_
     assert sorted(now) == [("ps", "0"), ("ps", "1"), ("worker", "0"), ("worker", "1"), ("worker", "2")]
     held = max(p.epoch for p in ad.store.history("ps"))
     resumed = wait_for(
-        lambda: [e for e in log_events(main, now[("worker", "0")]["Id"]) if e["event"] == "resumed"], 180, "rank 0 to resume"
+        lambda: [e for e in log_events(main, now[("worker", "0")]["Id"]) if e["event"] == "resumed"],
+        180,
+        "rank 0 to resume",
+        explain=logs(docker_engines, "ps"),
     )
     assert resumed[0]["epoch"] == held
     assert [
         (e["world_size"], e["servers"]) for e in log_events(main, now[("worker", "0")]["Id"]) if e["event"] == "rendezvous"
     ] == [(3, 2)]
-    grown = wait_for(lambda: (j := job_of(ad, "ps")) and j.status == "running" and j, 30, "the gang of 3 with 2 servers")
+    grown = wait_for(
+        lambda: (j := job_of(ad, "ps")) and j.status == "running" and j,
+        30,
+        "the gang of 3 with 2 servers",
+        explain=logs(docker_engines, "ps"),
+    )
     assert grown.allocation.servers == 2 and grown.placement is None and grown.replicas == 3
-    done = wait_for(lambda: (j := job_of(ad, "ps")) and j.status == "finished" and j, 180, "the PS gang to finish")
+    done = wait_for(
+        lambda: (j := job_of(ad, "ps")) and j.status == "finished" and j,
+        180,
+        "the PS gang to finish",
+        explain=logs(docker_engines, "ps"),
+    )
     assert {(p.replicas, p.nodes, p.servers) for p in done.speed} <= {(2, 2, 2), (3, 1, 2)}, done.speed
     assert [p.epoch for p in done.history] == [float(i) for i in range(1, EPOCHS + 1)]
     reference = unscaled_loss(tmp_path)
@@ -306,7 +356,12 @@ def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) ->
     (out,) = ad.apply([Change("pause", "start", "extra0", 500, 0, replicas=2)])  # both on extra0
     assert out.ok, out
     assert containers(main, "pause") == [] and len(containers(e0, "pause")) == 2
-    running = wait_for(lambda: (j := job_of(ad, "pause")) and len(j.history) >= 2 and j, 90, "2 epochs on extra0")
+    running = wait_for(
+        lambda: (j := job_of(ad, "pause")) and len(j.history) >= 2 and j,
+        90,
+        "2 epochs on extra0",
+        explain=logs(docker_engines, "pause"),
+    )
     assert running.placement is None or [(s.node, s.replicas) for s in running.placement] == [("extra0", 2)]
     (out,) = ad.apply([Change("pause", "pause", None, 0, 0, replicas=2, from_node="extra0")])
     assert out.ok and "exit 75" in out.message and "removed 1" in out.message, out
@@ -322,7 +377,12 @@ def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_e
     cid = template(docker_engines, "fp-alone", "alone", args=LONG)
     api(main.url).start(cid)  # by hand: one process, WORLD_SIZE unset
     ad = adapter_for(docker_engines)
-    wait_for(lambda: any(e["event"] == "rendezvous" for e in log_events(main, cid)), 60, "the job to start")
+    wait_for(
+        lambda: any(e["event"] == "rendezvous" for e in log_events(main, cid)),
+        60,
+        "the job to start",
+        explain=logs(docker_engines, "alone"),
+    )
     assert "alone" not in {j.id for j in ad.observe().jobs}
     assert ad.last.broken["alone"] == "rank 0 runs without its gang (started outside FlowPlan?)"
     lines = ad.reconcile()
@@ -344,7 +404,9 @@ def test_a_rescale_that_cannot_make_its_new_set_starts_the_old_one_again(docker_
     ok = ad.apply([Change("back", "start", "main", 500, 0, replicas=2, placement=(("main", 1), ("extra0", 1)))])
     assert ok[0].ok, ok
     before = {c["Id"] for e in (main, e0) for c in containers(e, "back")}
-    wait_for(lambda: (j := job_of(ad, "back")) and len(j.history) >= 3 and j, 90, "3 epochs")
+    wait_for(
+        lambda: (j := job_of(ad, "back")) and len(j.history) >= 3 and j, 90, "3 epochs", explain=logs(docker_engines, "back")
+    )
     three = Change("back", "migrate", "main", 500, 0, replicas=3, from_node="main", placement=(("main", 2), ("extra1", 1)))
     (out,) = ad.apply([three])
     assert not out.ok and out.error == "not_found", out
@@ -355,8 +417,18 @@ def test_a_rescale_that_cannot_make_its_new_set_starts_the_old_one_again(docker_
     after = {c["Id"]: c for e in (main, e0) for c in containers(e, "back")}
     assert set(after) == before and all(c["State"] == "running" for c in after.values()), after
     (rank0,) = [cid for cid, c in after.items() if c["Labels"][RANK] == "0"]
-    wait_for(lambda: [e for e in log_events(main, rank0) if e["event"] == "resumed"], 180, "the old rank 0 to resume")
-    back = wait_for(lambda: (j := job_of(ad, "back")) and j.status == "running" and j, 30, "the old gang running")
+    wait_for(
+        lambda: [e for e in log_events(main, rank0) if e["event"] == "resumed"],
+        180,
+        "the old rank 0 to resume",
+        explain=logs(docker_engines, "back"),
+    )
+    back = wait_for(
+        lambda: (j := job_of(ad, "back")) and j.status == "running" and j,
+        30,
+        "the old gang running",
+        explain=logs(docker_engines, "back"),
+    )
     assert [(s.node, s.replicas) for s in back.placement] == [("main", 1), ("extra0", 1)]
 
 
@@ -400,7 +472,12 @@ def test_the_planner_starts_a_gang_and_the_next_intervals_keep_it(docker_engines
     assert all(o.ok for t in ticks for o in t.outcomes), [o for t in ticks for o in t.outcomes if not o.ok]
     assert ticks[0].changes and ticks[0].changes[0].kind == "start", ticks[0].changes
     assert not [o for t in ticks for o in t.outcomes if "already" in o.message]
-    job = wait_for(lambda: (j := job_of(ad, "planned")) and j.history and j, 60, "the planned gang's epochs")
+    job = wait_for(
+        lambda: (j := job_of(ad, "planned")) and j.history and j,
+        60,
+        "the planned gang's epochs",
+        explain=logs(docker_engines, "planned"),
+    )
     assert job.status == "running"
     shares = [(s.node, s.replicas) for s in job.placement] if job.placement else [(job.node, job.replicas)]
     assert 2 <= sum(k for _, k in shares) <= 3 and len(shares) <= 2, shares
