@@ -19,7 +19,10 @@ Cases:
   after 30 epochs is the same with 1 and 3 replicas; a 2-replica run stopped by SIGTERM on rank 0
   exits 75 on both ranks and resumes with 3 replicas from its checkpoint's epoch to the loss of an
   uninterrupted run; a SIGUSR1 to rank 0 of a running 2-replica gang delivers its weights once
-  (``<job>.delivered.npz``, a ``delivered`` event) and training goes on to the uninterrupted loss.
+  (``<job>.delivered.npz``, a ``delivered`` event) and training goes on to the uninterrupted loss;
+  a port another process holds (host networking) is named in one line, no traceback: rank 0 exits 75,
+  a parameter server 1; a connection that is reset mid-step is a lost peer (75 on rank 0), not a
+  traceback.
 """
 
 from __future__ import annotations
@@ -308,6 +311,51 @@ def test_the_job_refuses_a_bad_tf_config_in_one_line(tmp_path: Path, tf_config_t
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.startswith("bad rendezvous: ") and must in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1
+
+
+def test_a_port_held_by_another_process_is_named_in_one_line(tmp_path: Path) -> None:
+    """Rank 0 and a parameter server whose port another process listens on: tried again until the
+    rendezvous timeout (1 s here), then one line naming the port; rank 0 exits 75, the server 1."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        workers, ps = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"], [f"127.0.0.1:{port}"]
+        cases = {
+            "rank 0": ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, 75),
+            "ps 0": ({"TF_CONFIG": tf_config(workers, 0, ps, task="ps")}, 1),
+        }
+        for who, (rendezvous, code) in cases.items():
+            env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **rendezvous}
+            cmd = [sys.executable, str(JOB), "--job", "g", "--checkpoint-dir", str(tmp_path), "--rendezvous-timeout", "1"]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+            assert out.returncode == code and "Traceback" not in out.stderr, (who, out.stderr)
+            assert f"{who} cannot listen on port {port}: Address already in use" in out.stderr, (who, out.stderr)
+            assert out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_reset_connection_mid_step_is_a_lost_peer(tmp_path: Path) -> None:
+    """2 workers whose parameter server is something else on its port (it reads a little and closes):
+    the reset reaches them while they send, and each exits as for a lost peer (rank 0 75, rank 1 1,
+    one line each), not with a traceback."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(4)
+        port = other.getsockname()[1]
+        procs = []
+        for rank in (0, 1):
+            env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+            env["TF_CONFIG"] = tf_config([f"127.0.0.1:{port + 1}", f"127.0.0.1:{port + 2}"], rank, [f"127.0.0.1:{port}"])
+            cmd = [sys.executable, str(JOB), "--job", "g", "--checkpoint-dir", str(tmp_path), "--epochs", "5"]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        for _ in procs:
+            conn, _ = other.accept()
+            conn.recv(3)
+            conn.close()  # the rest unread: a reset
+        errs = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [75, 1], errs
+    for rank, err in enumerate(errs):
+        assert "Traceback" not in err and f"rank {rank}: a peer was lost: " in err, err
 
 
 @pytest.mark.slow

@@ -35,6 +35,8 @@ is reached) rank 0 writes the weights to ``<checkpoint dir>/<job>.delivered.npz`
 ``{"event": "delivered"}``, and training goes on. The other ranks exit 75 when told to stop, 0 when training is
 done, and 1 when rank 0 goes away. A rank that loses a peer mid-step exits too (rank 0 with 75, so
 the job can be started again from its last checkpoint; ``--checkpoint-every`` bounds what is lost).
+A port held by another process (host networking shares the host's ports) is tried again until the
+rendezvous timeout, then rank 0 exits 75 and a server 1, each with a line naming the port.
 
 numpy and scikit-learn's bundled digits only: no network beyond the rendezvous, no download.
 """
@@ -70,7 +72,10 @@ class PeerLost(Exception):
 
 def send(sock: socket.socket, kind: int, values: np.ndarray | None = None) -> None:
     payload = b"" if values is None else np.ascontiguousarray(values, dtype="<f8").tobytes()
-    sock.sendall(_HEADER.pack(kind, len(payload)) + payload)
+    try:
+        sock.sendall(_HEADER.pack(kind, len(payload)) + payload)
+    except OSError as exc:  # reset or broken pipe: the peer is gone (or was never ours), as for a receive
+        raise PeerLost(str(exc)) from exc
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -128,10 +133,7 @@ class Group:
             return
         deadline = time.monotonic() + timeout
         if rank == 0:
-            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            server.bind(("0.0.0.0", port))
-            server.listen(world)
+            server = _listen(port, world, deadline, "rank 0")
             by_rank: dict[int, socket.socket] = {}
             while len(by_rank) < world - 1:
                 server.settimeout(max(0.1, deadline - time.monotonic()))
@@ -151,14 +153,7 @@ class Group:
             server.close()
             self.peers = [by_rank[r] for r in sorted(by_rank)]
         else:
-            while True:
-                try:
-                    conn = socket.create_connection((addr, port), timeout=5)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise PeerLost(f"rank 0 at {addr}:{port} did not answer within {timeout:g} s") from None
-                    time.sleep(0.2)
+            conn = _connect(addr, port, deadline, "rank 0")
             conn.settimeout(timeout)
             send(conn, HELLO, np.array([rank, world], dtype=float))
             self.peers = [conn]
@@ -193,7 +188,7 @@ class Group:
         for peer in self.peers + (self.servers.socks if self.servers is not None and kind in (STOP, DONE) else []):
             try:
                 send(peer, kind, values)
-            except OSError:
+            except PeerLost:
                 pass
 
     def close(self) -> None:
@@ -201,10 +196,34 @@ class Group:
             peer.close()
 
 
+def _listen(port: int, backlog: int, deadline: float, what: str) -> socket.socket:
+    """A socket listening on ``port`` (all addresses). A port another process holds (host networking
+    shares the host's ports) is tried again until ``deadline``, then PeerLost naming it."""
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+            sock.listen(backlog)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise PeerLost(f"{what} cannot listen on port {port}: {exc.strerror} (held by another process?)") from None
+            time.sleep(0.5)
+
+
 def _connect(addr: str, port: int, deadline: float, what: str) -> socket.socket:
+    """A connection to ``what`` at ``addr:port``, tried again until ``deadline`` (it may not listen yet)."""
     while True:
         try:
-            return socket.create_connection((addr, port), timeout=5)
+            conn = socket.create_connection((addr, port), timeout=5)
+            if conn.getsockname() == conn.getpeername():
+                # Nothing listens yet and the kernel gave this socket the port itself as its source
+                # (possible when the port is in the ephemeral range): TCP connects it to itself.
+                conn.close()
+                raise OSError("connected to itself")
+            return conn
         except OSError:
             if time.monotonic() > deadline:
                 raise PeerLost(f"{what} at {addr}:{port} did not answer in time") from None
@@ -242,12 +261,13 @@ class Servers:
 def serve(index: int, servers: int, world: int, port: int, timeout: float) -> int:
     """Parameter server ``index`` of ``servers``: accept the ``world`` workers on ``port``, then, step
     after step, add their slices in rank order and send each the sum; rank 0's stop or done is passed
-    on to every worker and ends it (exit 0); a worker gone is exit 1."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("0.0.0.0", port))
-    listener.listen(world)
+    on to every worker and ends it (exit 0); a worker gone, or a port it cannot listen on, is exit 1."""
     deadline = time.monotonic() + timeout
+    try:
+        listener = _listen(port, world, deadline, f"ps {index}")
+    except PeerLost as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return 1
     by_rank: dict[int, socket.socket] = {}
     try:
         while len(by_rank) < world:
@@ -274,7 +294,7 @@ def serve(index: int, servers: int, world: int, port: int, timeout: float) -> in
                     for other in workers:
                         try:
                             send(other, kind)
-                        except OSError:
+                        except PeerLost:
                             pass
                     return 0
                 total = got.copy() if total is None else total + got
