@@ -25,8 +25,9 @@ replaced) and runs with **host networking**: ``MASTER_ADDR`` is the address of r
 its host, as NCCL and gloo need (they connect every rank to every other on ports of their own). Ranks
 are numbered along the placement: rank 0's host first, then each host's replicas in turn.
 The port is the job's ``flowplan.master_port`` when no other running gang holds it, else the first
-free one from a hash of the job id in [29500, 49500) (:func:`~adapters.docker.ranks.choose_port`), so it is the same at every
-restart and differs between the gangs the adapter runs.
+free one from a hash of the job id in [29500, 32768) (:func:`~adapters.docker.ranks.choose_port`), so it is the same at every
+restart and differs between the gangs the adapter runs; below Linux's ephemeral ports, which any
+outgoing connection on the host may hold.
 
 A gang labelled ``flowplan.rendezvous=tensorflow`` gets TensorFlow's ``TF_CONFIG`` instead (and
 none of torchrun's variables): the cluster's workers, ``<host address>:<port + rank>`` in rank

@@ -32,7 +32,11 @@ TF_CONFIG = "TF_CONFIG"
 #: Every variable the adapter sets, in the order it writes them; a template's own values are dropped.
 WRITTEN_ENV = (*RENDEZVOUS_ENV, TF_CONFIG)
 PORT_BASE = 29500  # torchrun's default MASTER_PORT
-PORT_SPAN = 20000
+#: Up to 32768, where Linux's default ephemeral range starts (``net.ipv4.ip_local_port_range``, 32768-60999):
+#: a port in that range can be the source port of any outgoing connection on the host, and a replica
+#: (host networking) cannot listen on a port a connection holds. It was [29500, 49500): in CI a
+#: parameter-server gang's rank 0 exited 1, and the tests' Kubernetes sandbox alone holds ~70 ports there.
+PORT_SPAN = 32768 - PORT_BASE
 
 
 @dataclass(frozen=True)
