@@ -87,6 +87,14 @@ def _serve(args: argparse.Namespace) -> int:
         notice = ""
     from flowplan.cli import UsageError
 
+    # The address first: a port in use is refused before a state file is created for nothing.
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}") from None
     try:
         store = open_store(
             args.state,
@@ -95,17 +103,11 @@ def _serve(args: argparse.Namespace) -> int:
             keep_snapshots=args.keep_snapshots,
         )
     except UsageError as exc:
+        sock.close()
         raise ServeError(str(exc)) from None
     if notice:
         print(f"flowplan serve: {notice}", file=sys.stderr)
     try:
-        sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((args.host, args.port))
-        except OSError as exc:
-            sock.close()
-            raise ServeError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}") from None
         sock.listen(2048)  # listening before we say so: a client reading the line below may connect at once
         host, port = sock.getsockname()[:2]
         print(
@@ -123,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
         gc.freeze()
         uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         store.close()
     return 0
 

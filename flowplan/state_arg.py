@@ -106,6 +106,16 @@ def foreign_file(location: str) -> bool:
     return found is None
 
 
+def _nonempty(location: str) -> bool:
+    """Whether ``location`` is a file with something in it (an empty one may become a store)."""
+    if is_url(location) or location == ":memory:":
+        return False
+    try:
+        return Path(location).stat().st_size > 0
+    except OSError:
+        return False
+
+
 def open_store(
     location: str,
     *,
@@ -117,6 +127,8 @@ def open_store(
     """The :class:`store.StateStore` at ``location``; a :class:`flowplan.cli.UsageError` when it cannot be
     opened. ``must_exist``: a SQLite file that is not there, or that has no FlowPlan tables (an empty
     file, another program's database), is an error (readers): it is neither created nor written to.
+    Without it (writers) a missing or empty file becomes a store, and another program's database (a
+    non-empty SQLite file without FlowPlan's tables) is refused, left as it was.
     ``keep_plans`` / ``keep_snapshots``: the store's bounds on the plans it keeps (None: all)."""
     from flowplan.cli import UsageError
     from store import ConnectError, StateStore, StoreError
@@ -129,6 +141,9 @@ def open_store(
             f"{where}: not a FlowPlan state store (a file without its tables; flowplan daemon or flowplan simulate "
             "--state writes one)"
         )
+    if not must_exist and _nonempty(location) and foreign_file(location):
+        # A writer would add its tables to another program's database: refused, the file left as it is.
+        raise UsageError(f"{where}: another program's SQLite database (no FlowPlan tables); name a new file or a FlowPlan store")
     if not is_url(location) and location != ":memory:" and not Path(location).parent.is_dir():
         raise UsageError(f"{where}: directory {Path(location).parent} does not exist")
     try:

@@ -106,6 +106,41 @@ def test_readers_refuse_a_file_that_is_not_a_store_and_leave_it_as_it_was(comman
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("command", [["simulate", "--quiet", "--policy", "flowplan"], ["serve", "--port", "0"]])
+def test_writers_refuse_another_programs_database_and_leave_it_as_it_was(command: list[str], tmp_path: Path) -> None:
+    """Writers added FlowPlan's tables to whatever SQLite database --state named (the readers refused
+    it already); an empty file still becomes a store (``simulate`` below)."""
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    r = run(*command, "--state", str(path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--state {path}: another program's SQLite database" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    if command[0] == "simulate":
+        assert run(*command, "--state", str(empty)).returncode == 0 and run("status", "--state", str(empty)).returncode == 0
+
+
+def test_serve_on_a_port_in_use_creates_no_state_file(tmp_path: Path) -> None:
+    """It opened (created) the state store, then failed to listen."""
+    import socket
+
+    path = tmp_path / "new.db"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        r = run("serve", "--port", str(held.getsockname()[1]), "--state", str(path))
+    assert r.returncode == 2 and "cannot listen" in r.stderr, r.stderr
+    assert not path.exists()
+
+
 def test_explain_an_unknown_job(state: Path) -> None:
     r = run("explain", "nobody", "--state", str(state))
     assert r.returncode == 2 and "nobody: not in the last" in r.stderr
