@@ -220,7 +220,8 @@ def create_app(store: StateStore, settings: ApiSettings | None = None) -> FastAP
         request: Request,
         solver: Annotated[Literal["cpsat", "pulp", "greedy"] | None, Query(description="Backend (default: cpsat).")] = None,
         time_limit: Annotated[
-            float | None, Query(gt=0, le=settings.max_time_limit, description="Solver time limit in seconds (default 1).")
+            float | None,
+            Query(gt=0, le=settings.max_time_limit, allow_inf_nan=False, description="Solver time limit in seconds (default 1)."),
         ] = None,
         fill_from_store: Annotated[
             bool,
