@@ -84,44 +84,45 @@ def test_one_line_errors(args: list[str], needle: str) -> None:
     assert r.returncode == 2 and needle in last and "Traceback" not in r.stderr, r.stderr
 
 
+def _another_programs_database(path: Path) -> None:
+    """A SQLite file with a table of its own and none of FlowPlan's."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    db.commit()
+    db.close()
+
+
+def _refused_as_it_was(command: list[str], path: Path, says: str) -> None:
+    """``command --state path`` exits 2 with one line saying ``says``, the file byte for byte as it was."""
+    before = path.read_bytes()
+    r = run(*command, "--state", str(path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--state {path}: {says}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("command", [["status"], ["events"], ["explain", "j"]])
 @pytest.mark.parametrize("kind", ["another program's database", "an empty file"])
 def test_readers_refuse_a_file_that_is_not_a_store_and_leave_it_as_it_was(command: list[str], kind: str, tmp_path: Path) -> None:
     """They created FlowPlan's tables in whatever file --state named: another program's SQLite
     database grew ten tables, and an empty file became a store."""
-    import sqlite3
-
     path = tmp_path / "other.db"
     if kind == "an empty file":
         path.write_bytes(b"")
     else:
-        db = sqlite3.connect(path)
-        db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-        db.commit()
-        db.close()
-    before = path.read_bytes()
-    r = run(*command, "--state", str(path))
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert f"--state {path}: not a FlowPlan state store" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert path.read_bytes() == before
+        _another_programs_database(path)
+    _refused_as_it_was(command, path, "not a FlowPlan state store")
 
 
 @pytest.mark.parametrize("command", [["simulate", "--quiet", "--policy", "flowplan"], ["serve", "--port", "0"]])
 def test_writers_refuse_another_programs_database_and_leave_it_as_it_was(command: list[str], tmp_path: Path) -> None:
     """Writers added FlowPlan's tables to whatever SQLite database --state named (the readers refused
     it already); an empty file still becomes a store (``simulate`` below)."""
-    import sqlite3
-
     path = tmp_path / "other.db"
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-    db.commit()
-    db.close()
-    before = path.read_bytes()
-    r = run(*command, "--state", str(path))
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert f"--state {path}: another program's SQLite database" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert path.read_bytes() == before
+    _another_programs_database(path)
+    _refused_as_it_was(command, path, "another program's SQLite database")
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
     if command[0] == "simulate":
