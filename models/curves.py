@@ -73,6 +73,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import stdtrit
 
 from models.changepoint import detect_drops
 from models.curve_families import FAMILIES, Fitted
@@ -725,9 +726,14 @@ def _fit(
     sse = float((w * (z - predict(family, chosen_fit, k)) ** 2).sum())
     sd_u = math.sqrt(sse / float(w.sum()) * n / dof)
     drift = 0.0
+    cap: float | None = None
     if family in forecast:
         err, h = forecast[family]
         drift = scale * math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
+    elif not isinstance(chosen_fit, PriorFit) and family in fitters and n > MIN_POINTS:
+        drift = scale * _short_drift(fitters[family], family, k, z, w, c_floor, sd_u)
+        # As the averaged curve's (models.curve_ensemble): never wider than what the job has shown.
+        cap = max(scale, scale * sd_u)
     elif isinstance(chosen_fit, PriorFit):
         drift = chosen_fit.spread_end / max(float(chosen_fit.epochs[-1]) - float(k[-1] + origin), 1.0)
     cv_value_units = {name: scale * e for name, e in cv.items()}
@@ -755,11 +761,47 @@ def _fit(
             candidates=cv_value_units,
             origin=origin if table is None else 0.0,
             table=table,
+            band_cap=cap,
         )
 
     main = build(chosen_fit, n - 1)
     variants = tuple(build(g, o - 1) for o, g in zip(origins, at_origins.get(family, []), strict=False))
     return replace(main, variants=variants)
+
+
+def _short_drift(
+    fitter: Callable[[Arr, Arr, Arr, float], list[Fitted]],
+    family: str,
+    k: Arr,
+    z: Arr,
+    w: Arr,
+    c_floor: float,
+    sd_u: float,
+) -> float:
+    """How fast the band widens (standardised units per epoch) for a history too short to
+    cross-validate (``MIN_POINTS < n < MIN_POINTS_FOR_HOLDOUT``): the family refitted on every prefix
+    of at least :data:`MIN_POINTS` points forecasts the points after it, as the cross-validation does,
+    and the drift those ``m`` errors give is scaled by Student's ``t`` with ``m`` degrees of freedom
+    over the normal quantile (a variance read off ``m`` errors). 0 when no prefix fits."""
+    n = int(k.size)
+    origins = list(range(MIN_POINTS, n))
+    rows = np.where(np.arange(n)[None, :] < np.array(origins)[:, None], w, 0.0)
+    errs: list[Arr] = []
+    hs: list[Arr] = []
+    for o, got in zip(origins, fitter(k, z, rows, c_floor), strict=True):
+        if got is None:
+            continue
+        errs.append(z[o:] - FAMILIES[family].z(got[0], k[o:]))
+        hs.append(k[o:] - k[o - 1])
+    if not errs:
+        return 0.0
+    err, h = np.concatenate(errs), np.concatenate(hs)
+    ok = np.isfinite(err)
+    if not ok.any():
+        return 0.0
+    err, h = err[ok], h[ok]
+    drift = math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
+    return drift * float(stdtrit(err.size, 0.9)) / INTERVAL_Z
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:
