@@ -94,7 +94,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 items = _read_all(fh, reader)
     except OSError as exc:
         raise UsageError(f"{name}: {exc.strerror or exc}") from None
-    points = merge_points([i for i in items if isinstance(i, LogPoint)])
+    points, refused = _contract(name, merge_points([i for i in items if isinstance(i, LogPoint)]))
     events = [i for i in items if isinstance(i, LogEvent)]
     if not points and not events and reader.unplaced:
         raise UsageError(
@@ -108,6 +108,8 @@ def run_logs(args: argparse.Namespace) -> int:
         )
     if reader.overlong:
         print(f"flowplan: warning: {name}: {reader.overlong} line(s) longer than 64 KiB skipped", file=sys.stderr)
+    if not points and not events and refused:
+        raise UsageError(f"{name}: every point read is one the snapshot contract refuses: {refused[0]['reason']}")
     if not points and not events:
         what = "empty" if reader.frames == 0 else f"no training progress found in {reader.frames} line(s)"
         only = f" as {args.log_format}" if args.log_format else ""
@@ -117,6 +119,7 @@ def run_logs(args: argparse.Namespace) -> int:
             "points": [p.as_dict() for p in points],
             "events": [e.as_dict() for e in events],
             "formats": dict(reader.recognised),
+            **({"refused": refused} if refused else {}),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
@@ -196,9 +199,38 @@ def run_tensorboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contract(name: str, points: list[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The points the snapshot contract takes, and those it refuses (which every adapter drops), each
+    with its epoch and the reason; a warning on stderr names the first of those and counts them."""
+    from planner.io import point_refusal
+
+    kept, refused = [], []
+    for p in points:
+        why = point_refusal(p.time, p.epoch, p.loss, p.metric)
+        if why is None:
+            kept.append(p)
+        else:
+            refused.append({"epoch": p.epoch, "reason": why})
+    if refused and kept:
+        first = refused[0]
+        print(
+            f"flowplan: warning: {name}: {len(refused)} point(s) left out, as FlowPlan's adapters leave them out "
+            f"(the snapshot contract refuses them): epoch {first['epoch']:g}: {first['reason']}",
+            file=sys.stderr,
+        )
+    return kept, refused
+
+
 def _write_read(args: argparse.Namespace, name: str, points: list[Any], source: str, unit: str, extra: dict[str, Any]) -> None:
     """The points read from a source other than a log (MLflow, event files): JSON with ``extra``, or the
     table counting them in ``unit`` (nothing of such a read is thinned)."""
+    from flowplan.cli import UsageError
+
+    points, refused = _contract(name, points)
+    if not points:
+        raise UsageError(f"{name}: every point read is one the snapshot contract refuses: {refused[0]['reason']}")
+    if refused:
+        extra = {**extra, "refused": refused}
     if args.format == "json":
         doc = {"points": [p.as_dict() for p in points], "events": [], **extra}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from models import SCHEDULE_KINDS, LRSchedule
 from planner.errors import SnapshotError, field_path, first_error, unknown_field, unknown_tag
-from planner.snapshot import ScheduleOnly, Snapshot, lr_schedule, schedule_problem
+from planner.snapshot import MetricPoint, ScheduleOnly, Snapshot, lr_schedule, schedule_problem
 
 
 def _short(value: Any) -> str:
@@ -101,6 +101,18 @@ def _translate(exc: ValidationError, model: Any) -> SnapshotError:
     shown = "" if isinstance(value, dict | list) else f" (got {_short(value)})"
     extra = f"; {len(exc.errors()) - 1} more error(s)" if len(exc.errors()) > 1 else ""
     return SnapshotError(loc, f"{msg}{shown}{extra}", value)
+
+
+def point_refusal(time: float | None, epoch: float, loss: float | None, metric: float | None) -> str | None:
+    """Why the snapshot contract refuses a history point read from a log or a tracking server (one
+    line naming the field and the value, e.g. ``loss: Input should be greater than or equal to
+    -1000000000000 (got -1e+300)``), or ``None`` when it takes it. The adapters drop such a point;
+    ``flowplan logs`` says so."""
+    try:
+        MetricPoint(time=time or 0.0, epoch=epoch, loss=loss, metric=metric)
+    except ValidationError as exc:
+        return str(_translate(exc, MetricPoint))
+    return None
 
 
 def parse_schedule(text: str, max_epochs: float | None) -> LRSchedule:

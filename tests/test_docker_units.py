@@ -839,3 +839,24 @@ def test_a_new_job_gets_the_curves_of_finished_jobs_of_its_task(tmp_path: Path) 
         assert (got.task, [r.job for r in got.runs]) == ("yolov3", ["old"])
         assert [p.loss for p in got.runs[0].points] == pytest.approx(list(curve))
         assert got.runs[0].schedule is not None and got.runs[0].schedule.model_dump() == {**step, "milestones": [30.0]}
+
+
+def test_log_points_the_contract_refuses_are_left_out_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A log line whose loss is beyond the contract's ±1e12: the point is left out of the job's history
+    (the others are kept), and the daemon's log says so once, naming the epoch, field and value."""
+    import logging
+
+    from adapters.docker.progress import LogProgress
+    from store import StateStore
+
+    store = StateStore(tmp_path / "state.db")
+    progress = LogProgress(store, "docker", logging.getLogger("test.refused"))
+    raw = b"".join(
+        f"2026-11-30T04:00:0{i}.000000000Z epoch {i} loss={loss}\n".encode()
+        for i, loss in ((1, "2.0"), (2, "-1e300"), (3, "1.5"))
+    )
+    with caplog.at_level(logging.WARNING, logger="test.refused"):
+        progress.read("j", "c1", raw, final=True)
+    assert [(p.epoch, p.loss) for p in store.history("j")] == [(1.0, 2.0), (3.0, 1.5)]
+    said = [r.getMessage() for r in caplog.records if r.name == "test.refused"]
+    assert len(said) == 1 and "job j: 1 progress point(s) left out: epoch 2: loss:" in said[0] and "-1e+300" in said[0]

@@ -104,3 +104,23 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], stdin: bytes | None, 
 def test_bad_options_are_usage_errors(args: list[str], tmp_path: Path) -> None:
     res = flowplan(*args)
     assert res.returncode == 2 and b"usage: flowplan logs" in res.stderr and b"Traceback" not in res.stderr
+
+
+def test_points_the_contract_refuses_are_left_out_as_the_adapters_leave_them_out() -> None:
+    """A loss beyond the contract's ±1e12 (or an epoch beyond 1e9): the adapters drop the point, so
+    ``flowplan logs`` does not show it as read; it warns in one line naming the epoch, the field and
+    the value, and lists it under ``refused`` in the JSON. Every point refused: one line, exit 2."""
+    log = b"epoch 1 loss=2.0\nepoch 2 loss=-1e300\nepoch 3 loss=1.5\n"
+    res = flowplan("-", stdin=log)
+    err = res.stderr.decode()
+    assert res.returncode == 0 and err.count("\n") == 1, err
+    assert "1 point(s) left out" in err and "epoch 2: loss:" in err and "(got -1e+300)" in err
+    assert "1e+300" not in res.stdout.decode() and "    3.000      1.5000" in res.stdout.decode()
+    doc = json.loads(flowplan("-", "--format", "json", stdin=log).stdout)
+    assert [p["epoch"] for p in doc["points"]] == [1.0, 3.0]
+    assert [r["epoch"] for r in doc["refused"]] == [2.0] and doc["refused"][0]["reason"].startswith("loss: ")
+    assert "refused" not in json.loads(flowplan("-", "--format", "json", stdin=b"epoch 1 loss=2.0\n").stdout)
+    res = flowplan("-", stdin=b"epoch 1 loss=1e13\n")
+    err = res.stderr.decode()
+    assert res.returncode == 2 and err.count("\n") == 1 and "every point read is one the snapshot contract refuses" in err
+    assert "Traceback" not in err and res.stdout == b""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.logs import Declaration, LogEvent, LogPoint, LogReader, declaration, is_json_progress, merge_points
 from adapters.logs.mlflow import MlflowClient, MlflowCursor, MlflowError, read_job
+from planner.io import point_refusal
 from planner.snapshot import Job, MetricPoint, QoETarget, ScheduleOnly, TaskCurves, schedule_problem
 
 if TYPE_CHECKING:
@@ -236,11 +237,13 @@ class LogProgress:
         last_epoch = max((p.epoch for p in self.store.history(job_id)), default=0.0) if b"Loss:" in raw else 0.0
         progress, cursor = read_lines(raw, cursor, last_epoch, final=final, steps_per_epoch=steps_per_epoch)
         points = []
+        refused: list[dict[str, Any]] = []
         for p in progress.points:
             try:
                 points.append(MetricPoint(**p))
             except ValueError:
-                continue
+                refused.append(p)
+        self._refused(job_id, refused)
         if points:
             self.store.add_points(job_id, points)
         for ev in progress.events:
@@ -284,14 +287,23 @@ class LogProgress:
     def _keep(self, job_id: str, read: list[LogPoint], key: str, cursor: dict[str, Any]) -> None:
         """Store the points of a read from a source other than the log (MLflow, event files), then its cursor."""
         points = []
+        refused: list[dict[str, Any]] = []
         for p in read:
             try:
                 points.append(MetricPoint(time=p.time or 0.0, epoch=p.epoch, loss=p.loss, metric=p.metric))
             except ValueError:
-                continue
+                refused.append({"time": p.time, "epoch": p.epoch, "loss": p.loss, "metric": p.metric})
+        self._refused(job_id, refused)
         if points:
             self.store.add_points(job_id, points)
         self._set_kv_json(key, cursor)
+
+    def _refused(self, job_id: str, refused: list[dict[str, Any]]) -> None:
+        """Say (a warning) that points the snapshot contract refuses were left out, naming the first."""
+        if refused:
+            first = refused[0]
+            why = point_refusal(first.get("time"), first["epoch"], first.get("loss"), first.get("metric"))
+            self.log.warning("job %s: %d progress point(s) left out: epoch %g: %s", job_id, len(refused), first["epoch"], why)
 
     def delivered(self, job_id: str) -> bool:
         return bool(self._kv_json(f"{self.prefix}.delivered.{job_id}"))
