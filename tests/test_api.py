@@ -211,6 +211,7 @@ REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
     ("metrics: not JSON", "POST", "/v1/jobs/j/metrics", b'{"points": [', 422, ""),
     ("metrics: not UTF-8", "POST", "/v1/jobs/j/metrics", b"\xb7P\xa51\xe9r", 422, ""),
     ("plan: not UTF-8", "POST", "/v1/plan", b"\xb7P\xa51\xe9r", 422, ""),
+    ("plan: a 5000-digit integer (was a 500)", "POST", "/v1/plan", b'{"time": 1' + b"0" * 5000 + b"}", 422, ""),
     (
         "metrics: NaN loss",
         "POST",

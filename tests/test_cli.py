@@ -90,6 +90,8 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
         "jobs[1].target.tier2.value: 0.8 must be at least as good",
     ),
     "negative priority": (json.dumps(_mut(["jobs", 1, "priority"], -1)), "jobs[1].priority"),
+    # Python converts at most 4300 digits: was a ValueError traceback (exit 1).
+    "5000-digit integer": ('{"time": 1' + "0" * 5000 + "}", "not valid JSON: an integer of 5001 digits"),
 }
 
 

@@ -166,6 +166,10 @@ BAD_SCHEDULE = {
     ),
     "out of range": (["--schedule", '{"kind": "exp", "gamma": 2}'], "schedule.gamma: Input should be less than or equal to 1"),
     "NaN": (["--schedule", '{"kind": "exp", "gamma": NaN}'], "schedule.gamma: Input should be a finite number"),
+    "5000-digit integer": (
+        ["--schedule", '{"kind": "step", "milestones": [1' + "0" * 5000 + "]}"],
+        "--schedule: schedule: not valid JSON: an integer of 5001 digits",
+    ),
     "cosine without --max-epochs": (["--schedule", '{"kind": "cosine"}'], "anneals over the planned epochs: it needs max_epochs"),
     "warm-up longer than the run": (
         ["--schedule", '{"kind": "warmup_linear", "warmup": 80}', "--max-epochs", "60"],
