@@ -299,6 +299,27 @@ def test_user_mistakes_are_4xx_naming_the_field(
         assert "finite" in err["message"], err
 
 
+UNREADABLE: list[tuple[str, bytes, str]] = [
+    ("nested too deeply", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("a 5000-digit integer", b'{"time": 1' + b"0" * 5000 + b"}", "digits"),
+    ("not UTF-8", b"\xb7P\xa51\xe9r", "can't decode byte 0xb7"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "words"), UNREADABLE, ids=[u[0] for u in UNREADABLE])
+def test_a_body_json_cannot_read_is_refused_saying_why_on_every_endpoint(
+    client: httpx.Client, server: tuple[str, StateStore], case: str, body: bytes, words: str
+) -> None:
+    """Each endpoint says what /v1/plan says; metrics and targets said "the body could not be decoded"
+    of any of these, though two of them decode."""
+    for method, path in (("POST", "/v1/plan"), ("POST", "/v1/jobs/unread/metrics"), ("PUT", "/v1/jobs/unread/target")):
+        resp = client.request(method, path, content=body, headers=JSON)
+        assert resp.status_code == 422, (path, resp.text)
+        err = resp.json()["error"]
+        assert err["message"].startswith("not valid JSON: ") and words in err["message"], (path, err)
+    assert server[1].job_record("unread") is None and server[1].target("unread") is None
+
+
 def test_oversize_bodies_are_413(server: tuple[str, StateStore], client: httpx.Client) -> None:
     limit = 256 * 1024
     big = {"points": [{"time": float(i), "epoch": float(i), "loss": 1.0} for i in range(limit // 30)]}
