@@ -455,8 +455,18 @@ def open_loopback(data_dir: Path) -> Iterator[str]:
     store.close()
 
 
-GUARD: list[tuple[str, str, dict[str, str], int, str]] = [
+GUARD: list[tuple[str, str, dict[str, str] | list[tuple[str, str]], int, str]] = [
     ("cross-site form post (text/plain, no preflight)", "POST", {"content-type": "text/plain"}, 415, "content-type"),
+    # Passed the guard, which FastAPI then did not parse as JSON (a 422 showing the body's bytes).
+    ("+json that is not application/", "POST", {"content-type": "text/x+json"}, 415, "content-type"),
+    # The guard read the last header, the app the first (a plan was made of a text/plain body).
+    (
+        "two content types, text/plain first",
+        "POST",
+        [("content-type", "text/plain"), ("content-type", "application/json")],
+        415,
+        "content-type",
+    ),
     ("form encoding", "POST", {"content-type": "application/x-www-form-urlencoded"}, 415, "content-type"),
     ("no content type", "POST", {}, 415, "content-type"),
     ("DNS rebinding: another name for this socket", "GET", {"host": "evil.example:8080"}, 400, "host"),
@@ -466,7 +476,7 @@ GUARD: list[tuple[str, str, dict[str, str], int, str]] = [
 
 @pytest.mark.parametrize(("case", "method", "headers", "status", "field"), GUARD, ids=[g[0] for g in GUARD])
 def test_open_mode_refuses_what_a_browser_page_could_send(
-    open_loopback: str, case: str, method: str, headers: dict[str, str], status: int, field: str
+    open_loopback: str, case: str, method: str, headers: dict[str, str] | list[tuple[str, str]], status: int, field: str
 ) -> None:
     body = json.dumps({"points": [BAD_POINT]}).encode()
     path = "/v1/jobs/guarded/metrics" if method == "POST" else "/v1/jobs"
