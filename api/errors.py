@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -110,6 +111,18 @@ def describe_validation(errors: list[Any]) -> tuple[str, str]:
     return field_path(loc), f"{msg}{shown}{more}"
 
 
+def _unparsable(cause: BaseException | None) -> str:
+    """Why FastAPI's ``json.loads`` of a body failed (``cause``: what it raised), in the words
+    ``planner.parse_snapshot`` uses for the same body posted to ``/v1/plan``."""
+    if isinstance(cause, RecursionError):
+        return "nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return str(cause)
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    return "the body could not be decoded"
+
+
 def install_handlers(app: FastAPI, count_error: Any) -> None:
     """Render every failure as the one error shape; ``count_error(status)`` feeds the metrics."""
 
@@ -127,9 +140,10 @@ def install_handlers(app: FastAPI, count_error: Any) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
-            # FastAPI's answer to a body that is not even text (bad UTF-8): a malformed body like any other.
+            # FastAPI's answer to a body its json.loads failed on other than by a syntax error (bad
+            # UTF-8, nested too deeply, a too long integer): a malformed body like any other.
             count_error(422)
-            return error_response(422, "not valid JSON: the body could not be decoded")
+            return error_response(422, f"not valid JSON: {_unparsable(exc.__cause__)}")
         count_error(exc.status_code)
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         if exc.status_code == 404 and message == "Not Found":

@@ -103,7 +103,9 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        headers: dict[bytes, bytes] = {}
+        for k, v in scope.get("headers", []):
+            headers.setdefault(k.lower(), v)  # the first of a repeated header, as the app reads it (Starlette)
         refusal = self._refusal(scope["method"], headers)
         if refusal is None:
             await self.app(scope, receive, send)
@@ -122,6 +124,7 @@ class RequestGuard:
                 return 400, "host", f"Host {host!r} is not this service's address (open mode answers only {names})"
         if method in self.WRITES:
             kind = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
-            if kind != "application/json" and not kind.endswith("+json"):
+            # What FastAPI parses as JSON: application/json and application/*+json.
+            if kind != "application/json" and not (kind.startswith("application/") and kind.endswith("+json")):
                 return 415, "content-type", f"writes need Content-Type: application/json (got {kind or 'none'!r})"
         return None

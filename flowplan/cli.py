@@ -219,6 +219,15 @@ def _write(text: str, out: str | None) -> None:
     target = Path(out)
     if target.is_dir():
         raise UsageError(f"--out {out}: is a directory")
+    if target.exists() and not target.is_file():
+        # A device, a pipe or a terminal (/dev/null, /dev/stdout): written to, never replaced by a
+        # regular file (which the rename below would do, as root even to /dev/null).
+        try:
+            with open(target, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        return
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"--out {out}: directory {parent} does not exist")

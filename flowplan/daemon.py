@@ -289,12 +289,16 @@ def build_kubernetes_adapter(args: argparse.Namespace, store: Any, settings: Any
         raise UsageError(f"--adapter kubernetes: the kubernetes client is missing ({exc}); pip install kubernetes") from None
     from kubernetes.config import ConfigException
 
+    def missing(p: str) -> str:
+        return "is a directory, not a kubeconfig file" if Path(p).is_dir() else "no such file"
+
     path = args.kubeconfig
     if path is not None and not Path(path).is_file():
-        raise UsageError(f"--kubeconfig {path}: no such file")
+        raise UsageError(f"--kubeconfig {path}: {missing(path)}")
     env = os.environ.get("KUBECONFIG")
-    if path is None and env and not all(Path(p).is_file() for p in env.split(os.pathsep) if p):
-        raise UsageError(f"KUBECONFIG={env}: no such file ('flowplan sandbox up' prints a working one)")
+    bad = [p for p in (env or "").split(os.pathsep) if p and not Path(p).is_file()]
+    if path is None and bad:
+        raise UsageError(f"KUBECONFIG={env}: {missing(bad[0])} ('flowplan sandbox up' prints a working one)")
     try:
         return KubernetesAdapter.from_kubeconfig(
             path, namespaces=args.namespaces, store=store, settings=settings, clock=clock, **options

@@ -129,6 +129,10 @@ def _parse_points(text: str, column: str | None) -> History:
         doc = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise HistoryError(f"not valid JSON ({exc})") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        import sys
+
+        raise HistoryError(f"not valid JSON (an integer of more than {sys.get_int_max_str_digits()} digits)") from None
     points = doc.get("points") if isinstance(doc, dict) else None
     if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
         raise HistoryError("JSON without a 'points' list of objects (expected flowplan logs --format json output)")

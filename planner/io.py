@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,17 @@ def _reject_constant(name: str) -> float:
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
+def _read_int(text: str) -> int:
+    # Python refuses to convert an integer of more than 4300 digits (sys.set_int_max_str_digits): say
+    # so in the user's terms instead of a ValueError that names a setting of Python's.
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"an integer of {len(text.lstrip('-'))} digits (at most {sys.get_int_max_str_digits()} are read)"
+        ) from None
+
+
 def parse_snapshot(text: str | bytes) -> Snapshot:
     """Parse and validate snapshot JSON.
 
@@ -42,11 +54,13 @@ def parse_snapshot(text: str | bytes) -> Snapshot:
     except ValidationError:
         pass
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, parse_int=_read_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise SnapshotError("", f"not valid JSON{where}: {msg}") from exc
+    except ValueError as exc:  # _read_int's
+        raise SnapshotError("", f"not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise SnapshotError("", "not valid JSON: nested too deeply") from exc
     return validate_snapshot(data)
@@ -119,9 +133,11 @@ def parse_schedule(text: str, max_epochs: float | None) -> LRSchedule:
     """A learning-rate schedule given as JSON text (``flowplan predict --schedule``), validated like a
     job's ``schedule``; errors are one :class:`SnapshotError` naming the field (``schedule.gamma``)."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, parse_int=_read_int)
     except json.JSONDecodeError as exc:
         raise SnapshotError("schedule", f"not valid JSON at column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:  # _read_int's
+        raise SnapshotError("schedule", f"not valid JSON: {exc}") from None
     except RecursionError:
         raise SnapshotError("schedule", "not valid JSON: nested too deeply") from None
     try:

@@ -211,6 +211,7 @@ REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
     ("metrics: not JSON", "POST", "/v1/jobs/j/metrics", b'{"points": [', 422, ""),
     ("metrics: not UTF-8", "POST", "/v1/jobs/j/metrics", b"\xb7P\xa51\xe9r", 422, ""),
     ("plan: not UTF-8", "POST", "/v1/plan", b"\xb7P\xa51\xe9r", 422, ""),
+    ("plan: a 5000-digit integer (was a 500)", "POST", "/v1/plan", b'{"time": 1' + b"0" * 5000 + b"}", 422, ""),
     (
         "metrics: NaN loss",
         "POST",
@@ -296,6 +297,27 @@ def test_user_mistakes_are_4xx_naming_the_field(
     assert err["message"] and "\n" not in err["message"] and "Traceback" not in err["message"]
     if "NaN" in case:  # not "should be less than or equal to 30": NaN is no number to compare
         assert "finite" in err["message"], err
+
+
+UNREADABLE: list[tuple[str, bytes, str]] = [
+    ("nested too deeply", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("a 5000-digit integer", b'{"time": 1' + b"0" * 5000 + b"}", "digits"),
+    ("not UTF-8", b"\xb7P\xa51\xe9r", "can't decode byte 0xb7"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "words"), UNREADABLE, ids=[u[0] for u in UNREADABLE])
+def test_a_body_json_cannot_read_is_refused_saying_why_on_every_endpoint(
+    client: httpx.Client, server: tuple[str, StateStore], case: str, body: bytes, words: str
+) -> None:
+    """Each endpoint says what /v1/plan says; metrics and targets said "the body could not be decoded"
+    of any of these, though two of them decode."""
+    for method, path in (("POST", "/v1/plan"), ("POST", "/v1/jobs/unread/metrics"), ("PUT", "/v1/jobs/unread/target")):
+        resp = client.request(method, path, content=body, headers=JSON)
+        assert resp.status_code == 422, (path, resp.text)
+        err = resp.json()["error"]
+        assert err["message"].startswith("not valid JSON: ") and words in err["message"], (path, err)
+    assert server[1].job_record("unread") is None and server[1].target("unread") is None
 
 
 def test_oversize_bodies_are_413(server: tuple[str, StateStore], client: httpx.Client) -> None:
@@ -433,8 +455,18 @@ def open_loopback(data_dir: Path) -> Iterator[str]:
     store.close()
 
 
-GUARD: list[tuple[str, str, dict[str, str], int, str]] = [
+GUARD: list[tuple[str, str, dict[str, str] | list[tuple[str, str]], int, str]] = [
     ("cross-site form post (text/plain, no preflight)", "POST", {"content-type": "text/plain"}, 415, "content-type"),
+    # Passed the guard, which FastAPI then did not parse as JSON (a 422 showing the body's bytes).
+    ("+json that is not application/", "POST", {"content-type": "text/x+json"}, 415, "content-type"),
+    # The guard read the last header, the app the first (a plan was made of a text/plain body).
+    (
+        "two content types, text/plain first",
+        "POST",
+        [("content-type", "text/plain"), ("content-type", "application/json")],
+        415,
+        "content-type",
+    ),
     ("form encoding", "POST", {"content-type": "application/x-www-form-urlencoded"}, 415, "content-type"),
     ("no content type", "POST", {}, 415, "content-type"),
     ("DNS rebinding: another name for this socket", "GET", {"host": "evil.example:8080"}, 400, "host"),
@@ -444,7 +476,7 @@ GUARD: list[tuple[str, str, dict[str, str], int, str]] = [
 
 @pytest.mark.parametrize(("case", "method", "headers", "status", "field"), GUARD, ids=[g[0] for g in GUARD])
 def test_open_mode_refuses_what_a_browser_page_could_send(
-    open_loopback: str, case: str, method: str, headers: dict[str, str], status: int, field: str
+    open_loopback: str, case: str, method: str, headers: dict[str, str] | list[tuple[str, str]], status: int, field: str
 ) -> None:
     body = json.dumps({"points": [BAD_POINT]}).encode()
     path = "/v1/jobs/guarded/metrics" if method == "POST" else "/v1/jobs"

@@ -18,6 +18,7 @@ traceback.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -90,6 +91,8 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
         "jobs[1].target.tier2.value: 0.8 must be at least as good",
     ),
     "negative priority": (json.dumps(_mut(["jobs", 1, "priority"], -1)), "jobs[1].priority"),
+    # Python converts at most 4300 digits: was a ValueError traceback (exit 1).
+    "5000-digit integer": ('{"time": 1' + "0" * 5000 + "}", "not valid JSON: an integer of 5001 digits"),
 }
 
 
@@ -583,6 +586,24 @@ def test_out_keeps_an_existing_files_mode(tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.json"
     assert run("plan", "-", "--format", "json", "--out", str(fresh), stdin=json.dumps(GOOD)).returncode == 0
     assert fresh.stat().st_mode & 0o777 != 0o600 and fresh.stat().st_mode & 0o444 == 0o444
+
+
+def test_out_to_a_pipe_writes_to_it_and_leaves_it_a_pipe(tmp_path: Path) -> None:
+    """--out /dev/null or a named pipe: the rename over it put a regular file in its place (as root even
+    /dev/null; a FIFO stands in for it here)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    r = run("plan", "-", "--format", "json", "--out", str(fifo), stdin=json.dumps(GOOD))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    reader.join(timeout=30)
+    assert got and json.loads(got[0])["kind"] == "Plan"
 
 
 def test_schema_states_the_running_job_rule() -> None:

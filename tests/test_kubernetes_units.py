@@ -153,6 +153,16 @@ def _flowplan(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.parametrize("how", ["--kubeconfig", "KUBECONFIG"])
+def test_a_kubeconfig_that_is_a_directory_is_named_as_one(tmp_path: Path, how: str) -> None:
+    """Was "no such file", of a directory that is there."""
+    flag = ["--kubeconfig", str(tmp_path)] if how == "--kubeconfig" else []
+    env = {"KUBECONFIG": str(tmp_path)} if how == "KUBECONFIG" else {}
+    done = _flowplan("snapshot", "--adapter", "kubernetes", *flag, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{how}{' ' if flag else '='}{tmp_path}: is a directory, not a kubeconfig file" in done.stderr, done.stderr
+
+
 def test_sandbox_up_without_binaries_names_the_build_command(tmp_path: Path) -> None:
     done = _flowplan("sandbox", "up", "--dir", str(tmp_path / "sb"), env={"FLOWPLAN_BIN_DIR": str(tmp_path / "empty")})
     assert done.returncode == 2, done.stderr

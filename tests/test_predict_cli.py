@@ -41,6 +41,7 @@ BAD = {
     "logs JSON, text in a loss": ('{"points": [{"epoch": 1, "loss": "low"}]}', "point 0, field 'loss': not a number"),
     "logs JSON, an epoch out of bounds": ('{"points": [{"epoch": -2, "loss": 0.5}]}', "point 0, field 'epoch': must be 0"),
     "logs JSON cut short": ('{"points": [{"epoch": 1', "not valid JSON"),
+    "logs JSON, a 5000-digit epoch": ('{"points": [{"epoch": 1' + "0" * 5000 + ', "loss": 1}]}', "an integer of more than"),
     "text in metric": ("epoch,metric\n1,0.5\n2,high\n", "row 3, column 'metric'"),
     "infinite epoch": ("epoch,metric\ninf,0.5\n", "row 2, column 'epoch'"),
     "negative epoch": ("epoch,metric\n-1,0.5\n", "row 2, column 'epoch'"),
@@ -166,6 +167,10 @@ BAD_SCHEDULE = {
     ),
     "out of range": (["--schedule", '{"kind": "exp", "gamma": 2}'], "schedule.gamma: Input should be less than or equal to 1"),
     "NaN": (["--schedule", '{"kind": "exp", "gamma": NaN}'], "schedule.gamma: Input should be a finite number"),
+    "5000-digit integer": (
+        ["--schedule", '{"kind": "step", "milestones": [1' + "0" * 5000 + "]}"],
+        "--schedule: schedule: not valid JSON: an integer of 5001 digits",
+    ),
     "cosine without --max-epochs": (["--schedule", '{"kind": "cosine"}'], "anneals over the planned epochs: it needs max_epochs"),
     "warm-up longer than the run": (
         ["--schedule", '{"kind": "warmup_linear", "warmup": 80}', "--max-epochs", "60"],
