@@ -587,6 +587,12 @@ class Job(Input):
     )
     priority: Annotated[float, Field(ge=0.01, le=100, allow_inf_nan=False)] = 1.0
     submitted: Time | None = None
+    started: Time | None = Field(
+        None,
+        description="When its current run started (running jobs: the start, or the restart after a pause or "
+        "migration; null: not known). A running job that has reported nothing for longer than its assumed epoch "
+        "is planned no faster than that silence allows.",
+    )
     history: list[MetricPoint] = Field(default_factory=list)
     speed: list[SpeedPoint] = Field(default_factory=list, description="The job's own observed speeds.")
     speed_prior: SpeedPrior | None = Field(

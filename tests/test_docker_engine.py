@@ -187,6 +187,8 @@ def test_cap_where_asked_slows_epochs_and_lifting_it_restores_them(docker_engine
     before = wait_for(lambda: epochs_seen(ad, "cpu", 5), 60, "5 epochs at 1000m")
     # A user's --cpus 1 (CpuShares unset: the kernel's 1024): a cap at the job's max (1000) reads as none beyond it.
     assert (before.allocation.cpu_millis, before.allocation.cpu_limit_millis) == (1000, None)
+    # Job.started is the container's start (State.StartedAt), which a live resize keeps.
+    assert before.started is not None and 0 <= time.time() - before.started < 120
     t_change = time.time()
     (out,) = ad.apply([Change("cpu", "resize", "main", 250, 0, from_node="main", cpu_limit_millis=250)])
     assert out.ok, out
@@ -204,6 +206,7 @@ def test_cap_where_asked_slows_epochs_and_lifting_it_restores_them(docker_engine
         lambda: (j := epochs_seen(ad, "cpu", 1)) and sum(p.time > t_change for p in j.history) >= 8 and j, 90, "8 epochs at 250m"
     )
     assert (after.allocation.cpu_millis, after.allocation.cpu_limit_millis) == (250, 250)
+    assert after.started == before.started
 
     def durations(points: list[Any]) -> list[float]:
         return [b.time - a.time for a, b in zip(points, points[1:], strict=False)]

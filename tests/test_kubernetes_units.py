@@ -263,3 +263,26 @@ def test_bad_lease_options_are_one_line(tmp_path: Path, flags: list[str], says: 
     argv = ["daemon", "--adapter", "kubernetes", "--kubeconfig", str(tmp_path / "kubeconfig"), "--state", str(tmp_path / "s.db")]
     done = _flowplan(*argv, *flags, env={})
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "started"),
+    [
+        (
+            {
+                "startTime": "2026-11-30T04:00:00Z",
+                "containerStatuses": [{"state": {"running": {"startedAt": "2026-11-30T04:00:07Z"}}}],
+            },
+            1796011207.0,
+        ),
+        ({"startTime": "2026-11-30T04:00:00Z", "containerStatuses": [{"state": {"waiting": {"reason": "x"}}}]}, 1796011200.0),
+        ({"startTime": "2026-11-30T04:00:00Z"}, 1796011200.0),
+        ({}, None),
+    ],
+    ids=["container-running", "container-waiting", "pod-start-only", "not-started"],
+)
+def test_a_pods_current_run_started_when_its_container_did(status: dict[str, object], started: float | None) -> None:
+    """``Job.started`` of a pod: its container's ``state.running.startedAt`` (a restart's too), else
+    the pod's ``startTime``; none before either."""
+    view = pod_view({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "status": status})
+    assert view.started == started

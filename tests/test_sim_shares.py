@@ -197,6 +197,22 @@ def test_restarts_are_counted_per_job(library: TraceLibrary) -> None:
     assert (c.jobs["a"].restarts, c.jobs["b"].restarts) == (2, 1)
 
 
+def test_a_running_job_shows_when_its_current_run_started(library: TraceLibrary) -> None:
+    """``Job.started``: the start; after a migration, the restart once checkpointed (10 s later); a
+    live resize keeps it; a pending job has none."""
+    doc = scenario([{"id": "a", "checkpoint_seconds": 10}, {"id": "b"}])
+    doc["nodes"] = [{"name": "n", "cpu_millis": 4000}, {"name": "m", "cpu_millis": 4000}]
+    c = cluster_of(doc, library)
+    c.apply([Change("a", "start", "n", 2000, 0)])
+    jobs = {j.id: j for j in c.observe().jobs}
+    assert (jobs["a"].started, jobs["b"].started) == (0.0, None)
+    c.sleep(30)
+    c.apply([Change("a", "resize", "n", 3000, 0)])
+    assert {j.id: j for j in c.observe().jobs}["a"].started == 0.0
+    c.apply([Change("a", "migrate", "m", 3000, 0, from_node="n")])
+    assert {j.id: j for j in c.observe().jobs}["a"].started == pytest.approx(40.0)
+
+
 # -- wake-up at events -----------------------------------------------------------------------------
 
 

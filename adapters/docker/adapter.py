@@ -334,6 +334,7 @@ class DockerAdapter(Adapter):
             image=image,
             node=host if status == "running" else None,
             allocation=allocation,
+            started=c.started if status == "running" else None,
             cpu_used_millis=None if used is None else round(used * 1000.0, 1),
             history=list(history),
             speed=speed,

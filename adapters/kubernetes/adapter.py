@@ -448,6 +448,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
             status=status,
             node=pod.node if status == "running" else None,
             allocation=allocation,
+            started=pod.started if status == "running" else None,
             history=history,
             # asked to deliver (the annotation: asked once), or the job's log says it delivered
             delivered=DELIVER_REQUESTED in pod.annotations or self.progress.delivered(job_id),

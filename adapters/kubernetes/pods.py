@@ -108,6 +108,8 @@ class PodView:
     limits: dict[str, str]
     restarts: int
     resize: str | None  # "Infeasible: <message>", "Deferred: ...", "InProgress", or None
+    #: When its container (the first) last started running, else the pod's start time (``None``: not yet).
+    started: float | None = None
 
     @property
     def cpu_request(self) -> int | None:
@@ -204,7 +206,18 @@ def pod_view(raw: dict[str, Any]) -> PodView:
         limits={k: str(v) for k, v in (resources.get("limits") or {}).items()},
         restarts=restarts,
         resize=_resize_state(status),
+        started=_started(status),
     )
+
+
+def _started(status: dict[str, Any]) -> float | None:
+    """The first container's ``state.running.startedAt`` (its current run), else ``status.startTime``."""
+    for c in status.get("containerStatuses") or []:
+        running = (c.get("state") or {}).get("running") or {}
+        if running.get("startedAt"):
+            return timestamp(running["startedAt"])
+        break
+    return timestamp(status.get("startTime"))
 
 
 class PlacementError(ValueError):

@@ -170,6 +170,7 @@ class SimJob:
     #: CPU used, GPUs, replicas, nodes, servers in all -> [seconds, epochs]
     trained: dict[tuple[int, int, int, int, int], list[float]] = field(default_factory=dict)
     first_start: float | None = None
+    started: float | None = None  # the start of its current run (a start, a migration, a restart in place)
     finish: float | None = None
     tier1_time: float | None = None
     tier2_time: float | None = None
@@ -526,6 +527,7 @@ class SimCluster(Adapter):
                 j.cpu_limit,
                 j.servers,
                 len(j.history),
+                j.started,
                 j.delivered_at is not None,
                 speeds,
             )
@@ -583,6 +585,7 @@ class SimCluster(Adapter):
                     checkpoint_every_seconds=sc.checkpoint_every_seconds,
                     priority=s.priority,
                     submitted=s.arrival,
+                    started=j.started if running else None,
                     history=list(j.history),
                     speed=speed,
                     target=target,
@@ -769,6 +772,7 @@ class SimCluster(Adapter):
                 back = self.t + j.spec.checkpoint_seconds + j.spec.restart_seconds
                 self._place(j, src, cpu, gpus, limit, back, device, servers)
                 j.in_place += 1
+                j.started = self.t + j.spec.checkpoint_seconds  # it restarts once checkpointed
             else:
                 j.status, j.cpu_millis, j.gpus, j.cpu_limit, j.gpu_device = "pending", 0, 0, None, None
                 j.pauses += 1
@@ -816,6 +820,7 @@ class SimCluster(Adapter):
         if c.kind == "start":
             self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, now + j.spec.restart_seconds, c.gpu_device, servers)
             j.since_ckpt = 0.0
+            j.started = now
             if j.first_start is None:
                 j.first_start = now
             self.events.append((now, j.spec.id, f"start on {c.node}"))
@@ -842,6 +847,7 @@ class SimCluster(Adapter):
             back = now + j.spec.checkpoint_seconds + j.spec.restart_seconds
             self._place(j, shares, c.cpu_millis, c.gpus, c.cpu_limit_millis, back, c.gpu_device, servers)
             j.migrations += 1
+            j.started = now + j.spec.checkpoint_seconds  # it restarts there once checkpointed
             self.events.append((now, j.spec.id, f"migrate to {c.node}"))
             return Outcome(c, True)
         return Outcome(c, False, "invalid", f"unknown change {c.kind}")
