@@ -50,6 +50,7 @@ class SimJob:
     weight: int = 0  # the guarantee FlowPlan (or the baseline) gave it; 0: not running
     cap: int = 0  # the most CPU it may use
     finish: float | None = None
+    started: float | None = None  # when its current run started (it is not running: None)
     history: list[MetricPoint] = field(default_factory=list)
     speed: list[SpeedPoint] = field(default_factory=list)
     #: Since the last decision: seconds run, epochs trained, CPU-millis x seconds used (its rate).
@@ -73,8 +74,12 @@ class SimJob:
             status="running" if running else "pending",
             node=HOST if running else None,
             allocation=Allocation(cpu_millis=self.weight) if running else None,
+            started=self.started if running else None,
             min_cpu_millis=self.min_millis,
             max_cpu_millis=self.max_millis,
+            # This simulator starts, pauses and resumes a job at no cost (it loses no work): say so.
+            checkpoint_seconds=0.0,
+            restart_seconds=0.0,
             submitted=self.arrival,
             history=self.history,
             speed=self.speed[-5:],
@@ -120,6 +125,8 @@ def decide(policy: str, now: float, jobs: list[SimJob], previous: PlanResult | N
     by_id = {j.id: j for j in here}
     for a in result.plan.assignments:  # node None: the job waits (or is paused) this interval
         job = by_id[a.job]
+        if a.node is not None and job.weight == 0:
+            job.started = now  # a start (or a restart after a pause)
         job.weight = a.cpu_millis if a.node is not None else 0
         job.cap = a.cpu_limit_millis or job.max_millis
     for u in result.plan.unserved:

@@ -123,7 +123,7 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
     for j in snapshot.jobs:
         if j.status == "finished":
             continue
-        o = build_outlook(j, snapshot.settings, config, curves.get(j.task or ""))
+        o = build_outlook(j, snapshot.settings, config, curves.get(j.task or ""), snapshot.time)
         if j.id == job_id and p.epochs_to_finish is not None:
             # The plan's own remaining epochs: its planner may have had curve priors this one lacks.
             o = replace(

@@ -30,6 +30,7 @@ from planner.fanout import fan_out, usable_cpus
 from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves, with_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
+from planner.progress import silent_seconds
 from planner.relax import refill, residual, solve_relaxation
 from planner.snapshot import Job, Node, Snapshot
 from planner.split import apply_split, moves_checked, moves_to_room
@@ -48,10 +49,11 @@ def snapshot_digest(snapshot: Snapshot) -> str:
     return hashlib.sha256(snapshot.model_dump_json().encode()).hexdigest()
 
 
-def _job_digest(settings_json: str, job: Job, config: PlannerConfig, curves_json: str = "") -> str:
+def _job_digest(settings_json: str, job: Job, config: PlannerConfig, curves_json: str = "", silent: float | None = None) -> str:
     """Everything a job's outlook depends on: the job, the settings, the snapshot's finished runs of
     its task (``curves_json``) and the parts of the config that enter the fit (the prior for the job's
-    task, the stand-in for unknown remaining epochs)."""
+    task, the stand-in for unknown remaining epochs) and, for a job that has reported nothing yet,
+    how long it has run so (``silent``: :func:`planner.progress.silent_seconds`)."""
     prior = config.curve_priors.get(job.task) if job.task is not None else None
     # Measured CPU use is informational and changes every interval: it must not invalidate a fit.
     parts = (
@@ -60,6 +62,7 @@ def _job_digest(settings_json: str, job: Job, config: PlannerConfig, curves_json
         curves_json,
         repr(prior),
         repr(config.unknown_remaining_epochs),
+        repr(silent),
     )
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
@@ -82,12 +85,12 @@ def _fitted_outlooks(jobs: list[Job], snapshot: Snapshot, config: PlannerConfig)
     curves = task_curves(snapshot)
     processes = config.fit_processes or usable_cpus()
     if processes <= 1 or sum(1 for j in jobs if len(j.history) >= MIN_POINTS) < PARALLEL_MIN_FITS:
-        return [build_outlook(job, snapshot.settings, config, curves.get(job.task or "")) for job in jobs]
+        return [build_outlook(job, snapshot.settings, config, curves.get(job.task or ""), snapshot.time) for job in jobs]
     names = [f.name for f in fields(JobOutlook) if f.name != "job"]
 
     def fit(job: Job) -> tuple[Any, ...]:
         # The job is the caller's already: only the rest travels back from a child process.
-        got = build_outlook(job, snapshot.settings, config, curves.get(job.task or ""))
+        got = build_outlook(job, snapshot.settings, config, curves.get(job.task or ""), snapshot.time)
         return tuple(getattr(got, name) for name in names)
 
     rows = fan_out(fit, jobs, [_fit_cost(j) for j in jobs], processes)
@@ -114,7 +117,7 @@ def _outlooks(
         if known is not None and known.knows == "all":
             entries.append((job.id, "truth", outlook_from_truth(job, known)))  # never reused: the truth changes
             continue
-        digest = _job_digest(settings_json, job, config, curves_json.get(job.task or "", ""))
+        digest = _job_digest(settings_json, job, config, curves_json.get(job.task or "", ""), silent_seconds(job, snapshot.time))
         hit = prior_fits.get(digest) or (fits.get(digest) if fits is not None else None)
         if hit is not None:
             # The digest leaves out what no fit reads (the measured CPU use): the outlook carries this

@@ -242,9 +242,13 @@ TAIL_QUANTILE = 0.8
 TAIL_Z = NormalDist().inv_cdf(TAIL_QUANTILE)
 
 
-def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: TaskCurves | None = None) -> JobOutlook:
+def build_outlook(
+    job: Job, settings: Settings, config: PlannerConfig, curves: TaskCurves | None = None, now: float | None = None
+) -> JobOutlook:
     """What the planner believes of ``job``: its curve and speed, and what is left to its tiers and its
-    end. ``curves``: the snapshot's finished runs of its task (``Snapshot.curve_priors``), if any."""
+    end. ``curves``: the snapshot's finished runs of its task (``Snapshot.curve_priors``), if any;
+    ``now``: the snapshot's time (a job that has reported nothing yet is slowed by its silence,
+    :func:`planner.progress.job_speed`)."""
     series = _series(job)
     epochs, values, metric, direction = series.epochs, series.values, series.name, series.direction
     epoch = float(max((p.epoch for p in job.history), default=0.0))
@@ -279,7 +283,7 @@ def build_outlook(job: Job, settings: Settings, config: PlannerConfig, curves: T
         assert isinstance(fit, CannotPredict)
         curve_note = f"no curve yet ({unread_history(job) or fit.reason})"
 
-    speed = job_speed(job)
+    speed = job_speed(job, now)
 
     t1_reached = target is not None and reached(values, target.tier1.value, direction)
     t2_reached = target is not None and target.tier2 is not None and reached(values, target.tier2.value, direction)

@@ -134,7 +134,27 @@ class JobSpeed:
     note: str
 
 
-def job_speed(job: Job) -> JobSpeed:
+def silent_seconds(job: Job, now: float | None) -> float | None:
+    """Seconds a running job has run without reporting anything (no history point, no speed, nothing
+    borrowed): ``now`` less the start of its current run (``Job.started``) and the start-up it
+    declares (``restart_seconds``, not training), or ``None`` where that does not apply or is not
+    known. A job reports at least once an epoch, so an epoch takes at least this long at its
+    allocation."""
+    if (
+        now is None
+        or job.status != "running"
+        or job.allocation is None
+        or job.started is None
+        or job.history
+        or job.speed
+        or job.speed_prior is not None
+    ):
+        return None
+    silent = now - job.started - job.restart_seconds
+    return silent if silent > 0 else None
+
+
+def job_speed(job: Job, now: float | None = None) -> JobSpeed:
     """The job's speed model, from the most trusted source it has:
 
     1. **observed**: its own ``speed`` points, or, without any, its recent history at its current
@@ -143,7 +163,9 @@ def job_speed(job: Job) -> JobSpeed:
        fitted as if they were its own, only while nothing of its own is observed: the first
        observation replaces it, not averaged in, since a similar job is only a guess at this one;
     3. **assumed**: the speed model's prior (``models.speed.DEFAULT_EPOCH_SECONDS`` on one core,
-       plus one GPU for GPU jobs).
+       plus one GPU for GPU jobs), slowed where the job has run longer than that without one report
+       (``now``: the snapshot's time; :func:`silent_seconds`): an epoch at its allocation then takes
+       at least what it has run, the prior's shape through that point.
     """
     uses_gpu = job.max_gpus > 0
     one = " + 1 GPU" if uses_gpu else ""
@@ -156,8 +178,16 @@ def job_speed(job: Job) -> JobSpeed:
     prior = job.speed_prior
     if prior is None:
         model = fit_speed_model([], uses_gpu=uses_gpu)
+        why = "none observed, no similar job"
+        silent = silent_seconds(job, now)
+        if silent is not None:
+            assert job.allocation is not None
+            cpu, gpus = job.allocation.cpu_millis, job.allocation.gpus
+            if silent > model.seconds_per_epoch(cpu, gpus):
+                model = fit_speed_model([SpeedObservation(cpu, gpus, silent)], uses_gpu=uses_gpu)
+                why = f"no report in its {silent:.3g} s at {cpu}m{f' + {gpus} GPU' if gpus else ''}: an epoch takes at least that"
         t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
-        return JobSpeed(model, "assumed", f"speed assumed: {t:.3g} s/epoch on 1 CPU{one} (none observed, no similar job)")
+        return JobSpeed(model, "assumed", f"speed assumed: {t:.3g} s/epoch on 1 CPU{one} ({why})")
     borrowed = [SpeedObservation(p.cpu_millis, p.gpus, p.seconds_per_epoch / _to_full(job, p)) for p in prior.points]
     model = replace(fit_speed_model(borrowed, uses_gpu=uses_gpu), source="borrowed")
     t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)

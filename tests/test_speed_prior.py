@@ -6,7 +6,8 @@ Case matrix:
 - planner: a pending job with no observation and a prior from a finished job of its task is planned
   at that job's speed (not 60 s/epoch), the plan's basis and explanation name the task and the job;
   the job's own observation (``speed`` points, or its running history) wins over the prior; without
-  either the basis says "assumed";
+  either the basis says "assumed"; a running job silent for longer than the assumed epoch is
+  planned at least that slow (and a fit cached at another time is not reused for it);
 - contract: a bad or foreign prior (another task, no task, another image, naming the job itself, a
   GPU speed for a CPU-only job, no points, a non-positive time, an unknown basis) is refused with
   one line naming the field.
@@ -77,6 +78,42 @@ def test_without_a_prior_the_speed_is_assumed_and_says_so() -> None:
     assert a.predictions.seconds_per_epoch == pytest.approx(60.0)
     assert "speed assumed: 60 s/epoch on 1 CPU (none observed, no similar job)" in a.predictions.basis
     assert "speed not yet observed: assuming 60 s/epoch on 1 CPU" in a.explanation
+
+
+def _running(started: float | None, **over: Any) -> dict[str, Any]:
+    return _job(status="running", node="n", allocation={"cpu_millis": 1000}, submitted=0.0, started=started, task=None, **over)
+
+
+def test_a_job_silent_longer_than_the_assumed_epoch_is_planned_slower() -> None:
+    """A running job that has reported nothing in the 300 s since its start-up (10 s) ended (at 1000m,
+    a history at epoch ends only, say; it arrived long before) takes at least 300 s an epoch there,
+    not the assumed 60 s; one silent for less than 60 s, a pending one, one that has reported, or one
+    whose start is not known keeps the assumed speed."""
+    a = _planned(_running(started=690.0))
+    assert a.predictions.seconds_per_epoch == pytest.approx(300.0, rel=1e-6)
+    assert "speed assumed: 300 s/epoch on 1 CPU (no report in its 300 s at 1000m: an epoch takes at least that)" in (
+        a.predictions.basis
+    )
+    assert "speed not yet observed: assuming 300 s/epoch on 1 CPU" in a.explanation
+    for job in (
+        _running(started=940.0),
+        _job(submitted=700.0, task=None),
+        _running(started=700.0, history=[{"time": 990.0, "epoch": 0.5, "loss": 1.0}]),
+        _running(started=None),
+    ):
+        assert _planned(job).predictions.seconds_per_epoch == pytest.approx(60.0), job
+
+
+def test_the_silence_is_not_read_from_a_fit_cached_at_another_time() -> None:
+    """The fit of a silent job depends on the snapshot's time: a plan that lends its fits
+    (``previous``) to a later snapshot of the same job does not lend that one."""
+    config = PlannerConfig(solver="greedy", time_limit=0.5)
+    first = plan(_snapshot(_running(started=690.0)), config)
+    later = Snapshot.model_validate(
+        {"time": 1600.0, "nodes": [{"name": "n", "cpu_millis": 4000}], "jobs": [_running(started=690.0)]}, strict=False
+    )
+    (a,) = plan(later, config, previous=first).plan.assignments
+    assert a.predictions.seconds_per_epoch == pytest.approx(900.0, rel=1e-6)
 
 
 @pytest.mark.parametrize("own", ["speed points", "running history"])
