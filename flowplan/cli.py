@@ -216,7 +216,11 @@ def _write(text: str, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    target = Path(out)
+    if not out:
+        raise UsageError("--out: an empty path (give a file name)")
+    # A symbolic link: the file it points to is replaced, the link kept (the rename below would
+    # replace the link itself).
+    target = Path(out).resolve() if Path(out).is_symlink() else Path(out)
     if target.is_dir():
         raise UsageError(f"--out {out}: is a directory")
     if target.exists() and not target.is_file():
@@ -230,7 +234,8 @@ def _write(text: str, out: str | None) -> None:
         return
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"--out {out}: directory {parent} does not exist")
+        what = "is a file, not a directory" if parent.exists() else "does not exist"
+        raise UsageError(f"--out {out}: directory {parent} {what}")
     # Write next to the target and rename: a reader never sees half a plan.
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")

@@ -91,6 +91,12 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
         "jobs[1].target.tier2.value: 0.8 must be at least as good",
     ),
     "negative priority": (json.dumps(_mut(["jobs", 1, "priority"], -1)), "jobs[1].priority"),
+    # A target's metric name was any string at all: empty, 100,000 characters, control characters.
+    "empty metric name": (json.dumps(_mut(["jobs", 1, "target"], {"metric": "", "tier1": {"value": 1}})), "target.metric"),
+    "control characters in a metric name": (
+        json.dumps(_mut(["jobs", 1, "target"], {"metric": "acc\u0007", "tier1": {"value": 1}})),
+        "jobs[1].target.metric: must be printable",
+    ),
     # Python converts at most 4300 digits: was a ValueError traceback (exit 1).
     "5000-digit integer": ('{"time": 1' + "0" * 5000 + "}", "not valid JSON: an integer of 5001 digits"),
 }
@@ -604,6 +610,21 @@ def test_out_to_a_pipe_writes_to_it_and_leaves_it_a_pipe(tmp_path: Path) -> None
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     reader.join(timeout=30)
     assert got and json.loads(got[0])["kind"] == "Plan"
+
+
+def test_out_through_a_symlink_replaces_the_file_it_points_to_and_keeps_the_link(tmp_path: Path) -> None:
+    """--out LINK: the file the link points to gets the plan and the link stays a link (the rename
+    replaced the link itself); an empty --out and a --out under a file are one line naming them."""
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert run("plan", "-", "--format", "json", "--out", str(link), stdin=json.dumps(GOOD)).returncode == 0
+    assert link.is_symlink() and json.loads(real.read_text())["kind"] == "Plan"
+    r = run("plan", "-", "--out", "", stdin=json.dumps(GOOD))
+    assert r.returncode == 2 and "--out: an empty path" in r.stderr
+    r = run("plan", "-", "--out", str(real / "x.json"), stdin=json.dumps(GOOD))
+    assert r.returncode == 2 and f"directory {real} is a file, not a directory" in r.stderr, r.stderr
 
 
 def test_schema_states_the_running_job_rule() -> None:
