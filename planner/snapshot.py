@@ -192,11 +192,20 @@ class QoETarget(Input):
     name reads ``MetricPoint.metric``. ``max_epochs`` caps the run (the job finishes there at the latest).
     """
 
-    metric: str = "loss"
+    metric: Annotated[str, Field(min_length=1, max_length=MAX_NAME)] = Field(
+        "loss", description="What the tiers read: 'loss', or the name of the quality metric (1-253 printable characters)."
+    )
     direction: Direction = "lower"
     tier1: Tier
     tier2: Tier | None = None
     max_epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS, allow_inf_nan=False)] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError("must be printable, without control characters")
+        return v
 
     @model_validator(mode="after")
     def _tiers_ordered(self) -> QoETarget:

@@ -269,6 +269,7 @@ REFUSALS: list[tuple[str, str, str, Any, int, str]] = [
     ),
     ("target: NaN deadline", "PUT", "/v1/jobs/j/target", b'{"tier1": {"value": 1, "deadline": NaN}}', 422, "tier1.deadline"),
     ("target: bad direction", "PUT", "/v1/jobs/j/target", {"direction": "up", "tier1": {"value": 1}}, 422, "direction"),
+    ("target: a long metric name", "PUT", "/v1/jobs/j/target", {"metric": "m" * 300, "tier1": {"value": 1}}, 422, "metric"),
     ("jobs: limit 0", "GET", "/v1/jobs?limit=0", None, 422, "limit"),
     ("job: unknown", "GET", "/v1/jobs/nobody-here", None, 404, "job_id"),
     ("target: read with GET (write-only)", "GET", "/v1/jobs/j/target", None, 405, ""),
