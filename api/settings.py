@@ -69,8 +69,6 @@ class ApiSettings:
     solver: SolverName = "cpsat"
     time_limit: float = 1.0
     max_time_limit: float = 30.0
-    #: Largest batch of metric points per request.
-    max_points_per_batch: int = 100_000
     #: Host names a request may address (``Host`` header, port ignored); None: any. ``flowplan serve``
     #: sets the loopback names and its bound address in open mode (no token), against DNS rebinding.
     allowed_hosts: tuple[str, ...] | None = None
