@@ -53,6 +53,8 @@ def parse_snapshot(text: str | bytes) -> Snapshot:
         return Snapshot.model_validate_json(text)
     except ValidationError:
         pass
+    if not (text.strip() if isinstance(text, str) else text.strip(b" \t\r\n")):
+        raise SnapshotError("", "empty (no JSON at all)")
     try:
         data = json.loads(text, parse_constant=_reject_constant, parse_int=_read_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

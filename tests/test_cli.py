@@ -91,6 +91,8 @@ BAD_SNAPSHOTS: dict[str, tuple[str, str]] = {
         "jobs[1].target.tier2.value: 0.8 must be at least as good",
     ),
     "negative priority": (json.dumps(_mut(["jobs", 1, "priority"], -1)), "jobs[1].priority"),
+    "empty file": ("", "empty (no JSON at all)"),  # was "not valid JSON at line 1 column 1: Expecting value"
+    "only blanks": (" \n\t\n", "empty (no JSON at all)"),
     # A target's metric name was any string at all: empty, 100,000 characters, control characters.
     "empty metric name": (json.dumps(_mut(["jobs", 1, "target"], {"metric": "", "tier1": {"value": 1}})), "target.metric"),
     "control characters in a metric name": (
