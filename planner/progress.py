@@ -18,7 +18,7 @@ import numpy as np
 
 from models import Direction, SpeedModel, SpeedObservation, fit_speed_model
 from models.gang_speed import gang_scaling
-from planner.snapshot import Job, MetricPoint, SpeedPoint
+from planner.snapshot import MAX_SECONDS, Job, MetricPoint, SpeedPoint
 
 #: Newest history points (by time) that make an observed speed.
 SPEED_WINDOW = 6
@@ -112,10 +112,16 @@ def _to_full(job: Job, point: SpeedPoint) -> float:
     prior between the two shapes (:func:`models.gang_speed.gang_scaling`; a lender's 1-replica epoch
     of a 16-replica job's model is some 12 times its full count's). A parameter-server job's points
     are taken as they are (their servers' share is not known here)."""
-    if point.replicas is None or job.servers is not None or (point.replicas, point.nodes or 1) == (job.replicas, 1):
+    return 1.0 if point.replicas is None else _full_factor(job, point.replicas, point.nodes or 1)
+
+
+def _full_factor(job: Job, replicas: int, nodes: int) -> float:
+    """An epoch's time with ``replicas`` over ``nodes`` over its time at the job's full count on one
+    node (:func:`_to_full`)."""
+    if job.servers is not None or (replicas, nodes) == (job.replicas, 1):
         return 1.0
     scaling = gang_scaling(job.replicas, [])
-    factor = float(scaling.factor(np.array([point.replicas]), np.array([point.nodes or 1]))[0])
+    factor = float(scaling.factor(np.array([replicas]), np.array([nodes]))[0])
     return factor if factor > 0 and np.isfinite(factor) else 1.0
 
 
@@ -183,8 +189,11 @@ def job_speed(job: Job, now: float | None = None) -> JobSpeed:
         if silent is not None:
             assert job.allocation is not None
             cpu, gpus = job.allocation.cpu_millis, job.allocation.gpus
-            if silent > model.seconds_per_epoch(cpu, gpus):
-                model = fit_speed_model([SpeedObservation(cpu, gpus, silent)], uses_gpu=uses_gpu)
+            # At the replicas and nodes it runs on now, as its model stands for its full count on one node.
+            shares = job.shares()
+            floor = min(silent, MAX_SECONDS) / _full_factor(job, sum(k for _, k in shares), len(shares))
+            if floor > model.seconds_per_epoch(cpu, gpus):
+                model = fit_speed_model([SpeedObservation(cpu, gpus, floor)], uses_gpu=uses_gpu)
                 why = f"no report in its {silent:.3g} s at {cpu}m{f' + {gpus} GPU' if gpus else ''}: an epoch takes at least that"
         t = model.seconds_per_epoch(1000, 1 if uses_gpu else 0)
         return JobSpeed(model, "assumed", f"speed assumed: {t:.3g} s/epoch on 1 CPU{one} ({why})")

@@ -223,3 +223,18 @@ def test_the_contract_documents_the_prior() -> None:
     assert set(prior["properties"]) == {"basis", "key", "jobs", "points"}
     assert "speed_prior" in schema["$defs"]["Job"]["properties"] and "image" in schema["$defs"]["Job"]["properties"]
     assert Job.model_fields["speed_prior"].description
+
+
+def test_a_silent_gang_at_fewer_replicas_is_floored_at_its_full_count() -> None:
+    """A gang of up to 4 replicas running 2 that has said nothing for 300 s: its model stands for the
+    full count on one node, so the floor there is 300 s over what 2 replicas are slower by (the
+    data-parallel prior's factor), not 300 s."""
+    from planner.progress import _full_factor, job_speed
+
+    spec = _running(690.0, min_gpus=1, max_gpus=1, replicas=4, min_replicas=2, placement=[{"node": "n", "replicas": 2}])
+    job = Job.model_validate({**spec, "allocation": {"cpu_millis": 1000, "gpus": 1}})
+    factor = _full_factor(job, 2, 1)
+    assert factor > 1.0
+    got = job_speed(job, now=1000.0)
+    assert got.basis == "assumed" and "no report in its 300 s at 1000m + 1 GPU" in got.note
+    assert float(got.model.seconds_per_epoch(1000, 1)) == pytest.approx(300.0 / factor, rel=1e-6)
