@@ -219,7 +219,10 @@ class PodEvents:
         if self.w._resp is not None:
             try:
                 self.w._resp.shutdown()
-            except OSError:  # the stream's socket is closed already (the server ended the watch): stopped
+            except (OSError, ValueError):
+                # The stream's socket is closed already, or its connection was released (urllib3 2.x:
+                # "Cannot shutdown socket as self._sock_shutdown is not set"; once in CI, session 34):
+                # the server ended the watch, so it is stopped.
                 pass
 
     def first(self, cond: Any) -> int:
