@@ -79,6 +79,7 @@ from models.curves import (
     CurveFit,
     Direction,
     LazyFits,
+    horizon_drift,
 )
 
 Arr = NDArray[np.float64]
@@ -333,7 +334,7 @@ def fit_ensemble(
     dof = max(n - 3, 1)
     resid = z - mixture(at[-1], wt, k)[0]
     sd_u = math.sqrt(float((w * resid**2).sum()) / float(w.sum()) * n / dof)
-    drift = scale * math.sqrt(float(np.mean(np.maximum(err_all**2 - sd_u**2, 0.0) / np.maximum(h_all, 1.0) ** 2)))
+    drift = scale * horizon_drift(err_all, h_all, sd_u)
     # The band never exceeds what the job has shown: its standard deviation is at most the observed
     # range (value units; ``scale`` is that range), or the noise if that is larger.
     cap = max(scale, scale * sd_u)

@@ -77,7 +77,7 @@ from scipy.special import stdtrit
 
 from models.changepoint import detect_drops
 from models.curve_families import FAMILIES, Fitted
-from models.curve_prior import CurvePrior, PriorFit, fit_prior
+from models.curve_prior import BAND_QUANTILE, CurvePrior, PriorFit, fit_prior
 from models.schedule import LRSchedule
 
 Direction = Literal["higher", "lower"]
@@ -631,6 +631,15 @@ def _prior_params(pf: PriorFit) -> dict[str, float]:
     return {"c": float(pf.z[-1]), "warp": pf.warp, "scale": pf.scale, "offset": pf.offset, "references": float(pf.references)}
 
 
+def horizon_drift(err: Arr, h: Arr, sd: float) -> float:
+    """How fast forecast errors grow with the horizon (per epoch), from errors ``err`` made ``h``
+    epochs ahead by a fit whose residual spread is ``sd``: ``err^2 ~ sd^2 + (drift * h)^2``, so
+    ``drift^2 = mean(max(err^2 - sd^2, 0) / h^2)`` (a horizon below one epoch counts as one). The
+    band's drift of every curve model (this module's, :mod:`models.curve_ensemble`'s,
+    :mod:`models.schedule_curve`'s), in the units of ``err``."""
+    return math.sqrt(float(np.mean(np.maximum(err**2 - sd**2, 0.0) / np.maximum(h, 1.0) ** 2)))
+
+
 def _fit(
     k: NDArray[np.float64],
     z: NDArray[np.float64],
@@ -721,15 +730,14 @@ def _fit(
         return CannotPredict("no family fits these points", n)
 
     dof = max(n - 3, 1)
-    # How fast forecast errors grow with the horizon, from the cross-validation of this candidate:
-    # err^2 ~ sd^2 + (drift * h)^2, so drift^2 = mean(max(err^2 - sd^2, 0) / h^2).
+    # How fast forecast errors grow with the horizon, from the cross-validation of this candidate.
     sse = float((w * (z - predict(family, chosen_fit, k)) ** 2).sum())
     sd_u = math.sqrt(sse / float(w.sum()) * n / dof)
     drift = 0.0
     cap: float | None = None
     if family in forecast:
         err, h = forecast[family]
-        drift = scale * math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
+        drift = scale * horizon_drift(err, h, sd_u)
     elif not isinstance(chosen_fit, PriorFit) and family in fitters and n > MIN_POINTS:
         drift = scale * _short_drift(fitters[family], family, k, z, w, c_floor, sd_u)
         # As the averaged curve's (models.curve_ensemble): never wider than what the job has shown.
@@ -800,8 +808,7 @@ def _short_drift(
     if not ok.any():
         return 0.0
     err, h = err[ok], h[ok]
-    drift = math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(h, 1.0) ** 2)))
-    return drift * float(stdtrit(err.size, 0.9)) / INTERVAL_Z
+    return horizon_drift(err, h, sd_u) * float(stdtrit(err.size, BAND_QUANTILE)) / INTERVAL_Z
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:

@@ -66,6 +66,7 @@ from models.curves import (
     CurveFit,
     Direction,
     clean_points,
+    horizon_drift,
     natural_range,
     recency_weights,
 )
@@ -382,7 +383,7 @@ def fit_schedule_curve(
     drift = 0.0
     if name in forecast:
         err, hz = forecast[name]
-        drift = scale * math.sqrt(float(np.mean(np.maximum(err**2 - sd_u**2, 0.0) / np.maximum(hz, 1.0) ** 2)))
+        drift = scale * horizon_drift(err, hz, sd_u)
 
     def build(row: int, gi: int, upto: int) -> CurveFit:
         shape, b = grid_params[gi], beta[row, gi]
