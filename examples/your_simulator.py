@@ -21,6 +21,7 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
+from adapters.sim.cluster import share_cpu as cpu_shares
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary
 from planner import Job, MetricPoint, Node, PlannerConfig, PlanResult, QoETarget, Snapshot, SpeedPoint, Tier, check_plan, plan
 from planner.snapshot import Allocation
@@ -91,21 +92,10 @@ class SimJob:
 
 def share_cpu(jobs: list[SimJob]) -> dict[str, float]:
     """The host's CPU split by weights, each job up to its cap, what a capped job leaves going to the
-    others (water-filling: the kernel's CFS shares, in one step)."""
-    left, active = float(HOST_MILLIS), [j for j in jobs if j.weight > 0]
-    got: dict[str, float] = {}
-    while active and left > 1e-9:
-        total = sum(j.weight for j in active)
-        capped = [j for j in active if left * j.weight / total >= j.cap - got.get(j.id, 0.0)]
-        if not capped:
-            for j in active:
-                got[j.id] = got.get(j.id, 0.0) + left * j.weight / total
-            break
-        for j in capped:
-            left -= j.cap - got.get(j.id, 0.0)
-            got[j.id] = float(j.cap)
-            active.remove(j)
-    return got
+    others: the kernel's CFS shares, by the weighted max-min split FlowPlan's own simulator uses."""
+    running = [j for j in jobs if j.weight > 0]
+    got = cpu_shares(HOST_MILLIS, [j.weight for j in running], [j.cap for j in running])
+    return {j.id: x for j, x in zip(running, got, strict=True)}
 
 
 def decide(policy: str, now: float, jobs: list[SimJob], previous: PlanResult | None, config: PlannerConfig) -> PlanResult | None:
