@@ -22,6 +22,7 @@ from models.gang_speed import GangScaling, PSScaling
 from planner.config import PlannerConfig
 from planner.gang_levels import gang_levels, is_gang, node_block
 from planner.outlook import JobOutlook
+from planner.progress import since_checkpoint
 from planner.snapshot import MILLI_PER_GPU, Job
 
 STAY, START, MOVE = 0, 1, 2
@@ -170,16 +171,25 @@ def build_menu(
         hit = same.nonzero()[0]
         current_level = int(hit[0]) if hit.size else None
     # A restart loses checkpoint + restart time and the work since the last checkpoint: jobs
-    # checkpoint at every epoch end and every ``checkpoint_every_seconds``, so on average half of
-    # the shorter of the two (at the speed it trains now) is done again.
+    # checkpoint at every epoch end and every ``checkpoint_every_seconds``, so at most the shorter
+    # of the two (at the speed it trains now) is done again. For a CPU-only job whose reports show
+    # when it last checkpointed, that much; otherwise on average half of it. (GPU jobs keep the
+    # average: under the phase model a job just restarted looked cheap to pause, and one was left
+    # paused beside a free GPU on Pollux's workload 6; docs/planner.md.)
     redo = 0.0
     if cur is not None:
         period = float(outlook.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus))
         if gang is not None:
             period = float(gang.speed.seconds_per_epoch(cur.cpu_millis, cur.gpus)) * gang.current_factor
+        since = since_checkpoint(job, now, period) if job.max_gpus == 0 else None
         if job.checkpoint_every_seconds is not None:
             period = min(period, job.checkpoint_every_seconds)
-        redo = 0.5 * period if math.isfinite(period) else 0.0
+        if not math.isfinite(period):
+            redo = 0.0
+        elif since is None:
+            redo = 0.5 * period
+        else:
+            redo = min(since, period)
     lost = np.array([0.0, job.restart_seconds, job.checkpoint_seconds + job.restart_seconds + redo])
 
     tau = phase_seconds if job.max_gpus > 0 else 0.0

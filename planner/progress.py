@@ -10,6 +10,7 @@ points make an observed speed.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -158,6 +159,46 @@ def silent_seconds(job: Job, now: float | None) -> float | None:
         return None
     silent = now - job.started - job.restart_seconds
     return silent if silent > 0 else None
+
+
+def since_checkpoint(job: Job, now: float | None, epoch_seconds: float) -> float | None:
+    """Seconds a running job has trained since its last checkpoint, as its reports show it, or
+    ``None`` where they do not say (not running; no start and no epoch end reported; or the newest
+    of those older than an epoch at its current speed, ``epoch_seconds``: an epoch end has passed
+    unreported, or the speed is off, and the reports no longer place the checkpoint).
+
+    A job checkpoints at every epoch end and every ``checkpoint_every_seconds`` of training since
+    the last one (the snapshot's contract), and a restart resumes from the last one. So the newest
+    checkpoint is at the later of the newest epoch end its history shows (the report at which the
+    epoch count reached a whole number, or the time between two reports at which it passed one, by
+    their rate) and the start of its current run (``Job.started``), then every
+    ``checkpoint_every_seconds`` after that."""
+    if now is None or job.status != "running" or job.allocation is None:
+        return None
+    anchor = job.started
+    points = sorted((p.time, p.epoch) for p in job.history if p.time <= now)
+    if points:
+        whole = math.floor(points[-1][1] + 1e-9)
+        i = len(points) - 1
+        while i > 0 and points[i - 1][1] >= whole - 1e-9:
+            i -= 1
+        at, epoch = points[i]
+        end: float | None = None
+        if whole >= 1 and epoch <= whole + 1e-9:
+            end = at
+        elif whole >= 1 and i > 0 and epoch > points[i - 1][1]:
+            (t0, e0), (t1, e1) = points[i - 1], points[i]
+            end = t0 + (whole - e0) / (e1 - e0) * (t1 - t0)
+        if end is not None and (anchor is None or end > anchor):
+            anchor = end
+    if anchor is None:
+        return None
+    since = max(now - anchor, 0.0)
+    if not since <= epoch_seconds:
+        return None
+    if job.checkpoint_every_seconds is not None:
+        since = math.fmod(since, job.checkpoint_every_seconds)
+    return since
 
 
 def job_speed(job: Job, now: float | None = None) -> JobSpeed:
