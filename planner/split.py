@@ -6,7 +6,8 @@ CPU by :func:`planner.share.split_node`. Jobs that stay and cannot resize live k
 The assignments get the split's shares as their guarantees, the action that follows (``keep`` when
 the share is unchanged, else ``resize``), and the rollout's predictions (which see completions).
 A CPU job whose speed-up was never observed (its speeds all at one share) may be held at half that
-share for one interval so that the next plan can fit it (:func:`_probe_share`).
+share, or one seen only below two cores given twice it, for one interval so that the next plan can
+fit it (:func:`_probe_share`).
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ from planner.objective import MAX_HORIZON_SECONDS
 from planner.plan import Assignment, ObjectiveTerms
 from planner.problem import WAIT_WAY, Problem
 from planner.progress import observed_speeds
-from planner.share import TAIL_BAND, SearchBudget, ShareJob, share_grid, split_node
+from planner.share import TAIL_BAND, NodeSplit, SearchBudget, ShareJob, share_grid, split_node
 
 
-def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig, cap: int | None = None) -> ShareJob:
-    """``cap``: the most share this plan may give it (a probe, :func:`_probes`), else its max."""
+def _share_job(
+    m: JobMenu, way: int, level: int, config: PlannerConfig, cap: int | None = None, floor: int | None = None
+) -> ShareJob:
+    """``cap``: the most share this plan may give it, ``floor`` the least (a probe, :func:`_probes`),
+    else its max and its min."""
     o = m.outlook
     job = o.job
     hi = job.max_cpu_millis if cap is None else min(cap, job.max_cpu_millis)
-    grid = share_grid(job.min_cpu_millis, hi, config.cpu_step_millis)
+    lo = job.min_cpu_millis if floor is None else min(max(floor, job.min_cpu_millis), hi)
+    grid = share_grid(lo, hi, config.cpu_step_millis)
     spe = o.speed.seconds_per_epoch_many(grid, np.full(grid.size, int(m.gpu[level])))
     # An open tier 1 counts even when it is only assumed (no curve yet: tier 1 by the finish, the
     # pessimistic guess): a new job's deadline is reserved for from its first plan, not ignored.
@@ -41,7 +46,7 @@ def _share_job(m: JobMenu, way: int, level: int, config: PlannerConfig, cap: int
     if open1 and m.t1_slack_s is not None:
         deadline = float(m.t1_slack_s)
     return ShareJob(
-        lo=job.min_cpu_millis,
+        lo=lo,
         hi=hi,
         replicas=job.replicas,
         weight=float(m.weight),
@@ -69,17 +74,20 @@ PROBE_INTERVALS = 4.0
 
 def _probe_share(m: JobMenu, way: int, interval: float) -> tuple[int, int] | None:
     """The share to give ``m``'s job for one interval so that its speed-up can be fitted, and the
-    highest share it was seen at, or ``None``.
+    highest share it was seen at, or ``None``. Below that share the probe is a cap, above it a floor.
 
     A running CPU-only job whose own speeds were all seen at about one share (spanning less than
     :data:`PROBE_SPAN` at or above one core) has a speed-up that only the prior says (a serial
-    fraction of 0.1: it scales well); held at that share for its whole run (its max, say, as the
+    fraction of 0.1: it scales well). Held at that share for its whole run (its max, say, as the
     shortest job), it would never show that it does not scale, and the CPU it cannot use would stay
     with it. Half of the highest share it was seen at (at least one core and its min) tells the two
     apart in one interval: a job that scales loses part of one interval's progress, which the jobs
     beside it gain (the caller probes only where they can use the CPU); one that does not is given
-    what it can use from the next plan on. Not for a job with an open deadline (its reservation
-    comes first) or too little left to run for the knowledge to pay."""
+    what it can use from the next plan on. A job seen only below :data:`PROBE_SPAN` cores (at its
+    min beside longer-looking jobs, say: below one core every serial fraction gives the same linear
+    speed-up) cannot be probed lower; it is given twice its highest share (at least two cores, at
+    most its max) instead. Not for a job with an open deadline (its reservation comes first) or too
+    little left to run for the knowledge to pay."""
     o = m.outlook
     job = o.job
     if way != STAY or job.status != "running" or job.allocation is None or job.max_gpus > 0 or m.t1_slack_s is not None:
@@ -94,7 +102,9 @@ def _probe_share(m: JobMenu, way: int, interval: float) -> tuple[int, int] | Non
         return None  # its speed-up is fitted from its own speeds
     probe = max(job.min_cpu_millis, 1000, round(top / 2))
     if top / probe < PROBE_SPAN:
-        return None  # seen at too little CPU for a lower share to tell anything
+        probe = min(job.max_cpu_millis, 2 * max(top, 1000))  # seen too low to probe lower: probe higher
+        if probe / max(top, 1000) < PROBE_SPAN:
+            return None  # its max is too close to what it was seen at for a higher share to tell anything
     left = o.remaining_finish * o.speed.seconds_per_epoch(top, 0)
     return (probe, top) if left >= PROBE_INTERVALS * interval else None
 
@@ -106,27 +116,36 @@ def _probes(
     share_jobs: list[ShareJob],
     capacity: int,
     interval: float,
-    finish: np.ndarray,
+    split: NodeSplit,
 ) -> dict[int, tuple[int, int]]:
-    """Position in ``jobs`` -> (probe share, highest share seen), for the jobs of one node that :func:`_probe_share` picks,
-    that do not end the node's batch (``finish``: the split's rollout without probes; a job it ends
-    within the last tenth, ``TAIL_BAND``, is given no less now than the rule gives it, as in the
-    value search: a probe there would lengthen the makespan by what it costs), and whose freed CPU
-    the others there can take (their maxima cover what the probe leaves of the node): where nobody
-    could use it, a lower guarantee changes nothing the job really gets."""
+    """Position in ``jobs`` -> (probe share, highest share seen), for the jobs of one node that
+    :func:`_probe_share` picks. A probe below what it was seen at is a cap: only for a job that does
+    not end the node's batch (``split``: the split's rollout without probes; a job it ends within the
+    last tenth, ``TAIL_BAND``, is given no less now than the rule gives it, as in the value search: a
+    probe there would lengthen the makespan by what it costs), and whose freed CPU the others there
+    can take (their maxima cover what the probe leaves of the node): where nobody could use it, a
+    lower guarantee changes nothing the job really gets. A probe above is a floor: only where the
+    split gives the job less and the others' minimums leave room for it."""
     his = [s.hi * s.replicas for s in share_jobs]
-    done = finish[np.isfinite(finish)]
+    los = [s.lo * s.replicas for s in share_jobs]
+    done = split.finish[np.isfinite(split.finish)]
     tail = TAIL_BAND * float(done.max()) if done.size else math.inf
     out: dict[int, tuple[int, int]] = {}
     for i, j in enumerate(jobs):
-        if not finish[i] < tail:
-            continue
         got = _probe_share(problem.menus[j], int(problem.opt_way[choice[j]]), interval)
-        if got is None or got[0] >= share_jobs[i].hi:
+        if got is None:
             continue
-        if sum(his) - his[i] >= capacity - got[0] * share_jobs[i].replicas:
+        probe, seen = got
+        if probe > seen:
+            if int(split.shares[i]) < probe and sum(los) - los[i] + probe * share_jobs[i].replicas <= capacity:
+                out[i] = got
+                los[i] = probe * share_jobs[i].replicas
+            continue
+        if not split.finish[i] < tail or probe >= share_jobs[i].hi:
+            continue
+        if sum(his) - his[i] >= capacity - probe * share_jobs[i].replicas:
             out[i] = got
-            his[i] = got[0] * share_jobs[i].replicas
+            his[i] = probe * share_jobs[i].replicas
     return out
 
 
@@ -429,15 +448,23 @@ def apply_split(
         if sum(s.lo * s.replicas for s in share_jobs) > capacity:
             continue  # an overfull node the plan could not relieve: keep the program's levels
         split = split_node(share_jobs, capacity, profile, makespan_slack, search)
-        probes = _probes(problem, choice, jobs, share_jobs, capacity, interval, split.finish)
+        probes = _probes(problem, choice, jobs, share_jobs, capacity, interval, split)
         if probes:
             for i, (probe, seen) in probes.items():
                 j = jobs[i]
+                up = probe > seen
                 share_jobs[i] = _share_job(
-                    problem.menus[j], int(problem.opt_way[choice[j]]), int(problem.opt_level[choice[j]]), config, cap=probe
+                    problem.menus[j],
+                    int(problem.opt_way[choice[j]]),
+                    int(problem.opt_level[choice[j]]),
+                    config,
+                    cap=None if up else probe,
+                    floor=probe if up else None,
                 )
+                bound, seen_at = ("at least", "up to") if up else ("at most", "at")
                 probing = (
-                    f"probing its speed-up: at most {probe / 1000:g} CPU this interval (its speed seen only at {seen / 1000:g})"
+                    f"probing its speed-up: {bound} {probe / 1000:g} CPU this interval "
+                    f"(its speed seen only {seen_at} {seen / 1000:g})"
                 )
                 notes[j] = f"{notes[j]}; {probing}" if j in notes else probing
             split = split_node(share_jobs, capacity, profile, makespan_slack, search)
