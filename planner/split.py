@@ -6,8 +6,8 @@ CPU by :func:`planner.share.split_node`. Jobs that stay and cannot resize live k
 The assignments get the split's shares as their guarantees, the action that follows (``keep`` when
 the share is unchanged, else ``resize``), and the rollout's predictions (which see completions).
 A CPU job whose speed-up was never observed (its speeds all at one share) may be held at half that
-share, or one seen only below two cores given twice it, for one interval so that the next plan can
-fit it (:func:`_probe_share`).
+share, or, where it cannot be probed lower, given twice it, for one interval so that the next plan
+can fit it (:func:`_probe_share`).
 """
 
 from __future__ import annotations
@@ -83,11 +83,12 @@ def _probe_share(m: JobMenu, way: int, interval: float) -> tuple[int, int] | Non
     with it. Half of the highest share it was seen at (at least one core and its min) tells the two
     apart in one interval: a job that scales loses part of one interval's progress, which the jobs
     beside it gain (the caller probes only where they can use the CPU); one that does not is given
-    what it can use from the next plan on. A job seen only below :data:`PROBE_SPAN` cores (at its
-    min beside longer-looking jobs, say: below one core every serial fraction gives the same linear
-    speed-up) cannot be probed lower; it is given twice its highest share (at least two cores, at
-    most its max) instead. Not for a job with an open deadline (its reservation comes first) or too
-    little left to run for the knowledge to pay."""
+    what it can use from the next plan on. A job that cannot be probed lower (seen only below
+    :data:`PROBE_SPAN` cores, at its min beside longer-looking jobs, say, where half would be below
+    one core and every serial fraction gives the same linear speed-up there; or seen only at its min)
+    is given twice its highest share (at least two cores, at most its max) instead. Not for a job
+    with an open deadline (its reservation comes first) or too little left to run for the knowledge
+    to pay."""
     o = m.outlook
     job = o.job
     if way != STAY or job.status != "running" or job.allocation is None or job.max_gpus > 0 or m.t1_slack_s is not None:
