@@ -16,18 +16,21 @@ fitted by
     ``z(k) = offset + scale * R(k / warp)``
 
 - ``warp`` [-] > 0 stretches the epoch axis (a larger batch or another learning rate can make the
-  same model converge later); searched on a geometric grid over :attr:`CurvePrior.warp_range`, with a
-  penalty ``WARP_PENALTY * (ln warp)^2`` (in units of squared reference range per point) that keeps
-  it near 1 unless the data insist;
+  same model converge later); searched on a geometric grid over :attr:`CurvePrior.warp_range`, the
+  squared error multiplied by ``1 + WARP_PENALTY * (ln warp)^2`` to keep it near 1 unless the data
+  insist; with fewer than :data:`FIT_POINTS` points it is 1 (a stretch passes any reference through
+  one point, so the points cannot say there was one);
 - ``offset`` [value units] and ``scale`` [-] >= 0: weighted least squares, recent points weighing
   more. With ``same_task=True`` (the references are the same model and metric) ``R`` is in the
-  job's units and ``scale`` is pulled towards 1 by a ridge worth :data:`PRIOR_POINTS` observations,
-  so one or two points are enough (the offset absorbs the level, the reference supplies the shape).
+  job's units, the plateau's shift is pulled to 0 (:data:`PLATEAU_WEIGHT`) and ``scale`` towards 1
+  (:data:`SCALE_WEIGHT`), so one or two points are enough (the offset absorbs the level, the
+  reference supplies the shape).
   With ``same_task=False`` (nearest shape among other models) ``R`` is normalised to run from 1
   (its first epoch) to 0 (its best) and ``scale`` is free, which needs at least 3 points.
 
 Every reference gets its best ``(warp, offset, scale)``; those whose penalised error is within
-:data:`KEEP_FACTOR` of the best are averaged (equal weights) into one tabulated curve. Beyond the end
+:data:`KEEP_FACTOR` of the best are averaged (equal weights) into one tabulated curve, all of them
+below :data:`FIT_POINTS` points (which every reference fits). Beyond the end
 of a reference the curve stays at its last value.
 """
 
@@ -65,8 +68,9 @@ TABLE_POINTS = 512
 #: The upper quantile of the 80 % band the spread is read at (``band`` is a standard deviation).
 BAND_QUANTILE = 0.9
 _BAND_Z = float(NormalDist().inv_cdf(BAND_QUANTILE))
-#: Fewest points that can tell references apart (each is fitted with an offset and a scale): with
-#: fewer, the band spans every reference's end, not only the kept ones'.
+#: Fewest points that can tell references apart (each is fitted with an offset and a scale) or show
+#: a stretch of the epoch axis: with fewer, no reference is stretched and the curve and its band are
+#: every reference's.
 FIT_POINTS = 3
 
 
@@ -211,11 +215,16 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
         kk, zz, ww = k[seen], z[seen], w[seen] / w[seen].mean()
         best: list[tuple[float, float, float, float, float, int]] = []  # (objective, sse, warp, scale, offset, ref)
         sw = float(ww.sum())
+        # Below FIT_POINTS points the points identify neither a stretch of the epoch axis nor one
+        # reference among the others: any reference passes one point once stretched (a first value
+        # below the references' read as faster convergence ended runs epochs early), so none is
+        # stretched and every one counts.
+        few = int(seen.sum()) < FIT_POINTS
         for j, (e, r, stepped) in enumerate(refs):
             # y - delta - beta*x with x = R(k/warp) - R_end: beta stretches the gap to the reference's
             # plateau, delta moves the plateau itself (pulled to 0 for a same-task prior).
             # A stepped schedule fixes its drops in epochs: such a reference is not stretched.
-            ws = np.ones(1) if stepped else warps
+            ws = np.ones(1) if (stepped or few) else warps
             x = np.stack([np.interp(kk / s, e, r) for s in ws]) - r[-1]  # (S, m)
             y = zz - (r[-1] if prior.same_task else 0.0)
             lam_d = PLATEAU_WEIGHT * sw if prior.same_task else 0.0
@@ -240,16 +249,13 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
             offset = float(delta[i] + ((1.0 - beta[i]) * r[-1] if prior.same_task else 0.0))
             best.append((float(objective[i]), float(sse[i]), float(ws[i]), float(beta[i]), offset, j))
         top = min(b[0] for b in best)
-        keep = [b for b in best if b[0] <= KEEP_FACTOR * top + 1e-12]
+        keep = best if few else [b for b in best if b[0] <= KEEP_FACTOR * top + 1e-12]
         each = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in keep])
         curve = np.minimum.accumulate(each.mean(axis=0))
-        # The band: how far the references that fit the points disagree, epoch by epoch. Below
-        # FIT_POINTS points every reference fits them (its offset and scale take up one point each),
-        # so the points cannot tell them apart: all of them count; the curve stays the best ones'.
+        # The band: how far the references that fit the points disagree, epoch by epoch (below
+        # FIT_POINTS points, every reference: see ``few``).
         pool = each
-        if int(seen.sum()) < FIT_POINTS:
-            if len(keep) < len(best):
-                pool = np.array([b[4] + b[3] * np.interp(grid / b[2], refs[b[5]][0], refs[b[5]][1]) for b in best])
+        if few:
             # The job is one more run like the references, which its points cannot tell apart: its
             # spread is a prediction interval's, a new draw from the population they sample.
             spread = pool.std(axis=0) * _new_draw_factor(pool.shape[0])

@@ -11,7 +11,8 @@ Cases:
   the benchmark's priors are leave-one-out (never the predicted curve; the leave-one-model-out
   one has no curve of the same model); with the other batch sizes as a prior, ImageNet observed for 22
   epochs predicts the epoch of 0.65 accuracy (after the unseen drop at epoch 30) within 10 %, which no
-  prior-free fit can; one or two points with a same-task prior give a prediction; a shapes-only prior
+  prior-free fit can; one or two points with a same-task prior give a prediction, from every
+  reference unstretched (yolov3's epoch-8 loss read at its epoch 8, not 6.3); a shapes-only prior
   needs three;
 - convergence interval: ordered and around the point estimate when cross-validated, unknown
   (``None``) otherwise;
@@ -199,10 +200,25 @@ def test_prior_predicts_from_one_or_two_points(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", (1, 2))
+def test_one_or_two_points_do_not_stretch_the_references(n: int) -> None:
+    """Below three points any reference passes the points once its epoch axis is stretched, so the
+    points cannot tell a faster run from a lower one: no reference is stretched and all of them count.
+    Measured yolov3 validation loss at batch 128 (the job) and the six other batch sizes (the prior).
+    Its first value lies below theirs; read as a stretch (warp 0.73, one reference kept) the job
+    reached its epoch-8 value at epoch 6.3, two epochs early. It is read at 7.5-9 now."""
+    loss = real_curve("yolov3", 128)
+    prior = CurvePrior.of([(np.arange(1, 51), real_curve("yolov3", b)) for b in (8, 16, 32, 64, 256, 512)], same_task=True)
+    fit = fit_learning_curve(np.arange(1, n + 1), loss[:n], "lower", prior=prior)
+    assert isinstance(fit, CurveFit) and fit.family == "prior"
+    assert fit.params["warp"] == 1.0 and fit.params["references"] == 6.0
+    assert 7.5 <= (fit.epoch_reaching(float(loss[7])) or math.inf) <= 9.0
+
+
+@pytest.mark.parametrize("n", (1, 2))
 def test_a_prior_alone_has_a_band_as_wide_as_its_references_disagree(n: int) -> None:
     """From one or two points every reference fits (an offset and a scale each), so the points cannot
     tell them apart: the band at each epoch is how far all of them, fitted to the points, disagree
-    there, even where the curve is the best one's alone. Measured ncf curves of the other batch sizes
+    there. Measured ncf curves of the other batch sizes
     as the references; at the end the band is their spread, and most of the job's later measured
     points lie inside its 80 % band (a band of zero, as before, left nearly all of them outside)."""
     acc = real_curve("ncf", 1024)
