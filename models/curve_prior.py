@@ -68,10 +68,11 @@ TABLE_POINTS = 512
 #: The upper quantile of the 80 % band the spread is read at (``band`` is a standard deviation).
 BAND_QUANTILE = 0.9
 _BAND_Z = float(NormalDist().inv_cdf(BAND_QUANTILE))
-#: Fewest points that can tell references apart (each is fitted with an offset and a scale) or show
-#: a stretch of the epoch axis: with fewer, no reference is stretched and the curve and its band are
-#: every reference's.
-FIT_POINTS = 3
+#: Fewest points that can tell references apart or show a stretch of the epoch axis: each reference
+#: is fitted with a stretch, an offset and a scale, so it passes through three points and only a
+#: fourth leaves a misfit to compare. With fewer, no reference is stretched and the curve and its
+#: band are every reference's.
+FIT_POINTS = 4
 
 
 @dataclass(frozen=True)
