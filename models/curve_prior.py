@@ -18,8 +18,8 @@ fitted by
 - ``warp`` [-] > 0 stretches the epoch axis (a larger batch or another learning rate can make the
   same model converge later); searched on a geometric grid over :attr:`CurvePrior.warp_range`, the
   squared error multiplied by ``1 + WARP_PENALTY * (ln warp)^2`` to keep it near 1 unless the data
-  insist; with fewer than :data:`FIT_POINTS` points it is 1 (a stretch passes any reference through
-  one point, so the points cannot say there was one);
+  insist; with fewer than :data:`FIT_POINTS` points it is 1 (stretched, offset and scaled, any
+  reference passes through three points, so they cannot say there was a stretch);
 - ``offset`` [value units] and ``scale`` [-] >= 0: weighted least squares, recent points weighing
   more. With ``same_task=True`` (the references are the same model and metric) ``R`` is in the
   job's units, the plateau's shift is pulled to 0 (:data:`PLATEAU_WEIGHT`) and ``scale`` towards 1
@@ -217,9 +217,9 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
         best: list[tuple[float, float, float, float, float, int]] = []  # (objective, sse, warp, scale, offset, ref)
         sw = float(ww.sum())
         # Below FIT_POINTS points the points identify neither a stretch of the epoch axis nor one
-        # reference among the others: any reference passes one point once stretched (a first value
-        # below the references' read as faster convergence ended runs epochs early), so none is
-        # stretched and every one counts.
+        # reference among the others: stretched, offset and scaled, any reference passes through
+        # them (a first value below the references' read as faster convergence ended runs epochs
+        # early), so none is stretched and every one counts.
         few = int(seen.sum()) < FIT_POINTS
         for j, (e, r, stepped) in enumerate(refs):
             # y - delta - beta*x with x = R(k/warp) - R_end: beta stretches the gap to the reference's
