@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-epochs",
         type=positive_epochs,
         metavar="N",
-        help="the run's planned epochs (cosine and warm-up schedules anneal over them)",
+        help="the run's planned epochs, those done included (cosine and warm-up schedules anneal over them)",
     )
     pr.add_argument(
         "--like",
@@ -294,6 +294,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         history = pred.read_history(args.history, args.column)
     except pred.HistoryError as exc:
         raise UsageError(f"{name}: {exc}") from None
+    done = float(history.epochs.max()) if history.epochs.size else 0.0
+    if args.max_epochs is not None and done > args.max_epochs:
+        raise UsageError(
+            f"--max-epochs {args.max_epochs:g}: {name} already reaches epoch {done:g} (the planned epochs include the ones done)"
+        )
     like = []
     for path in args.like:
         try:

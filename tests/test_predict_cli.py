@@ -177,6 +177,7 @@ BAD_SCHEDULE = {
         "must be shorter",
     ),
     "bad --max-epochs": (["--schedule", '{"kind": "cosine"}', "--max-epochs", "-3"], "--max-epochs"),
+    "--max-epochs below the history": (["--max-epochs", "3"], "--max-epochs 3: "),
 }
 
 
