@@ -663,11 +663,14 @@ def split_node(
     profile: str,
     makespan_slack: float | None = None,
     search: SearchBudget | None = None,
+    reference: Sequence[ShareJob] | None = None,
 ) -> NodeSplit:
     """Shares for the jobs of one node (``capacity``: the CPU they may share, millicores; ``makespan_slack``:
     the mean-JCT profile's makespan budget over the reachable one, None: none; ``search``: what the
     value search may spend, shared by the nodes of one plan, None: ``SEARCH_BUDGET`` for this node
-    alone); see the module docstring."""
+    alone; ``reference``: the same jobs as the equal split would run them, for the tail guard's
+    reference, where ``jobs`` carry this plan's own bounds (a probe's cap or floor), None: ``jobs``);
+    see the module docstring."""
     J = len(jobs)
     if J == 0:
         return NodeSplit(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
@@ -688,8 +691,18 @@ def split_node(
     # as the full path, in less time (most nodes of a GPU cluster are like this).
     ample = sum(j.hi * j.replicas for j in jobs if j.remaining > 0) <= capacity
     at_max = [float(j.hi) for j in jobs]
+    # The equal split runs each job within its own min and max: a bound this plan sets for one
+    # interval (a probe) is not the default's, and read as lasting the whole rollout it would make
+    # the probed job look like the one that ends last, and guard it instead of the job that does.
+    fair_node, fair_ample, fair_max = node, ample, at_max
+    if reference is not None:
+        fair_node = _Node(reference, [1.0 / np.maximum(j.seconds_per_epoch, 1e-12) for j in reference])
+        fair_ample = sum(j.hi * j.replicas for j in reference if j.remaining > 0) <= capacity
+        fair_max = [float(j.hi) for j in reference]
     fair, _, _ = _rollout(
-        node, (lambda *_: at_max) if ample else (lambda active, left, left1, now: _equal_levels(node, active, capacity)), path
+        fair_node,
+        (lambda *_: fair_max) if fair_ample else (lambda active, left, left1, now: _equal_levels(fair_node, active, capacity)),
+        path,
     )
     times = [t for t, _ in path] if path else [0.0]
     fair_shares = [x for _, x in path] if path else [[0.0] * J]
@@ -717,8 +730,12 @@ def split_node(
             floor = no_floor
             if profile != MAKESPAN_FIRST:
                 at = fair_shares[max(bisect_right(times, now + 1e-6) - 1, 0)]
+                # At most the job's own max here: the reference's may be higher (a probe's cap).
                 floor = [
-                    (float(at[j]) if at[j] > 0 else float(node.hi[j])) if guarded[j] and active[j] else 0.0 for j in range(J)
+                    (min(float(at[j]), float(node.hi[j])) if at[j] > 0 else float(node.hi[j]))
+                    if guarded[j] and active[j]
+                    else 0.0
+                    for j in range(J)
                 ]
             return _rule(node, active, left, left1, now, guard.tolist(), floor, capacity, values, moved)
 

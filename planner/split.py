@@ -451,6 +451,7 @@ def apply_split(
         split = split_node(share_jobs, capacity, profile, makespan_slack, search)
         probes = _probes(problem, choice, jobs, share_jobs, capacity, interval, split)
         if probes:
+            unprobed = list(share_jobs)
             for i, (probe, seen) in probes.items():
                 j = jobs[i]
                 up = probe > seen
@@ -468,7 +469,7 @@ def apply_split(
                     f"(its speed seen only {seen_at} {seen / 1000:g})"
                 )
                 notes[j] = f"{notes[j]}; {probing}" if j in notes else probing
-            split = split_node(share_jobs, capacity, profile, makespan_slack, search)
+            split = split_node(share_jobs, capacity, profile, makespan_slack, search, reference=unprobed)
         for i, j in enumerate(jobs):
             out[j] = _rewrite(
                 problem.menus[j], problem, int(choice[j]), out[j], int(split.shares[i]), split.finish[i], split.tier1[i], now
