@@ -27,7 +27,8 @@ from flowplan import __version__
 from flowplan.argtypes import finite, positive_epochs, positive_seconds
 
 if TYPE_CHECKING:
-    from planner.snapshot import ObjectiveProfile, Snapshot
+    from planner.profiles import ObjectiveProfile
+    from planner.snapshot import Snapshot
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -62,7 +63,7 @@ def objective_help(who: str) -> str:
     """``--help`` text of ``--objective``: every profile and what it optimises (deferred: see :class:`DeferredHelp`)."""
 
     def make() -> str:
-        from planner.policies.flowplan import OBJECTIVE_ALIASES, OBJECTIVE_MEANINGS
+        from planner.profiles import OBJECTIVE_ALIASES, OBJECTIVE_MEANINGS
 
         profiles = "; ".join(f"'{name}': {meaning}" for name, meaning in OBJECTIVE_MEANINGS.items())
         short = ", ".join(f"'{a}'" for a in OBJECTIVE_ALIASES)
@@ -78,7 +79,7 @@ def objective_arg(text: str | None) -> ObjectiveProfile | None:
     """The profile named by ``--objective`` (None when not given); a bad value is a :class:`UsageError`."""
     if text is None:
         return None
-    from planner.policies.flowplan import resolve_objective
+    from planner.profiles import resolve_objective
 
     try:
         return resolve_objective(text)
@@ -354,7 +355,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         what = "empty file" if err["type"] == "json_invalid" and not Path(args.plan).read_bytes().strip() else err["msg"]
         raise UsageError(f"{args.plan}: not a valid plan: " + (f"{where}: {what}" if where else what)) from None
     from planner.policies.flowplan import with_objective
-    from planner.snapshot import OBJECTIVE_PROFILES
+    from planner.profiles import OBJECTIVE_PROFILES
 
     # A plan made with --objective answers the snapshot with that profile in its settings.
     digest = snapshot_digest(snapshot)

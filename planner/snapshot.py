@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models import Direction, LRSchedule
+from planner.profiles import ObjectiveProfile
 
 API_VERSION: Literal["flowplan/v1"] = "flowplan/v1"
 
@@ -700,10 +701,6 @@ class Job(Input):
             if problem is not None:
                 raise ValueError(f"schedule: {problem}")
         return self
-
-
-ObjectiveProfile = Literal["deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct"]
-OBJECTIVE_PROFILES: tuple[str, ...] = ("deadlines>mean-jct>makespan", "deadlines>makespan>mean-jct")
 
 
 class Settings(Input):

@@ -38,8 +38,9 @@ from adapters.sim.scenario import load_scenario
 from adapters.sim.truth import TraceLibrary
 from planner import JobTruth, check_plan, snapshot_digest
 from planner.policies import POLICIES, OracleError, OraclePolicy, make_policy, reads_ground_truth
-from planner.policies.flowplan import OBJECTIVE_ALIASES, resolve_objective, with_objective
-from planner.snapshot import OBJECTIVE_PROFILES, Snapshot
+from planner.policies.flowplan import with_objective
+from planner.profiles import OBJECTIVE_ALIASES, OBJECTIVE_PROFILES, resolve_objective
+from planner.snapshot import Snapshot
 
 NOW = 1_000_000.0
 

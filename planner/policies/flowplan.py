@@ -5,7 +5,7 @@ for the next call: the result's model fits are a cache keyed by each job's input
 never changes the answer, only saves refitting jobs whose history did not change). The plan is the
 planner's own, with its predictions, objective terms and solver report (backend name, status, gap).
 
-``objective`` (a profile of :data:`planner.snapshot.OBJECTIVE_PROFILES`, or one of the short names
+``objective`` (a profile of :data:`planner.profiles.OBJECTIVE_PROFILES`, or one of the short names
 ``mean-jct`` and ``makespan``) overrides ``Settings.objective`` of every snapshot it plans; ``None``
 plans each snapshot with the objective it carries.
 """
@@ -13,32 +13,13 @@ plans each snapshot with the objective it carries.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
 
 from models.curve_prior import CurvePrior
 from planner.config import PlannerConfig, SolverName
 from planner.core import PlanResult, plan
 from planner.plan import Plan
-from planner.snapshot import OBJECTIVE_PROFILES, ObjectiveProfile, Snapshot
-
-#: Each objective profile and what it optimises, in priority order (for ``--help`` and the docs).
-OBJECTIVE_MEANINGS: dict[str, str] = {
-    "deadlines>mean-jct>makespan": "meet QoE deadlines (tier 1, then tier 2), then the lowest mean job completion "
-    "time, then the shortest makespan (the default)",
-    "deadlines>makespan>mean-jct": "meet QoE deadlines (tier 1, then tier 2), then the shortest makespan "
-    "(finish the whole batch soonest), then the lowest mean job completion time",
-}
-#: Short names accepted for the profiles: the term that comes right after the deadlines.
-OBJECTIVE_ALIASES: dict[str, str] = {"mean-jct": "deadlines>mean-jct>makespan", "makespan": "deadlines>makespan>mean-jct"}
-
-
-def resolve_objective(name: str) -> ObjectiveProfile:
-    """The profile ``name`` stands for (a full profile or a short name); a ``ValueError`` names the bad value."""
-    full = OBJECTIVE_ALIASES.get(name, name)
-    if full not in OBJECTIVE_PROFILES:
-        known = ", ".join([*OBJECTIVE_PROFILES, *OBJECTIVE_ALIASES])
-        raise ValueError(f"unknown objective profile {name!r} (known: {known})")
-    return cast(ObjectiveProfile, full)
+from planner.profiles import ObjectiveProfile, resolve_objective
+from planner.snapshot import Snapshot
 
 
 def with_objective(snapshot: Snapshot, objective: ObjectiveProfile | None, makespan_slack: float | None = None) -> Snapshot:
