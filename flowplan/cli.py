@@ -38,8 +38,9 @@ class UsageError(Exception):
 
 
 class DeferredHelp(str):
-    """A ``--help`` text that needs a slow import (the planner's objective profiles): ``make()`` builds
-    it when :class:`CliParser` prints help, so building the parser imports nothing heavy."""
+    """A ``--help`` text that needs the planner (its objective profiles): ``make()`` builds it when
+    :class:`CliParser` prints help, so building the parser imports no part of the planner. The text
+    itself comes from :mod:`planner.profiles`, which imports none of the planner's models or solvers."""
 
     make: Callable[[], str]
 

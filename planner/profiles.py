@@ -1,9 +1,9 @@
 """The objective profiles a snapshot may ask for (``Settings.objective``): their names, short names and
 what each optimises.
 
-Pure data and the standard library only (the ``--objective`` help of ``flowplan plan`` and
-``flowplan simulate`` lists them): :mod:`planner.snapshot`, :mod:`planner.policies.flowplan` and the CLI
-take the profiles from here.
+Pure data and the standard library only: ``flowplan plan --help`` reads it without importing the
+planner's models or solvers (``planner/__init__`` imports its submodules lazily, and this one imports
+none of them). :mod:`planner.snapshot` and :mod:`planner.policies.flowplan` take the profiles from here.
 """
 
 from __future__ import annotations

@@ -740,6 +740,47 @@ def test_light_paths_import_no_planner_models_or_service(code: str) -> None:
     assert loaded == ["LOADED:"], loaded
 
 
+#: Every subcommand's ``--help``, nested ones too (``sandbox start``), prints and leaves no heavy package
+#: in ``sys.modules``: only the planner package itself and ``planner.profiles`` (the ``--objective`` help
+#: of ``plan`` and ``simulate``), which import none of the planner's models or solvers. Each command's help
+#: runs in the same fresh interpreter, and each reports what it added.
+EVERY_HELP = """import argparse, contextlib, io, sys
+import flowplan.cli
+
+def paths(parser, prefix):
+    yield prefix
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from paths(child, [*prefix, name])
+
+for path in list(paths(flowplan.cli._parser(), [])):
+    before = set(sys.modules)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            flowplan.cli.main([*path, "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0, (path, exc.code)
+    assert "usage: flowplan" in out.getvalue() and "(see --help)" not in out.getvalue(), path
+    added = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in HEAVY)
+    print("HELP", "/".join(path) or "-", *added)
+"""
+
+
+def test_every_help_imports_no_models_solvers_or_service() -> None:
+    heavy = ("planner", "models", "ortools", "fastapi", "numpy", "scipy", "pandas", "pulp", "pydantic", "api", "store")
+    done = subprocess.run(
+        [sys.executable, "-c", f"HEAVY = {heavy!r}\n{EVERY_HELP}"], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    shown = {line.split()[1]: line.split()[2:] for line in done.stdout.splitlines() if line.startswith("HELP ")}
+    assert {"-", "plan", "simulate", "serve", "daemon", "sandbox", "sandbox/up"} <= set(shown), shown
+    for path, added in shown.items():
+        assert set(added) <= {"planner", "planner.profiles"}, (path, added)
+    assert shown["plan"] == ["planner", "planner.profiles"]  # the deferred --objective help was built
+
+
 def test_plan_help_still_lists_the_profiles_after_the_lazy_import() -> None:
     """The deferred ``--objective`` help is filled in when help is printed (the planner is imported then)."""
     done = run("plan", "--help")
