@@ -37,7 +37,7 @@ import numpy as np
 from planner.build import build_problem
 from planner.config import PlannerConfig
 from planner.menu import WAYS, gpu_demand_milli
-from planner.outlook import build_outlook, task_curves
+from planner.outlook import build_outlook, task_curves, with_progress
 from planner.plan import Assignment, Plan, assigned_shares
 from planner.problem import WAIT_WAY
 from planner.snapshot import MILLI_PER_GPU, Snapshot
@@ -123,7 +123,7 @@ def job_options(snapshot: Snapshot, plan: Plan, job_id: str, config: PlannerConf
     for j in snapshot.jobs:
         if j.status == "finished":
             continue
-        o = build_outlook(j, snapshot.settings, config, curves.get(j.task or ""), snapshot.time)
+        o = with_progress(build_outlook(j, snapshot.settings, config, curves.get(j.task or ""), snapshot.time), snapshot.time)
         if j.id == job_id and p.epochs_to_finish is not None:
             # The plan's own remaining epochs: its planner may have had curve priors this one lacks.
             o = replace(

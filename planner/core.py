@@ -27,7 +27,7 @@ from planner.decompose import parts_needed, split
 from planner.devices import pack_devices
 from planner.errors import PlanCheckError
 from planner.fanout import fan_out, usable_cpus
-from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves, with_truth
+from planner.outlook import JobOutlook, JobTruth, build_outlook, outlook_from_truth, task_curves, with_progress, with_truth
 from planner.plan import Plan, PlanSummary, SolverReport
 from planner.problem import Problem
 from planner.progress import silent_seconds
@@ -392,7 +392,15 @@ def plan(
     timings["models"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    ordered = [outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
+    # The fits are kept as fitted (reused while a job's reports stay the same); what each job has
+    # trained since its newest report is taken off at this snapshot's time, except where the oracle
+    # knows the epochs left.
+    known = truth or {}
+    ordered = [
+        outlooks[j.id][1] if j.id in known and known[j.id].knows != "speed" else with_progress(outlooks[j.id][1], snapshot.time)
+        for j in snapshot.jobs
+        if j.status != "finished"
+    ]
     problem, _ = build_problem(snapshot, ordered, config)
     timings["build"] = time.perf_counter() - t
 

@@ -31,7 +31,17 @@ from models import CannotPredict, CurveFit, Direction, fit_learning_curve
 from models.curve_prior import CurvePrior, ReferenceCurve
 from models.curves import report_cadence
 from planner.config import PlannerConfig
-from planner.progress import SpeedBasis, job_speed, judged_on_loss, judged_series, reached, unread_history
+from planner.progress import (
+    UNREPORTED_SHARE,
+    SpeedBasis,
+    epoch_seconds_now,
+    job_speed,
+    judged_on_loss,
+    judged_series,
+    reached,
+    trained_since_report,
+    unread_history,
+)
 from planner.snapshot import MIN_REFERENCE_POINTS, Job, QoETarget, Settings, Snapshot, TaskCurves, lr_schedule
 
 #: Cap on predicted remaining epochs so one job with a nearly flat curve cannot dominate the horizon.
@@ -233,6 +243,39 @@ def outlook_from_truth(job: Job, truth: JobTruth) -> JobOutlook:
         speed_basis="truth",
         speed_note="speed: ground truth (oracle)",
         remaining_tier1_high=None if (r1 is None or d1 is None) else max(r1, 0.0),
+    )
+
+
+def with_progress(outlook: JobOutlook, now: float | None) -> JobOutlook:
+    """``outlook`` with what its job has trained since its newest report taken off the epochs it has
+    left (:func:`planner.progress.trained_since_report`, at the job's predicted speed at its
+    allocation now): the reports show whole epochs, the job is part-way through the next one.
+
+    Only where the speed is the job's own (observed, or the oracle's true speed): an assumed or
+    borrowed speed is too rough to place the job inside an epoch. Applied at each plan, not kept in
+    the fit (the fit is reused while the job's reports stay the same; the time since them does not).
+    What is left never drops below a tenth of itself (:data:`~planner.progress.UNREPORTED_SHARE`)."""
+    if outlook.speed_basis not in ("observed", "truth"):
+        return outlook
+    seconds = epoch_seconds_now(outlook.job, outlook.speed.seconds_per_epoch)
+    if seconds is None:
+        return outlook
+    done = trained_since_report(outlook.job, now, seconds, outlook.report_cadence)
+    if done <= 0:
+        return outlook
+
+    def less(left: float | None) -> float | None:
+        return left if left is None or left <= 0 else left - min(done, UNREPORTED_SHARE * left)
+
+    finish = less(outlook.remaining_finish)
+    assert finish is not None
+    return replace(
+        outlook,
+        remaining_tier1=less(outlook.remaining_tier1),
+        remaining_tier2=less(outlook.remaining_tier2),
+        remaining_finish=finish,
+        remaining_finish_high=less(outlook.remaining_finish_high),
+        remaining_tier1_high=less(outlook.remaining_tier1_high),
     )
 
 

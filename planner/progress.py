@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -199,6 +199,46 @@ def since_checkpoint(job: Job, now: float | None, epoch_seconds: float) -> float
     if job.checkpoint_every_seconds is not None:
         since = math.fmod(since, job.checkpoint_every_seconds)
     return since
+
+
+#: Most of a report's span a job is credited with between two reports: the credit rests on the
+#: predicted speed, and a report that is late says the speed was off, not that the epoch is done.
+UNREPORTED_SHARE = 0.9
+
+
+def epoch_seconds_now(job: Job, seconds_per_epoch: Callable[[float, float], float]) -> float | None:
+    """A running job's predicted epoch time at what it holds now: its speed model's
+    ``seconds_per_epoch(cpu_millis, gpus)`` at its allocation, on the replicas and nodes it runs on
+    (the model stands for its full count on one node). ``None`` if not running, or a
+    parameter-server job (whose model reads workers and servers)."""
+    if job.status != "running" or job.allocation is None or job.servers is not None:
+        return None
+    shares = job.shares()
+    factor = _full_factor(job, sum(k for _, k in shares), len(shares)) if shares else 1.0
+    return float(seconds_per_epoch(job.allocation.cpu_millis, job.allocation.gpus)) * factor
+
+
+def trained_since_report(job: Job, now: float | None, seconds_per_epoch: float, cadence: float = 1.0) -> float:
+    """Epochs a running job has trained since its newest report, by the time it has run since then
+    at ``seconds_per_epoch`` (its predicted epoch time at its allocation now): the part of the
+    current epoch the reports do not show yet. A job that reports once an epoch is, on average, half
+    an epoch further than its last report says, and a plan that reads only the reports sees every
+    such job up to an epoch behind: its finish comes later than it will, the more so the longer its
+    epochs. 0 where that does not apply: not running, no time, no report and no start of its run.
+
+    Counted from the newest report, or from the end of the start-up of its current run
+    (``started + restart_seconds``) where that is later (a restart resumes from a checkpoint no
+    later than its reports show); at most :data:`UNREPORTED_SHARE` of ``cadence``, the epochs
+    between its reports."""
+    if now is None or job.status != "running" or job.allocation is None or not seconds_per_epoch > 0:
+        return 0.0
+    anchor = max((p.time for p in job.history), default=None)
+    if job.started is not None:
+        resumed = job.started + job.restart_seconds
+        anchor = resumed if anchor is None else max(anchor, resumed)
+    if anchor is None or not now > anchor:
+        return 0.0
+    return min((now - anchor) / seconds_per_epoch, UNREPORTED_SHARE * cadence)
 
 
 def job_speed(job: Job, now: float | None = None) -> JobSpeed:
