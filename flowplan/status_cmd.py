@@ -99,8 +99,9 @@ def _state(job: Any, action: str) -> str:
 def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]) -> dict[str, list[float | None]]:
     """80% bands of the seconds to each open tier: ``tiers`` are (name, seconds the plan predicts to
     it, its epochs left). The job's curve, fitted again from the snapshot, gives the band's epochs
-    (:meth:`models.curves.CurveFit.seen_interval`, as the planner reads it) relative to its median; the plan's seconds are
-    scaled by them (so the band brackets the plan's own time, which comes from the share rollout).
+    (:meth:`models.curves.CurveFit.seen_interval`, as the planner reads it) relative to its median; they are
+    turned into seconds at the plan's own rate to the tier (its seconds over its epochs left), so the
+    band brackets the plan's own time, which comes from the share rollout.
     An upper end of ``None``: the pessimistic curve never gets there."""
     from planner import PlannerConfig
     from planner.outlook import build_outlook
@@ -121,10 +122,12 @@ def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]
         if value is None or mid is None or mid <= epoch or not left:
             continue
         lo, hi = curve.seen_interval(value, cadence=cadence)
-        per = seconds / (mid - epoch)  # the plan's seconds per epoch of this curve, on the way there
+        # The plan's seconds per epoch on the way there, over the epochs it plans (the plan counts the
+        # epoch under way, which the reports do not show: ``planner.outlook.with_progress``).
+        per = seconds / left
         out[name] = [
-            max(lo - epoch, 0.0) * per if lo is not None else None,
-            max(hi - epoch, 0.0) * per if hi is not None else None,
+            max(seconds - (mid - lo) * per, 0.0) if lo is not None else None,
+            max(seconds + (hi - mid) * per, 0.0) if hi is not None else None,
         ]
     return out
 
