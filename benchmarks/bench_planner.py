@@ -193,12 +193,11 @@ def full_solve(snapshot: Any, config: PlannerConfig, cold: Any, limit: float) ->
     from planner.backends import CpSatBackend
     from planner.build import build_problem
     from planner.check import check_plan
-    from planner.core import _decode, _Outcome, _refilled, _solve_step
+    from planner.core import _decode, _Outcome, _refilled, _solve_step, planned_outlooks
 
     log(f"  full CP-SAT: {limit:g} s of deterministic time from the default-budget choice ...")
     t0 = time.perf_counter()
-    ordered = [cold.outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
-    problem, _ = build_problem(snapshot, ordered, config)
+    problem, _ = build_problem(snapshot, planned_outlooks(snapshot, cold.outlooks), config)
     parts = parts_needed(problem, config.max_jobs_per_subproblem) if problem.n_options > 0 else 1
     problem, fast = _solve_step(snapshot.nodes, problem, config)  # the 1-s plan's choice, as planner.plan makes it
     got = CpSatBackend(workers=config.cpsat_workers).solve(

@@ -138,6 +138,22 @@ def _outlooks(
     return out
 
 
+def planned_outlooks(
+    snapshot: Snapshot, outlooks: Mapping[str, tuple[str, JobOutlook]], truth: Mapping[str, JobTruth] | None = None
+) -> list[JobOutlook]:
+    """What a plan of ``snapshot`` is built from, in the snapshot's order (its unfinished jobs): the
+    fits (``outlooks``, as in :attr:`PlanResult.outlooks`, kept as fitted so that they can be reused
+    while a job's reports stay the same) with what each job has trained since its newest report
+    taken off at the snapshot's time (:func:`planner.outlook.with_progress`), except where the
+    oracle knows the epochs left. Rebuilding a plan's integer program takes these, not the fits."""
+    known = truth or {}
+    return [
+        outlooks[j.id][1] if j.id in known and known[j.id].knows != "speed" else with_progress(outlooks[j.id][1], snapshot.time)
+        for j in snapshot.jobs
+        if j.status != "finished"
+    ]
+
+
 #: Problems up to this many options are solved whole by the integer backend; larger ones go
 #: through relax-and-fix (:mod:`planner.relax`) first.
 FULL_SOLVE_MAX_OPTIONS = 1000
@@ -392,15 +408,7 @@ def plan(
     timings["models"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    # The fits are kept as fitted (reused while a job's reports stay the same); what each job has
-    # trained since its newest report is taken off at this snapshot's time, except where the oracle
-    # knows the epochs left.
-    known = truth or {}
-    ordered = [
-        outlooks[j.id][1] if j.id in known and known[j.id].knows != "speed" else with_progress(outlooks[j.id][1], snapshot.time)
-        for j in snapshot.jobs
-        if j.status != "finished"
-    ]
+    ordered = planned_outlooks(snapshot, outlooks, truth)
     problem, _ = build_problem(snapshot, ordered, config)
     timings["build"] = time.perf_counter() - t
 

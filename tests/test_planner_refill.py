@@ -252,9 +252,11 @@ def test_a_second_refill_round_offers_the_room_the_first_left(
     waiting = [a.job for a in got.assignments if a.node is None and a.job.startswith("cifar10")]
     why = {u.job: u.reason for u in got.unserved}
     if rounds == 1:
-        assert idle == {"gpu-node-11": 1, "gpu-node-15": 3} and waiting == ["cifar10-122", "cifar10-123"]
+        # (Before the plans counted the epoch under way, one round left gpu-node-15's 3 GPUs idle too,
+        # and cifar10-122 waiting beside them: planner.outlook.with_progress.)
+        assert idle == {"gpu-node-11": 1} and waiting == ["cifar10-123"]
         # The explanation says so, not "the nodes it fits are full" (what it said before).
-        assert why["cifar10-122"].startswith("waits although gpu-node-15 has room for its minimum"), why["cifar10-122"]
+        assert why["cifar10-123"].startswith("waits although gpu-node-11 has room for its minimum"), why["cifar10-123"]
     else:
         assert idle == {} and waiting == ["cifar10-123"]  # the room holds one of the two
         assert got.solver.message.count("refill of") == 2

@@ -37,7 +37,7 @@ import planner.core as core
 from planner import PlannerConfig, plan
 from planner.backends import CpSatBackend
 from planner.build import build_problem
-from planner.core import FULL_SOLVE_MAX_OPTIONS, _choose
+from planner.core import FULL_SOLVE_MAX_OPTIONS, _choose, planned_outlooks
 from planner.problem import Problem
 from planner.relax import Relaxation, residual, solve_relaxation
 from planner.snapshot import Snapshot
@@ -50,8 +50,7 @@ def _case(data: Path) -> tuple[Any, Problem]:
     """The seed-7 snapshot's plan and its integer program (built from the plan's own model fits)."""
     snapshot = benchmark_module("workload.py").make_snapshot(300, 30, seed=7, data_dir=data)
     result = plan(snapshot, CONFIG)
-    outlooks = [result.outlooks[j.id][1] for j in snapshot.jobs if j.status != "finished"]
-    problem, _ = build_problem(snapshot, outlooks, CONFIG)
+    problem, _ = build_problem(snapshot, planned_outlooks(snapshot, result.outlooks), CONFIG)
     return result, problem
 
 
