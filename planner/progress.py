@@ -126,6 +126,12 @@ def _full_factor(job: Job, replicas: int, nodes: int) -> float:
     return factor if factor > 0 and np.isfinite(factor) else 1.0
 
 
+def _full_factor_now(job: Job) -> float:
+    """:func:`_full_factor` at the replicas and nodes the job runs on now (1 where it runs nowhere)."""
+    shares = job.shares()
+    return _full_factor(job, sum(k for _, k in shares), len(shares)) if shares else 1.0
+
+
 #: Jobs a speed basis names before it says "and N more".
 NAMED_JOBS = 3
 
@@ -213,9 +219,7 @@ def epoch_seconds_now(job: Job, seconds_per_epoch: Callable[[float, float], floa
     parameter-server job (whose model reads workers and servers)."""
     if job.status != "running" or job.allocation is None or job.servers is not None:
         return None
-    shares = job.shares()
-    factor = _full_factor(job, sum(k for _, k in shares), len(shares)) if shares else 1.0
-    return float(seconds_per_epoch(job.allocation.cpu_millis, job.allocation.gpus)) * factor
+    return float(seconds_per_epoch(job.allocation.cpu_millis, job.allocation.gpus)) * _full_factor_now(job)
 
 
 def trained_since_report(job: Job, now: float | None, seconds_per_epoch: float, cadence: float = 1.0) -> float:
@@ -271,8 +275,7 @@ def job_speed(job: Job, now: float | None = None) -> JobSpeed:
             assert job.allocation is not None
             cpu, gpus = job.allocation.cpu_millis, job.allocation.gpus
             # At the replicas and nodes it runs on now, as its model stands for its full count on one node.
-            shares = job.shares()
-            floor = min(silent, MAX_SECONDS) / _full_factor(job, sum(k for _, k in shares), len(shares))
+            floor = min(silent, MAX_SECONDS) / _full_factor_now(job)
             if floor > model.seconds_per_epoch(cpu, gpus):
                 model = fit_speed_model([SpeedObservation(cpu, gpus, floor)], uses_gpu=uses_gpu)
                 why = f"no report in its {silent:.3g} s at {cpu}m{f' + {gpus} GPU' if gpus else ''}: an epoch takes at least that"
