@@ -114,6 +114,10 @@ class ShareJob:
     #: Epochs to tier 1 on the pessimistic side of the curve's band (None: not known): how much of a
     #: deadline job's margin the value search may spend.
     remaining_tier1_high: float | None = None
+    #: Its speed is only assumed (nothing of its own observed, nothing borrowed): how long it runs is
+    #: not known at all, so it may well end last, and the tail guard holds it at its equal share
+    #: until its first report says how fast it trains.
+    speed_assumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -716,6 +720,9 @@ def split_node(
     # remaining work over the median's reaches the median makespan.
     stretch = np.array([(j.remaining_high / j.remaining) if (j.remaining_high and j.remaining > 0) else 1.0 for j in jobs])
     critical = critical | ((finite > 0) & (finite * stretch >= finite.max() - 1e-6))
+    # And every job whose speed is only assumed: its finish is a guess, so it may end last whatever
+    # the guess says (the equal split is what it would get without FlowPlan).
+    critical = critical | np.array([j.speed_assumed and j.remaining > 0 for j in jobs], dtype=bool)
     guarded = critical.tolist()
     guard = np.full(J, math.inf)
     no_floor = [0.0] * J

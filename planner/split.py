@@ -61,6 +61,7 @@ def _share_job(
         tier1_assumed=bool(open1 and o.tiers_assumed),
         tier1_open=bool(o.job.target is not None and not o.tier1_reached),
         remaining_tier1_high=float(o.remaining_tier1_high) if (open1 and o.remaining_tier1_high is not None) else None,
+        speed_assumed=o.speed_basis == "assumed" and job.max_gpus == 0,
     )
 
 

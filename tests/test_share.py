@@ -11,6 +11,8 @@ Case matrix:
 - the rollout's predicted finishes see completions (a job speeds up when another finishes);
 - a probe's cap on one job (for one interval) does not move the tail guard: the equal split it
   follows runs each job within its own bounds, and no job's floor goes above its cap;
+- a job whose speed is only assumed (nothing of its own observed) keeps its equal share like the
+  job that ends last, by hand and in a plan of three real snapshot jobs;
 - a job the curve believes converged below its max_epochs is still placed when there is room;
 - purity: a plan made with ``previous`` from another config equals one made from scratch;
 - the value search: costates by hand on a two-phase rollout; on measured speeds (yolov3, deepspeech2
@@ -238,6 +240,42 @@ def test_converged_belief_never_starves_a_job() -> None:
     assert a.cpu_millis == 4000  # the only job: the whole of what it can use
 
 
+def test_a_new_job_keeps_its_equal_share_until_its_speed_is_seen() -> None:
+    """A plan on one 8-core host: two jobs with 20 and 10 epochs reported (their speeds observed at
+    4 cores) and one started 10 s ago that has reported nothing (its speed only assumed: 60 s an
+    epoch on one core, a guess). Shortest-first on that guess gave it 1,646 millicores and the
+    10-epoch job 3,687; it now keeps its equal share, 2,666 (the other two 2,667 each), until its
+    first report says how fast it trains. The plan passes the checker."""
+
+    def history(n: int, t0: float) -> list[dict]:
+        return [{"time": t0 + 100.0 * e, "epoch": e, "metric": 0.5 + 0.01 * e} for e in range(1, n + 1)]
+
+    def job(name: str, points: list[dict], cpu: int, started: float, max_epochs: int) -> dict:
+        return {
+            "id": name,
+            "status": "running",
+            "node": "h",
+            "allocation": {"cpu_millis": cpu},
+            "started": started,
+            "min_cpu_millis": 500,
+            "max_cpu_millis": 6000,
+            "history": points,
+            "target": {"metric": "accuracy", "direction": "higher", "tier1": {"value": 0.99}, "max_epochs": max_epochs},
+        }
+
+    snap = _one_host(
+        [
+            job("long", history(20, 8000.0), 4000, 7900.0, 60),
+            job("short", history(10, 9000.0), 4000, 8900.0, 12),
+            job("fresh", [], 500, 9990.0, 40),
+        ]
+    )
+    result = plan(snap)
+    shares = {a.job: a.cpu_millis for a in result.plan.assignments}
+    assert shares == {"long": 2667, "short": 2667, "fresh": 2666}
+    check_plan(snap, result.plan)
+
+
 def test_plan_with_previous_from_another_config_is_the_same_as_from_scratch() -> None:
     snap = random_snapshot(7, n_nodes=2, n_jobs=8)
     other = plan(snap, PlannerConfig(time_limit=0.5, unknown_remaining_epochs=5.0))
@@ -338,6 +376,21 @@ def test_a_job_that_may_well_end_last_is_guarded_too() -> None:
     assert unsure.finish[2] <= median.finish[2] + 1e-6  # the longest is no later for it
     near = split_node([short, replace(mid, remaining_high=35.0), long_], 6000, MEAN)
     assert near.shares.tolist() == median.shares.tolist()
+
+
+def test_a_job_whose_speed_is_only_assumed_keeps_its_equal_share() -> None:
+    """The same three jobs: by its assumed speed the 30-epoch one is not the tail and shortest-first
+    leaves it 500 millicores. With its speed only assumed (nothing of its own observed) how long it
+    runs is not known, so it is guarded at its equal share like the job the equal split ends last;
+    the short job still gets the rest. A job that has finished its work is not held to anything."""
+    short, mid, long_ = _linear(500, 6000, 10, 60.0), _linear(500, 6000, 30, 60.0), _linear(500, 6000, 60, 60.0)
+    median = split_node([short, mid, long_], 6000, MEAN)
+    assert median.shares.tolist() == [3500, 500, 2000]
+    unknown = split_node([short, replace(mid, speed_assumed=True), long_], 6000, MEAN)
+    assert unknown.shares.tolist() == [2000, 2000, 2000]
+    assert unknown.finish[2] <= median.finish[2] + 1e-6  # the longest is no later for it
+    # The short one assumed: it is at or above its equal share anyway, nothing changes.
+    assert split_node([replace(short, speed_assumed=True), mid, long_], 6000, MEAN).shares.tolist() == [3500, 500, 2000]
 
 
 def test_a_probes_cap_does_not_move_the_tail_guard() -> None:
