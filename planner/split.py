@@ -521,6 +521,9 @@ def _rewrite(
         text += f"; guaranteed {share / 1000:g} CPU, more when others idle (up to {job.max_cpu_millis / 1000:g})"
     else:  # nothing more to take when others idle: the guarantee is already its max
         text += f"; guaranteed {share / 1000:g} CPU, its max"
+    if m.outlook.speed_basis == "assumed" and job.max_gpus == 0 and share < job.max_cpu_millis:
+        # The tail guard's floor for a job whose speed is a guess (planner/share.py, speed_assumed).
+        text += "; held at its equal share or more until its first report (until then its speed, and so its length, is a guess)"
     return a.model_copy(update={"cpu_millis": share, "action": action, "predictions": pred, "explanation": text})
 
 

@@ -245,7 +245,7 @@ def test_a_new_job_keeps_its_equal_share_until_its_speed_is_seen() -> None:
     4 cores) and one started 10 s ago that has reported nothing (its speed only assumed: 60 s an
     epoch on one core, a guess). Shortest-first on that guess gave it 1,646 millicores and the
     10-epoch job 3,687; it now keeps its equal share, 2,666 (the other two 2,667 each), until its
-    first report says how fast it trains. The plan passes the checker."""
+    first report says how fast it trains, and its explanation says so. The plan passes the checker."""
 
     def history(n: int, t0: float) -> list[dict]:
         return [{"time": t0 + 100.0 * e, "epoch": e, "metric": 0.5 + 0.01 * e} for e in range(1, n + 1)]
@@ -273,6 +273,9 @@ def test_a_new_job_keeps_its_equal_share_until_its_speed_is_seen() -> None:
     result = plan(snap)
     shares = {a.job: a.cpu_millis for a in result.plan.assignments}
     assert shares == {"long": 2667, "short": 2667, "fresh": 2666}
+    said = {a.job: a.explanation for a in result.plan.assignments}
+    assert "held at its equal share or more until its first report" in said["fresh"]
+    assert "until its first report" not in said["long"] + said["short"]
     check_plan(snap, result.plan)
 
 
