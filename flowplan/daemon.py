@@ -420,7 +420,9 @@ def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]
             lines.append(f"{stamp} would {what}")
         elif i < len(tick.outcomes):
             o = tick.outcomes[i]
-            lines.append(f"{stamp} {what}" + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
+            # A change already in effect says so ("already asked to deliver 3 s ago ..."): ok, nothing done.
+            done = " ok" + (f" ({o.message})" if o.message.startswith("already") else "")
+            lines.append(f"{stamp} {what}" + (done if o.ok else f" FAILED ({o.error}: {o.message})"))
     return head, lines
 
 

@@ -378,6 +378,38 @@ def test_unmanaged_container_and_vanished_container(docker_engines: Any) -> None
     api(main.url).remove_container(bad, force=True)
 
 
+def test_a_deliver_asked_again_before_the_log_says_delivered_signals_once(docker_engines: Any) -> None:
+    """Every plan asks a job at tier 1 to deliver until its log says it delivered; a real job saves its
+    model at each SIGUSR1 it handles. A container that only counts its SIGUSR1s (into the mounted
+    checkpoint folder) and never says it delivered: three delivers in a row signal it once, the later
+    two say it was already asked; its replacement (a new container) is asked afresh."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    count = docker_engines.ckpt / "fp-asked.count"
+    count.unlink(missing_ok=True)
+    script = "trap 'echo usr1 >> /ckpt/fp-asked.count' USR1; while true; do sleep 0.1; done"
+    cid = create_job(main.url, "fp-asked", "asked", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    ad = adapter_for(docker_engines)
+    wait_for(lambda: any(j.id == "asked" and j.status == "running" for j in ad.observe().jobs), 30, "the job running")
+    outs = [ad.apply([Change("asked", "deliver", "main", 0, 0)])[0] for _ in range(3)]
+    assert all(o.ok for o in outs), outs
+    assert outs[0].message == "asked to deliver (SIGUSR1)"
+    assert all(o.message.startswith("already asked to deliver") for o in outs[1:]), outs
+    wait_for(lambda: count.exists() and count.read_text().count("usr1") >= 1, 10, "the signal handled")
+    time.sleep(0.5)
+    assert count.read_text().count("usr1") == 1
+    assert not next(j for j in ad.observe().jobs if j.id == "asked").delivered  # its log never said so
+    api(main.url).remove_container(cid, force=True)
+    cid = create_job(main.url, "fp-asked-2", "asked", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    wait_for(lambda: any(j.id == "asked" and j.status == "running" for j in ad.observe().jobs), 30, "the new container")
+    (again,) = ad.apply([Change("asked", "deliver", "main", 0, 0)])
+    assert again.ok and again.message == "asked to deliver (SIGUSR1)", again
+    wait_for(lambda: count.read_text().count("usr1") >= 2, 10, "the new container's signal handled")
+    api(main.url).remove_container(cid, force=True)
+    count.unlink(missing_ok=True)
+
+
 def test_a_deliver_that_comes_after_the_last_epoch_records_the_final_model(docker_engines: Any) -> None:
     """Issue 15: tier 1 reached at the last epoch, the container exits 0 before the daemon's deliver
     arrives. That is a delivery (the final model), not a conflict; a failed job's is still refused."""

@@ -110,6 +110,10 @@ SPEED_SAMPLES = 200
 #: An engine event about a container the adapter started, stopped, created or removed this recently
 #: (seconds after the call returned) is the adapter's own doing (:meth:`DockerAdapter.own_event`).
 OWN_EVENT_GRACE = 2.0
+#: A container asked to deliver (SIGUSR1) is not asked again for this long while its log has not yet
+#: said it delivered (the SDK saves the model at its next step; every plan until then asks again,
+#: and each ask would save it once more): asked again after it, in case the signal was missed.
+DELIVER_REASK_SECONDS = 60.0
 
 
 @dataclass
@@ -189,6 +193,7 @@ class DockerAdapter(Adapter):
         self._stats_pending: dict[str, Any] = {}  # container id -> the Future of its next stats sample
         self._broken_said: dict[str, str] = {}  # gang job -> why it is broken, as last logged
         self._tensorboard_said: dict[str, str] = {}  # job -> why its event files were not (all) read, as last logged
+        self._deliver_asked: dict[str, tuple[str, float]] = {}  # job -> (container id, clock time) of the last SIGUSR1
         self.gangs = GangOps(self)
 
     # -- persistent per-job state (in the store's key-value table) ------------------------------
@@ -821,7 +826,12 @@ class DockerAdapter(Adapter):
             return "finished before the deliver: its final model is the delivery"
         if c.state != "running":
             raise DockerAdapterError("conflict", f"job {ch.job}: cannot deliver, container is {c.state}")
+        now = self.clock.now()
+        asked = self._deliver_asked.get(ch.job)
+        if asked is not None and asked[0] == c.id and now - asked[1] < DELIVER_REASK_SECONDS:
+            return f"already asked to deliver {now - asked[1]:.0f} s ago (SIGUSR1); its log has not said it delivered yet"
         self.hosts[placed.host].signal(c.id, "SIGUSR1")
+        self._deliver_asked[ch.job] = (c.id, now)
         return "asked to deliver (SIGUSR1)"
 
     def _recreate(self, ch: Change, placed: Placed, c: ContainerView, target_name: str, *, stop_first: bool = True) -> str:
