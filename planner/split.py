@@ -28,6 +28,12 @@ from planner.progress import observed_speeds
 from planner.share import TAIL_BAND, NodeSplit, SearchBudget, ShareJob, share_grid, split_node
 
 
+def _speed_assumed(m: JobMenu) -> bool:
+    """A CPU-only job planned on the assumed speed (nothing of its own observed, nothing borrowed): the
+    tail guard holds it at its equal share until its first report (:attr:`ShareJob.speed_assumed`)."""
+    return m.outlook.speed_basis == "assumed" and m.outlook.job.max_gpus == 0
+
+
 def _share_job(
     m: JobMenu, way: int, level: int, config: PlannerConfig, cap: int | None = None, floor: int | None = None
 ) -> ShareJob:
@@ -61,7 +67,7 @@ def _share_job(
         tier1_assumed=bool(open1 and o.tiers_assumed),
         tier1_open=bool(o.job.target is not None and not o.tier1_reached),
         remaining_tier1_high=float(o.remaining_tier1_high) if (open1 and o.remaining_tier1_high is not None) else None,
-        speed_assumed=o.speed_basis == "assumed" and job.max_gpus == 0,
+        speed_assumed=_speed_assumed(m),
     )
 
 
@@ -521,8 +527,7 @@ def _rewrite(
         text += f"; guaranteed {share / 1000:g} CPU, more when others idle (up to {job.max_cpu_millis / 1000:g})"
     else:  # nothing more to take when others idle: the guarantee is already its max
         text += f"; guaranteed {share / 1000:g} CPU, its max"
-    if m.outlook.speed_basis == "assumed" and job.max_gpus == 0 and share < job.max_cpu_millis:
-        # The tail guard's floor for a job whose speed is a guess (planner/share.py, speed_assumed).
+    if _speed_assumed(m) and share < job.max_cpu_millis:  # the tail guard's floor for a job whose speed is a guess
         text += "; held at its equal share or more until its first report (until then its speed, and so its length, is a guess)"
     return a.model_copy(update={"cpu_millis": share, "action": action, "predictions": pred, "explanation": text})
 
