@@ -40,7 +40,8 @@ finish and hand their share on:
   searched instead (:func:`_search_values`): the rest goes by ``value_j · Δrate_j`` with a constant
   value per job and milestone, started from the rule's own values and from the rollout's costates
   (:func:`_epoch_values`), each value scaled up and down while the rollout's objective (the integer
-  program's: each job's finish, and its tier-1 time while it has an unreached tier 1) falls, no
+  program's: each job's finish, and its tier-1 time while it has an unreached tier 1 that is not
+  only assumed) falls, no
   job ends later than the rule's makespan, the jobs that end the batch get no less now than the
   rule gives them, and a deadline job keeps its margin. The floors and reservations stay as they are.
   A change that cannot move any share of the current rollout is not rolled out (:data:`Moved`).
@@ -825,12 +826,14 @@ def _searched(
 ) -> Rollout:
     """The node's rollout with searched values (:func:`_search_values`): the objective is each job's
     weighted finish, plus its weighted tier-1 time while it has an unreached tier 1 (its finish when
-    the curve does not say when); a rollout that ends a job later than the rule's makespan, leaves
+    the curve does not say when; nothing when there is no curve yet: a tier 1 only assumed is assumed
+    at the finish, which is counted already, and counted twice it took CPU from a job nearer its end
+    for one just started); a rollout that ends a job later than the rule's makespan, leaves
     a job unfinished that the rule finished, gives a job that ends the batch less now than the rule
     does, or spends a deadline job's margin (below) does not count: the search trades completion
     times only."""
     w = np.array([float(j.weight) for j in jobs])
-    reach1 = np.array([j.tier1_open and j.remaining_tier1 is not None for j in jobs])
+    reach1 = np.array([j.tier1_open and j.remaining_tier1 is not None and not j.tier1_assumed for j in jobs])
     at_finish1 = np.array([j.tier1_open and j.remaining_tier1 is None for j in jobs])
     weight = w * (1.0 + at_finish1)  # a tier 1 the curve cannot place counts at the finish
     ends = np.isfinite(base[0])

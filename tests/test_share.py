@@ -623,3 +623,22 @@ def test_skipping_value_changes_leaves_the_search_where_it_was(
     assert _same_split(fast, full)
     assert left_fast == left_full
     assert n_fast <= n_full
+
+
+def test_a_tier1_only_assumed_counts_once_in_the_value_search() -> None:
+    """The real-engine demo's plan 7 (``benchmarks/e2e_docker.py``, daemon log of session 40): on a
+    1000m node, ``job0`` has reached tier 1 and has 25.9 epochs left; ``job1`` has just started (no
+    curve yet, so its tier 1 is only assumed at its finish, 40 epochs); both at 0.557 s an epoch on a
+    core, linear below it. The rule gives each its equal share (``job1`` ends last under the equal
+    split and is guarded). The value search counted ``job1``'s assumed tier-1 time on top of its
+    finish, the same time twice, and gave it 750 against 250: ``job0``, nearer its end, ended later,
+    and the completion times added up to more than the equal split's. A tier 1 placed by a curve
+    still counts (its weight is the user's target: usable models early)."""
+    done = replace(_linear(250, 1000, 25.87, 0.557), tier1_open=False)
+    new = replace(_linear(250, 1000, 40.0, 0.557, tier1=40.0), tier1_open=True, tier1_assumed=True)
+    split = split_node([done, new], 1000, MEAN)
+    assert split.shares.tolist() == [500, 500]
+    assert float(split.finish.sum()) <= float(split.fair_finish.sum()) + 1e-6
+    # Placed by a curve at the same epoch, the tier-1 time counts: the search moves CPU to it.
+    placed = split_node([done, replace(new, tier1_assumed=False)], 1000, MEAN)
+    assert placed.shares.tolist() == [250, 750]
