@@ -3,7 +3,8 @@
 Case matrix: a change done prints one ``ok`` line; a failed one prints ``FAILED`` with its error kind
 and message; a change already in effect (the adapter's "already asked to deliver N s ago", asked
 again at every plan until the job's log says it delivered) prints no line and is counted on the
-head line; a dry run prints ``would`` for each change.
+head line; a deliver not asked yet (the container has printed nothing since its start) prints
+``deferred`` with the reason; a dry run prints ``would`` for each change.
 
 Nothing is faked but the interval's record: the tick is built by hand from a real example snapshot
 and the adapter's own :class:`~adapters.base.Change` / :class:`~adapters.base.Outcome` types, as
@@ -46,6 +47,13 @@ def test_a_change_already_in_effect_prints_no_line_and_is_counted_on_the_head() 
     head, lines = _describe(_tick([deliver], [Outcome(deliver, True, message="asked to deliver (SIGUSR1)")]), dry_run=False)
     assert [line.split(" ", 1)[1] for line in lines] == ["deliver job1 on local 250m ok"]
     assert "already in effect" not in head
+
+
+def test_a_deliver_not_asked_yet_says_deferred() -> None:
+    deliver = Change("job1", "deliver", "local", 250, 0)
+    why = "not asked yet: it has printed nothing since its start (a signal before its handler is set is lost)"
+    _, lines = _describe(_tick([deliver], [Outcome(deliver, True, message=why)]), dry_run=False)
+    assert [line.split(" ", 1)[1] for line in lines] == [f"deliver job1 on local 250m deferred ({why})"]
 
 
 def test_a_dry_run_prints_would_for_every_change() -> None:

@@ -21,7 +21,10 @@ digits), except the busy loops of the kernel test. Case matrix:
   exactly one container afterwards; a migration to an engine without the image fails and the job
   runs again where it was;
 - an engine going down: its node is unschedulable, the other hosts are still observed and planned,
-  its job is started elsewhere from its checkpoint; when it comes back, the stale container is removed.
+  its job is started elsewhere from its checkpoint; when it comes back, the stale container is removed;
+- deliver: a container is signalled once, not at every plan until its log says it delivered, and
+  a new container afresh; one that has printed nothing since its start is not signalled yet (its
+  handler may not be set), and is once its first line is read.
 """
 
 from __future__ import annotations
@@ -388,11 +391,11 @@ def test_a_deliver_asked_again_before_the_log_says_delivered_signals_once(docker
     main = docker_engines.engines[0]
     count = docker_engines.ckpt / "fp-asked.count"
     count.unlink(missing_ok=True)
-    script = "trap 'echo usr1 >> /ckpt/fp-asked.count' USR1; while true; do sleep 0.1; done"
+    script = "trap 'echo usr1 >> /ckpt/fp-asked.count' USR1; echo ready; while true; do sleep 0.1; done"
     cid = create_job(main.url, "fp-asked", "asked", docker_engines.ckpt, command=["/bin/sh", "-c", script])
     ad = adapter_for(docker_engines)
-    wait_for(lambda: any(j.id == "asked" and j.status == "running" for j in ad.observe().jobs), 30, "the job running")
-    outs = [ad.apply([Change("asked", "deliver", "main", 0, 0)])[0] for _ in range(3)]
+    outs = [_asked_once_it_printed(ad, "asked")]
+    outs += [ad.apply([Change("asked", "deliver", "main", 0, 0)])[0] for _ in range(2)]
     assert all(o.ok for o in outs), outs
     assert outs[0].message == "asked to deliver (SIGUSR1)"
     assert all(o.message.startswith("already asked to deliver") for o in outs[1:]), outs
@@ -402,10 +405,46 @@ def test_a_deliver_asked_again_before_the_log_says_delivered_signals_once(docker
     assert not next(j for j in ad.observe().jobs if j.id == "asked").delivered  # its log never said so
     api(main.url).remove_container(cid, force=True)
     cid = create_job(main.url, "fp-asked-2", "asked", docker_engines.ckpt, command=["/bin/sh", "-c", script])
-    wait_for(lambda: any(j.id == "asked" and j.status == "running" for j in ad.observe().jobs), 30, "the new container")
-    (again,) = ad.apply([Change("asked", "deliver", "main", 0, 0)])
+    again = _asked_once_it_printed(ad, "asked")
     assert again.ok and again.message == "asked to deliver (SIGUSR1)", again
     wait_for(lambda: count.read_text().count("usr1") >= 2, 10, "the new container's signal handled")
+    api(main.url).remove_container(cid, force=True)
+    count.unlink(missing_ok=True)
+
+
+def _asked_once_it_printed(ad: Any, job: str, timeout: float = 30.0) -> Any:
+    """Observe and ask ``job`` to deliver until the adapter signals it (it waits for a line from the
+    container since its start); the outcome that did."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if any(j.id == job and j.status == "running" for j in ad.observe().jobs):
+            (out,) = ad.apply([Change(job, "deliver", "main", 0, 0)])
+            if not out.message.startswith("not asked yet"):
+                return out
+        assert time.monotonic() < deadline, f"{job}: never asked to deliver"
+        time.sleep(0.2)
+
+
+def test_a_deliver_waits_for_a_line_since_the_containers_start(docker_engines: Any) -> None:
+    """A job asked to deliver in the plan that starts it: its process has not set its SIGUSR1 handler
+    yet, and PID 1 of a container drops a signal it has no handler for (the real-engine demo's
+    ``job1`` never delivered, and was not asked again for a minute). A container that sets its trap
+    after 3 s and then says so: asked at once, the adapter answers "not asked yet" and signals
+    nothing; once its line is read, it is signalled, and the signal is handled."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    count = docker_engines.ckpt / "fp-late.count"
+    count.unlink(missing_ok=True)
+    script = "sleep 3; trap 'echo usr1 >> /ckpt/fp-late.count' USR1; echo ready; while true; do sleep 0.1; done"
+    cid = create_job(main.url, "fp-late", "late", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    ad = adapter_for(docker_engines)
+    wait_for(lambda: any(j.id == "late" and j.status == "running" for j in ad.observe().jobs), 30, "the job running")
+    (early,) = ad.apply([Change("late", "deliver", "main", 0, 0)])
+    assert early.ok and early.message.startswith("not asked yet"), early
+    asked = _asked_once_it_printed(ad, "late")
+    assert asked.message == "asked to deliver (SIGUSR1)", asked
+    wait_for(lambda: count.exists() and count.read_text().count("usr1") == 1, 10, "the signal handled")
     api(main.url).remove_container(cid, force=True)
     count.unlink(missing_ok=True)
 

@@ -73,7 +73,7 @@ from adapters.docker.gangs import GangOps
 from adapters.docker.gpu import gpu_request
 from adapters.docker.labels import JobLabels, parse_labels
 from adapters.docker.memory import MemoryStore, ProgressStore
-from adapters.docker.progress import LogProgress, curve_priors, kv_json, parse_timestamp, set_kv_json
+from adapters.docker.progress import LogProgress, curve_priors, kv_json, parse_timestamp, set_kv_json, to_seconds
 from adapters.docker.ranks import broken, is_gang, is_member, member_of, shares_of, split_members
 from adapters.logs import Declaration
 from adapters.logs.mlflow import MlflowClient
@@ -114,6 +114,13 @@ OWN_EVENT_GRACE = 2.0
 #: said it delivered (the SDK saves the model at its next step; every plan until then asks again,
 #: and each ask would save it once more): asked again after it, in case the signal was missed.
 DELIVER_REASK_SECONDS = 60.0
+#: A container (re)started this recently that has printed nothing since is not signalled yet: its
+#: process may not have set its SIGUSR1 handler, and a signal before that is lost (PID 1 of a
+#: container drops a signal it has no handler for; under an init process it would end the job).
+#: Found on the real-engine demo: a job started and asked to deliver in the same plan never
+#: delivered, and was not asked again for a minute. After this long it is asked anyway (a job may
+#: report through MLflow or TensorBoard only, and print nothing).
+DELIVER_START_GRACE_SECONDS = 30.0
 
 
 @dataclass
@@ -830,9 +837,16 @@ class DockerAdapter(Adapter):
         asked = self._deliver_asked.get(ch.job)
         if asked is not None and asked[0] == c.id and now - asked[1] < DELIVER_REASK_SECONDS:
             return f"already asked to deliver {now - asked[1]:.0f} s ago (SIGUSR1); its log has not said it delivered yet"
+        if c.started is not None and c.started > now - DELIVER_START_GRACE_SECONDS and not self._printed_since_start(c):
+            return "not asked yet: it has printed nothing since its start (a signal before its handler is set is lost)"
         self.hosts[placed.host].signal(c.id, "SIGUSR1")
         self._deliver_asked[ch.job] = (c.id, now)
         return "asked to deliver (SIGUSR1)"
+
+    def _printed_since_start(self, c: ContainerView) -> bool:
+        """Whether the container's log has a line read since its last start (engine clock both)."""
+        cursor = self.progress.cursor(c.id)
+        return bool(cursor.since) and c.started is not None and to_seconds(parse_timestamp(cursor.since)) >= c.started
 
     def _recreate(self, ch: Change, placed: Placed, c: ContainerView, target_name: str, *, stop_first: bool = True) -> str:
         """Checkpoint-stop ``c``, create and start it on ``target_name``, remove the old one (see the module docstring)."""
