@@ -86,6 +86,9 @@ SEARCH_BUDGET = 2000
 #: Jobs the rule's rollout ends within this share of its makespan (the last tenth) are not given less
 #: now than the rule gives them, whatever the search finds (see ``_searched``).
 TAIL_BAND = 0.9
+#: A speed is proportional to the share when its rate per millicore varies by less than this over
+#: the job's range.
+LINEAR_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,27 @@ class ShareJob:
     #: not known at all, so it may well end last, and the tail guard holds it at its equal share
     #: until its first report says how fast it trains.
     speed_assumed: bool = False
+    #: Its work left is known: it runs to its ``max_epochs`` (no tier 2 that could end it sooner), so
+    #: ``remaining`` is a count, not a prediction.
+    work_known: bool = False
+
+
+def _fixed_order_free(jobs: Sequence[ShareJob], rates: Sequence[np.ndarray]) -> bool:
+    """Whether no order of the node's jobs can end its work later: every job with work left has a
+    known amount of it (:attr:`ShareJob.work_known`), a speed that is not only assumed, and a speed
+    proportional to its share over its whole range (a job below one core: the kernel time-slices
+    it). Then the node's work takes the same time whoever goes first, as long as the jobs left can
+    use the node (which the rollout checks: a job shortest-first would end past the equal split's
+    makespan is guarded all the same)."""
+    for j, r in zip(jobs, rates, strict=True):
+        if j.remaining <= 0:
+            continue
+        if not j.work_known or j.speed_assumed or j.grid.size < 2:
+            return False
+        per_milli = r * (1.0 / np.maximum(j.grid, 1))
+        if float(per_milli.max() - per_milli.min()) > LINEAR_TOLERANCE * float(per_milli.max()):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -724,6 +748,13 @@ def split_node(
     # And every job whose speed is only assumed: its finish is a guess, so it may end last whatever
     # the guess says (the equal split is what it would get without FlowPlan).
     critical = critical | np.array([j.speed_assumed and j.remaining > 0 for j in jobs], dtype=bool)
+    if _fixed_order_free(jobs, rates):
+        # Every job's work is a known count at a speed proportional to its share: shortest-first
+        # cannot end the node's work later, and holding the last job at its equal share only makes
+        # the others wait (on the real engine, the search then gave the longest job most of the
+        # node, since the guard ruled out shortest-first). A job the rollout shows ending past the
+        # equal split's makespan (a job left alone at its cap) is still guarded below.
+        critical = np.zeros(J, dtype=bool)
     guarded = critical.tolist()
     guard = np.full(J, math.inf)
     no_floor = [0.0] * J

@@ -68,6 +68,7 @@ def _share_job(
         tier1_open=bool(o.job.target is not None and not o.tier1_reached),
         remaining_tier1_high=float(o.remaining_tier1_high) if (open1 and o.remaining_tier1_high is not None) else None,
         speed_assumed=_speed_assumed(m),
+        work_known=bool(job.target is not None and job.target.max_epochs is not None and job.target.tier2 is None),
     )
 
 

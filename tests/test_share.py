@@ -13,6 +13,11 @@ Case matrix:
   follows runs each job within its own bounds, and no job's floor goes above its cap;
 - a job whose speed is only assumed (nothing of its own observed) keeps its equal share like the
   job that ends last, by hand and in a plan of three real snapshot jobs;
+- a tier 1 only assumed (no curve yet) counts once in the value search (it is the finish); one a
+  curve places counts on its own (the real-engine demo's plan, by hand);
+- known work at speeds proportional to the share: shortest-first without the tail guard's floor,
+  the batch ending no later; concave speeds or a predicted length keep the guard; a job
+  shortest-first would leave alone at its cap is still guarded;
 - a job the curve believes converged below its max_epochs is still placed when there is room;
 - purity: a plan made with ``previous`` from another config equals one made from scratch;
 - the value search: costates by hand on a two-phase rollout; on measured speeds (yolov3, deepspeech2
@@ -642,3 +647,36 @@ def test_a_tier1_only_assumed_counts_once_in_the_value_search() -> None:
     # Placed by a curve at the same epoch, the tier-1 time counts: the search moves CPU to it.
     placed = split_node([done, replace(new, tier1_assumed=False)], 1000, MEAN)
     assert placed.shares.tolist() == [250, 750]
+
+
+def test_known_work_at_linear_speeds_goes_shortest_first_without_the_tail_guard() -> None:
+    """The real-engine demo's plan 7 of session 40's third run: on a 1000m node, ``job0`` (30.4
+    epochs left) and ``job1`` (40), both running to their max_epochs, at 2.70 s an epoch on 250m and
+    0.675 s on a core, proportional to the share (below one core the kernel time-slices). Whatever
+    the order, the node's work ends at the same time (47.5 s); the guard held ``job1``, which ends
+    last under the equal split, at 500m, and the value search, shortest-first ruled out, gave it
+    750m: ``job0`` ended at 47.5 s instead of 27.4 s. With both amounts of work known and the
+    speeds linear, the node goes shortest-first, and ends no later. One job's work a prediction (it
+    may run longer than the curve says): the guard stays."""
+    a = replace(_linear(250, 1000, 30.37, 0.675), work_known=True)
+    b = replace(_linear(250, 1000, 40.0, 0.675), work_known=True)
+    split = split_node([a, b], 1000, MEAN)
+    assert split.shares.tolist() == [750, 250]
+    assert float(split.finish.max()) <= float(split.fair_finish.max()) * (1 + 1e-6)
+    assert float(split.finish.sum()) < float(split.fair_finish.sum()) - 10.0
+    guarded = split_node([a, replace(b, work_known=False)], 1000, MEAN)
+    assert guarded.shares[1] >= 500
+    # Concave speeds (Amdahl-like): the order changes when the work ends; the guard stays.
+    ca = replace(_job(250, 1000, 30.37, 0.675, 0.5), work_known=True)
+    cb = replace(_job(250, 1000, 40.0, 0.675, 0.5), work_known=True)
+    assert split_node([ca, cb], 1000, MEAN).shares[1] >= 500
+
+
+def test_known_work_at_linear_speeds_still_guards_a_job_left_alone_at_its_cap() -> None:
+    """Three linear jobs with known work on 2000m, each capped at 1000m: shortest-first would leave
+    the longest to run alone at its cap at the end, with half the node idle, and end the batch
+    later than the equal split. The rollout sees it and guards that job: the batch ends no later."""
+    jobs = [replace(_linear(250, 1000, e, 1.0), work_known=True) for e in (10.0, 20.0, 60.0)]
+    split = split_node(jobs, 2000, MEAN)
+    assert float(split.finish.max()) <= float(split.fair_finish.max()) * (1 + 1e-3) + 1e-6
+    assert int(split.shares.sum()) == 2000
