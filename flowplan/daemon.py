@@ -428,7 +428,7 @@ def _describe(tick: Any, dry_run: bool, woken: str = "") -> tuple[str, list[str]
             if o.ok and o.message.startswith("already"):
                 repeated += 1
                 continue
-            if o.ok and o.message.startswith("not "):  # ok, and nothing done yet: asked again at a later plan
+            if o.ok and o.message.startswith("not asked yet"):  # ok, nothing done yet: asked again at a later plan
                 lines.append(f"{stamp} {what} deferred ({o.message})")
                 continue
             lines.append(f"{stamp} {what}" + (" ok" if o.ok else f" FAILED ({o.error}: {o.message})"))
