@@ -140,7 +140,8 @@ def _fixed_order_free(jobs: Sequence[ShareJob], rates: Sequence[np.ndarray]) -> 
         if not j.work_known or j.speed_assumed or j.grid.size < 2:
             return False
         per_milli = r * (1.0 / np.maximum(j.grid, 1))
-        if float(per_milli.max() - per_milli.min()) > LINEAR_TOLERANCE * float(per_milli.max()):
+        top = float(per_milli.max())
+        if not (math.isfinite(top) and top > 0) or top - float(per_milli.min()) > LINEAR_TOLERANCE * top:
             return False
     return True
 
