@@ -389,9 +389,7 @@ def test_a_deliver_asked_again_before_the_log_says_delivered_signals_once(docker
     from docker_env import api, create_job
 
     main = docker_engines.engines[0]
-    count = docker_engines.ckpt / "fp-asked.count"
-    count.unlink(missing_ok=True)
-    script = "trap 'echo usr1 >> /ckpt/fp-asked.count' USR1; echo ready; while true; do sleep 0.1; done"
+    count, script = _usr1_counter(docker_engines.ckpt, "fp-asked")
     cid = create_job(main.url, "fp-asked", "asked", docker_engines.ckpt, command=["/bin/sh", "-c", script])
     ad = adapter_for(docker_engines)
     outs = [_asked_once_it_printed(ad, "asked")]
@@ -410,6 +408,16 @@ def test_a_deliver_asked_again_before_the_log_says_delivered_signals_once(docker
     wait_for(lambda: count.read_text().count("usr1") >= 2, 10, "the new container's signal handled")
     api(main.url).remove_container(cid, force=True)
     count.unlink(missing_ok=True)
+
+
+def _usr1_counter(ckpt: Path, name: str, after: int = 0) -> tuple[Path, str]:
+    """A shell script for a job container that, ``after`` seconds in, counts the SIGUSR1s it gets into
+    ``<name>.count`` in the mounted checkpoint folder, says "ready", and idles; and that file (removed
+    first)."""
+    count = ckpt / f"{name}.count"
+    count.unlink(missing_ok=True)
+    wait = f"sleep {after}; " if after else ""
+    return count, f"{wait}trap 'echo usr1 >> /ckpt/{name}.count' USR1; echo ready; while true; do sleep 0.1; done"
 
 
 def _asked_once_it_printed(ad: Any, job: str, timeout: float = 30.0) -> Any:
@@ -434,9 +442,7 @@ def test_a_deliver_waits_for_a_line_since_the_containers_start(docker_engines: A
     from docker_env import api, create_job
 
     main = docker_engines.engines[0]
-    count = docker_engines.ckpt / "fp-late.count"
-    count.unlink(missing_ok=True)
-    script = "sleep 3; trap 'echo usr1 >> /ckpt/fp-late.count' USR1; echo ready; while true; do sleep 0.1; done"
+    count, script = _usr1_counter(docker_engines.ckpt, "fp-late", after=3)
     cid = create_job(main.url, "fp-late", "late", docker_engines.ckpt, command=["/bin/sh", "-c", script])
     ad = adapter_for(docker_engines)
     wait_for(lambda: any(j.id == "late" and j.status == "running" for j in ad.observe().jobs), 30, "the job running")
