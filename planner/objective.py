@@ -22,6 +22,7 @@ The IP minimises::
   deadline outweighs every time term together: QoE first, then makespan, then completion and churn.
 - ``unserved_j`` — for a job left without a node (wait / pause), ``unserved_over_tier1`` times its
   tier-1 miss cost: every active job gets a placement whenever capacity allows, ahead of deadlines.
+  A CPU-only job's tiers only assumed (no curve yet) price no deadline (``menu.deadlines_priced``).
   A waiting job's ``f_j`` assumes it restarts one interval later at its slowest level.
 - ``churn_j`` — ``w_j`` times ``resize_quanta`` / ``migration_quanta`` for a resize / restart;
   the seconds a restart loses are already inside ``f_j``.
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from planner.config import PlannerConfig
-from planner.menu import MOVE, STAY, JobMenu
+from planner.menu import MOVE, STAY, JobMenu, deadlines_priced
 
 #: How far the completion weights lean towards short jobs: ``(median / own) ** tilt`` within
 #: [1/LEAN_CLIP, LEAN_CLIP]; the ageing of a long GPU job can make up for all of it (LEAN_CLIP ** 2).
@@ -88,7 +89,10 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     w1 = max(1, int(round(w.priority_scale)))
     cw = _completion_weights(menus, w.completion_tilt, now, w.gpu_age_exponent)
     t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
-    latew = [int(round(w.lateness_factor * c)) if m.t1_slack_s is not None else 0 for m, c in zip(menus, cw, strict=True)]
+    latew = [
+        int(round(w.lateness_factor * c)) if m.t1_slack_s is not None and deadlines_priced(m.outlook) else 0
+        for m, c in zip(menus, cw, strict=True)
+    ]
     qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w)) + int(sum(latew))) * R / w1
 
     fq = np.minimum(np.ceil(finish_s / q), R).astype(np.int64)
@@ -133,7 +137,10 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
             wait_late = int(min(max(math.ceil(min(math.ceil(m.wait_finish_s / q), R) - m.t1_slack_s / q), 0), R))
         m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
         # Waiting misses every deadline still open (conservative: it might still make a late one).
-        m.wait_qoe = (t1c if m.outlook.tier1_deadline is not None else 0) + (t2c if m.outlook.tier2_deadline is not None else 0)
+        priced = deadlines_priced(m.outlook)
+        m.wait_qoe = (t1c if priced and m.outlook.tier1_deadline is not None else 0) + (
+            t2c if priced and m.outlook.tier2_deadline is not None else 0
+        )
         # Every active job is served whenever capacity allows (work conservation covers admission):
         # only a job at its max_epochs (about to end by itself) loses nothing by waiting.
         done = m.outlook.remaining_finish <= 0
