@@ -10,7 +10,7 @@ import numpy as np
 
 from planner.build import eligibility
 from planner.gangs import servers_on
-from planner.menu import MOVE, STAY, JobMenu, deadlines_priced
+from planner.menu import MOVE, STAY, JobMenu, guessed_tiers
 from planner.plan import Action, Assignment, ObjectiveTerms, Predictions, Unserved
 from planner.problem import WAIT_WAY, Problem
 from planner.snapshot import MILLI_PER_GPU, Job, Node, Share
@@ -170,8 +170,8 @@ def explain(
             parts.append(f"{tier} deadline already passed")
         elif eta is None and node is not None:
             parts.append(f"misses its {tier} deadline: the curve levels off short of the target")
-        elif eta is not None and not deadlines_priced(m.outlook):
-            # The tier is only assumed at the finish: the program did not price it (menu.deadlines_priced).
+        elif eta is not None and guessed_tiers(m.outlook):
+            # The tier is only assumed at the finish: priced below any job's service (menu.guessed_tiers).
             late = duration(eta - deadline)
             parts.append(
                 f"would miss its {tier} deadline by {late} were it reached only at the finish"

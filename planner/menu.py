@@ -132,17 +132,13 @@ class JobMenu:
     gang_note: str = ""
 
 
-def deadlines_priced(outlook: JobOutlook) -> bool:
-    """Whether the integer program prices the job's deadlines (met or missed per option).
-
-    Not for a CPU-only job whose tiers are only assumed (no curve yet, none read off earlier runs:
-    each tier "by the finish", the pessimistic guess). That guess is no evidence that a deadline
-    will be missed, and the program buys a deadline with pauses (a restart each, for jobs that lose
-    their place to it); the CPU split still reserves the job's share for it, which the next plan
-    undoes once the job's first reports give it a curve. A GPU job's count is the program's own
-    decision (changing it later is a restart), so its deadline stays priced on the guess.
-    """
-    return not (outlook.tiers_assumed and outlook.job.max_gpus == 0)
+def guessed_tiers(outlook: JobOutlook) -> bool:
+    """A CPU-only job whose tiers are only assumed: no curve yet and none read off earlier runs, so
+    each tier is "by the finish", the pessimistic guess. Its deadlines are priced below any job's
+    service (``objective.price_menus``): the guess may steer where the job goes and what it gets,
+    never who runs. A GPU job's count is the program's own decision (changing it later is a
+    restart), so a GPU job's guessed deadline is priced in full."""
+    return outlook.tiers_assumed and outlook.job.max_gpus == 0
 
 
 def build_menu(
@@ -252,10 +248,9 @@ def build_menu(
             met = (held <= deadline - now).astype(np.int64)  # NaN (unreachable) compares False: missed
         return t, met
 
-    priced = deadlines_priced(outlook)
-    t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline if priced else None)
+    t1_s, t1_met = tier(outlook.remaining_tier1, outlook.tier1_deadline)
     t1_slack = None if outlook.tier1_deadline is None else outlook.tier1_deadline - now
-    t2_s, t2_met = tier(outlook.remaining_tier2, outlook.tier2_deadline if priced else None)
+    t2_s, t2_met = tier(outlook.remaining_tier2, outlook.tier2_deadline)
     # Waiting one interval and then getting the slowest level: pessimistic on purpose, so that the
     # planner prefers running a job slowly to leaving capacity idle (work conservation).
     wait_finish = interval + float(finish_s[MOVE].max())

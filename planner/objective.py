@@ -22,7 +22,8 @@ The IP minimises::
   deadline outweighs every time term together: QoE first, then makespan, then completion and churn.
 - ``unserved_j`` — for a job left without a node (wait / pause), ``unserved_over_tier1`` times its
   tier-1 miss cost: every active job gets a placement whenever capacity allows, ahead of deadlines.
-  A CPU-only job's tiers only assumed (no curve yet) price no deadline (``menu.deadlines_priced``).
+  Deadlines on CPU-only jobs' tiers only assumed (no curve yet, ``menu.guessed_tiers``) cost, all of
+  them together, less than the least ``unserved_j``: they steer where such jobs go, never who runs.
   A waiting job's ``f_j`` assumes it restarts one interval later at its slowest level.
 - ``churn_j`` — ``w_j`` times ``resize_quanta`` / ``migration_quanta`` for a resize / restart;
   the seconds a restart loses are already inside ``f_j``.
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from planner.config import PlannerConfig
-from planner.menu import MOVE, STAY, JobMenu, deadlines_priced
+from planner.menu import MOVE, STAY, JobMenu, guessed_tiers
 
 #: How far the completion weights lean towards short jobs: ``(median / own) ** tilt`` within
 #: [1/LEAN_CLIP, LEAN_CLIP]; the ageing of a long GPU job can make up for all of it (LEAN_CLIP ** 2).
@@ -89,10 +90,7 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     w1 = max(1, int(round(w.priority_scale)))
     cw = _completion_weights(menus, w.completion_tilt, now, w.gpu_age_exponent)
     t1w = [int(round(w.tier1_time_factor * c)) if _tier1_open(m) else 0 for m, c in zip(menus, cw, strict=True)]
-    latew = [
-        int(round(w.lateness_factor * c)) if m.t1_slack_s is not None and deadlines_priced(m.outlook) else 0
-        for m, c in zip(menus, cw, strict=True)
-    ]
+    latew = [int(round(w.lateness_factor * c)) if m.t1_slack_s is not None else 0 for m, c in zip(menus, cw, strict=True)]
     qoe_unit = w.qoe_dominance * (A + int(sum(cw)) + int(sum(t1w)) + int(sum(latew))) * R / w1
 
     fq = np.minimum(np.ceil(finish_s / q), R).astype(np.int64)
@@ -101,6 +99,24 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     t1q = np.where(np.isfinite(t1_s), np.minimum(np.ceil(np.nan_to_num(t1_s, nan=0.0) / q), R), fq).astype(np.int64)
     t2_cost = [int(math.ceil(qoe_unit * m.weight)) for m in menus]
     t1_cost = [int(math.ceil(qoe_unit * m.weight * w.tier1_over_tier2)) for m in menus]
+    # Every active job is served whenever capacity allows (work conservation covers admission):
+    # only a job at its max_epochs (about to end by itself) loses nothing by waiting. A GPU job
+    # priced with the phase model waits at the cost of its time alone: there a short job may hold
+    # GPUs a long one waits for, as shortest-remaining-first would.
+    free = [m.outlook.remaining_finish <= 0 or m.phase_seconds > 0 for m in menus]
+    unserved = [0 if f else int(math.ceil(c * w.unserved_over_tier1)) for f, c in zip(free, t1_cost, strict=True)]
+    # Deadlines read off a guess (a CPU job's tiers only assumed) are worth less, all of them
+    # together, than any one job's service: they steer where those jobs go and what they get,
+    # never who runs. Each guessed job's tier-1 and tier-2 misses share an equal part of that.
+    served = [u for u in unserved if u > 0]
+    guessed = [
+        guessed_tiers(m.outlook) and (m.outlook.tier1_deadline is not None or m.outlook.tier2_deadline is not None) for m in menus
+    ]
+    if served and any(guessed):
+        part = max(min(served) - 1, 0) // sum(guessed)
+        t2_part = part // int(1 + w.tier1_over_tier2)
+        t2_cost = [min(c, t2_part) if g else c for c, g in zip(t2_cost, guessed, strict=True)]
+        t1_cost = [min(c, part - t2_part) if g else c for c, g in zip(t1_cost, guessed, strict=True)]
     t1_met = side_by_side([m.t1_met for m in menus])
     t2_met = side_by_side([m.t2_met for m in menus])
     qoe = ((t1_met == 0) * per_column(t1_cost, np.int64) + (t2_met == 0) * per_column(t2_cost, np.int64)).astype(np.int64)
@@ -123,8 +139,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
     time_cost = per_column(cw, np.int64) * fq + per_column(t1w, np.int64) * t1q + per_column(latew, np.int64) * late_q
     cost = qoe + time_cost + churn
 
-    for m, c, c1, cl, on, mq, t1c, t2c, lo, hi in zip(
-        menus, cw, t1w, latew, late, move_q, t1_cost, t2_cost, bounds, bounds[1:], strict=False
+    for m, c, c1, cl, on, mq, t1c, t2c, un, lo, hi in zip(
+        menus, cw, t1w, latew, late, move_q, t1_cost, t2_cost, unserved, bounds, bounds[1:], strict=False
     ):
         m.finish_q = fq[:, lo:hi]
         m.qoe_cost = qoe[:, lo:hi]
@@ -137,17 +153,8 @@ def price_menus(menus: Sequence[JobMenu], config: PlannerConfig, now: float | No
             wait_late = int(min(max(math.ceil(min(math.ceil(m.wait_finish_s / q), R) - m.t1_slack_s / q), 0), R))
         m.wait_q = int(min(math.ceil(m.wait_finish_s / q), R))
         # Waiting misses every deadline still open (conservative: it might still make a late one).
-        priced = deadlines_priced(m.outlook)
-        m.wait_qoe = (t1c if priced and m.outlook.tier1_deadline is not None else 0) + (
-            t2c if priced and m.outlook.tier2_deadline is not None else 0
-        )
-        # Every active job is served whenever capacity allows (work conservation covers admission):
-        # only a job at its max_epochs (about to end by itself) loses nothing by waiting.
-        done = m.outlook.remaining_finish <= 0
-        # A GPU job priced with the phase model waits at the cost of its time alone: there a
-        # short job may hold GPUs a long one waits for, as shortest-remaining-first would.
-        free = done or m.phase_seconds > 0
-        m.wait_unserved = 0 if free else int(math.ceil(t1c * w.unserved_over_tier1))
+        m.wait_qoe = (t1c if m.outlook.tier1_deadline is not None else 0) + (t2c if m.outlook.tier2_deadline is not None else 0)
+        m.wait_unserved = un
         pausing = m.outlook.job.status == "running"
         m.wait_churn = m.weight * mq if pausing else 0
         m.wait_time_cost = (c + c1) * m.wait_q + cl * wait_late
