@@ -22,6 +22,9 @@ digits), except the busy loops of the kernel test. Case matrix:
   runs again where it was;
 - an engine going down: its node is unschedulable, the other hosts are still observed and planned,
   its job is started elsewhere from its checkpoint; when it comes back, the stale container is removed;
+- what an observe asks the engine for: a log read with the TTY flag the adapter's inspect read does
+  not inspect again, reads of other containers or with a new ``since`` share one connection pool,
+  and a TTY container's raw stream and a plain one's frames read the same lines;
 - deliver: a container is signalled once, not at every plan until its log says it delivered, and
   a new container afresh; one that has printed nothing since its start is not signalled yet (its
   handler may not be set), and is once its first line is read.
@@ -340,6 +343,50 @@ def test_a_long_bar_line_is_read_while_it_runs(docker_engines: Any) -> None:
     after = job_of(ad, "long")
     want, _, _ = read_log(text)
     assert [(p.epoch, p.loss) for p in after.history] == [(p.epoch, p.loss) for p in want]
+
+
+def test_log_reads_share_one_connection_pool_and_inspect_nothing_more(docker_engines: Any) -> None:
+    """What an observe asks the engine for each container, and no more: a log read with the TTY flag
+    the adapter's inspect already read does not inspect the container again, and reads of other
+    containers or with a new ``since`` (each a new URL) go through one connection pool. docker-py
+    keyed its unix-socket pools by the whole URL, so each such read opened a connection (the
+    ``overhead`` benchmark's observe of 50 containers: 0.28 s of CPU before, 0.13 s after,
+    ``docs/docker.md``). Both framings still read right: a TTY container's raw stream and a plain
+    one's multiplexed frames, the same JSON lines from each. Without the flag docker-py asks, as before."""
+    from docker_env import IMAGE, api, create_job
+
+    from adapters.docker.engine import Host
+
+    main = docker_engines.engines[0]
+    script = 'for i in 1 2 3; do echo "{\\"epoch\\": $i, \\"loss\\": 1.5}"; done; sleep 60'
+    plain = create_job(main.url, "fp-plain", "plain", docker_engines.ckpt, command=["/bin/sh", "-c", script])
+    client = api(main.url)
+    hc = client.create_host_config(binds=["/usr:/usr:ro"], network_mode="none")
+    tty = client.create_container(
+        IMAGE, command=["/bin/sh", "-c", script], tty=True, name="fp-tty", labels={"flowplan.job": "tty"}, host_config=hc
+    )["Id"]
+    client.start(tty)
+    for cid in (plain, tty):
+        wait_for(lambda cid=cid: client.logs(cid).count(b'"epoch"') >= 3, 20, f"three lines from {cid[:12]}")
+    host = Host(HostSpec("main", main.url))
+    engine_api = host.api()
+    inspected: list[str] = []
+    real_inspect = engine_api.inspect_container
+    engine_api.inspect_container = lambda c, *a, **k: (inspected.append(c), real_inspect(c, *a, **k))[1]
+    for cid, is_tty in ((plain, False), (tty, True)):
+        for since in (None, 1.0, 2.0):
+            raw = host.logs(cid, since, tty=is_tty)
+            assert b"\x01\x00\x00\x00" not in raw and b"\x00\x00\x00\x00" not in raw, raw[:80]
+            got = [json.loads(line.split(b" ", 1)[1]) for line in raw.replace(b"\r", b"").splitlines() if b"epoch" in line]
+            assert got == [{"epoch": i, "loss": 1.5} for i in (1, 2, 3)], raw
+    assert inspected == []
+    assert len(engine_api.get_adapter("http+docker://localhost").pools) == 1
+    fresh = Host(HostSpec("main", main.url))  # remembers no flag yet
+    fresh_api = fresh.api()
+    real_fresh = fresh_api.inspect_container
+    fresh_api.inspect_container = lambda c, *a, **k: (inspected.append(c), real_fresh(c, *a, **k))[1]
+    assert fresh.logs(plain, None).count(b'"epoch"') == 3
+    assert inspected == [plain]
 
 
 def test_speed_from_a_bars_rate_before_two_epochs_end(docker_engines: Any) -> None:

@@ -18,6 +18,8 @@ Case matrix:
   planned cap and declared max, what ``set_cpu`` posts (to a fake engine that keeps the real engine's
   rules) is observed back as the same guarantee and cap, and the change is then "already" in effect;
 - error classification for docker-py / requests exceptions;
+- the engine client: on a unix socket it reads no proxy settings from the environment, over tcp it
+  does (``HTTPS_PROXY``, ``NO_PROXY``, a CA bundle still apply);
 - daemon recovery: which recorded actions count as in effect (caps included);
 - the daemon's wake clock: a wake-up cuts the sleep short after the debounce; an ignored one (the
   daemon's own action) does not; one that came while busy cuts the next sleep; halt returns at once;
@@ -51,7 +53,7 @@ from adapters.docker import (
     read_lines,
 )
 from adapters.docker.adapter import Placed
-from adapters.docker.engine import guarantee_of, recreate_spec, shares_for, view
+from adapters.docker.engine import api_client, guarantee_of, recreate_spec, shares_for, view
 from planner.snapshot import Allocation, Job, Node, Share, Snapshot
 
 # -- labels -----------------------------------------------------------------------------------
@@ -95,6 +97,18 @@ def test_labels_parse(name: str, labels: dict[str, str], expect: dict | None) ->
         assert parsed.fields[k] == v, k
     assert parsed.fields["submitted"] == 1000.0
     Job(id=parsed.job_id, status="pending", **parsed.fields)  # the fields fit the contract
+
+
+def test_the_engine_client_reads_the_environment_only_where_a_proxy_can_apply() -> None:
+    """Building a client connects to nothing (the API version is given): no engine needed."""
+    local = api_client("unix:///var/run/nowhere.sock", timeout=1)
+    remote = api_client("tcp://127.0.0.1:1", timeout=1)
+    try:
+        assert local.trust_env is False and local.known_tty == {}
+        assert remote.trust_env is True
+    finally:
+        local.close()
+        remote.close()
 
 
 def test_labels_target_relative_and_absolute_deadlines() -> None:

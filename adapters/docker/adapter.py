@@ -470,7 +470,7 @@ class DockerAdapter(Adapter):
         cursor = self.progress.cursor(c.id)
         since = parse_timestamp(cursor.since)[0] if cursor.since else None
         try:
-            raw = self.hosts[host].logs(c.id, since)
+            raw = self.hosts[host].logs(c.id, since, tty=bool((c.raw.get("Config") or {}).get("Tty")))
         except DockerAdapterError as exc:
             log.warning("job %s: cannot read logs of %s: %s", job_id, c.name, exc)
             return

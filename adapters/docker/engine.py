@@ -224,6 +224,52 @@ def view(data: dict[str, Any]) -> ContainerView:
     )
 
 
+#: At most this many containers' TTY flags are remembered (:func:`api_client`); then it starts again.
+KNOWN_TTY_LIMIT = 10_000
+
+
+def api_client(url: str, **options: Any) -> Any:
+    """docker-py's low-level client for the engine at ``url`` (``docker.APIClient`` options), with
+    three costs it paid on requests of every interval taken out:
+
+    - on a local socket (``unix://``, ``npipe://``) no HTTP proxy applies, but requests read every
+      proxy variable of the environment on each request (``trust_env``); it no longer does. Over
+      ``tcp://`` the environment still counts (``HTTPS_PROXY``, ``NO_PROXY``, a CA bundle);
+    - on a unix socket docker-py keys its connection pools by the whole request URL, path and query
+      included, and keeps 25: a request for another container, or a log read with a new ``since``,
+      opened a new connection (and closed the oldest pool's). One engine, one socket: one pool;
+    - ``logs`` inspects the container again to learn whether it has a terminal (how its stream is
+      framed): a flag fixed when the container is created, which the daemon's own inspect of every
+      container already read. :meth:`Host.logs` passes it on; without it docker-py asks as before.
+
+    What that saves on an observe of 100 containers: ``docs/docker.md``, "The daemon's overhead per
+    interval"."""
+    import docker
+
+    class Client(docker.APIClient):
+        def __init__(self) -> None:
+            super().__init__(base_url=url, version=API_VERSION, **options)
+            #: container (as passed to ``logs``) -> its ``Config.Tty``, at most :data:`KNOWN_TTY_LIMIT`.
+            self.known_tty: dict[str, bool] = {}
+            if url.startswith(("unix://", "npipe://")):
+                self.trust_env = False
+            if url.startswith("unix://"):
+                transport = self.get_adapter("http+docker://localhost")
+                pooled = transport.get_connection
+                transport.get_connection = lambda _url, proxies=None: pooled("http+docker://localhost", proxies)
+
+        def remember_tty(self, container: str, tty: bool) -> None:
+            if len(self.known_tty) >= KNOWN_TTY_LIMIT and container not in self.known_tty:
+                self.known_tty.clear()
+            self.known_tty[container] = tty
+
+        def _check_is_tty(self, container: Any) -> bool:
+            known = self.known_tty.get(container) if isinstance(container, str) else None
+            return known if known is not None else bool(super()._check_is_tty(container))
+
+    return Client()
+
+
 @contextlib.contextmanager
 def _engine_errors() -> Iterator[None]:
     try:
@@ -248,11 +294,9 @@ class Host:
 
     def api(self) -> Any:
         if self._api is None:
-            import docker
-
             with _engine_errors():
                 # A pool as wide as the adapter's parallel stats requests (see DockerAdapter._read_cpu_usage).
-                self._api = docker.APIClient(base_url=self.spec.url, version=API_VERSION, timeout=self.timeout, max_pool_size=32)
+                self._api = api_client(self.spec.url, timeout=self.timeout, max_pool_size=32)
         return self._api
 
     def close(self) -> None:
@@ -282,12 +326,18 @@ class Host:
         with _engine_errors():
             return view(self.api().inspect_container(container))
 
-    def logs(self, container: str, since: float | None) -> bytes:
+    def logs(self, container: str, since: float | None, *, tty: bool | None = None) -> bytes:
+        """The container's output since ``since`` (whole seconds), with timestamps. ``tty``: whether it
+        was created with a terminal, when the caller knows (its inspect says it): docker-py would
+        otherwise inspect the container again to know how the stream is framed."""
         with _engine_errors():
             kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "timestamps": True}
             if since is not None and since > 0:
                 kwargs["since"] = int(since)  # whole seconds: lines at or before the cursor are dropped by the reader
-            return bytes(self.api().logs(container, **kwargs))
+            api = self.api()
+            if tty is not None:
+                api.remember_tty(container, tty)
+            return bytes(api.logs(container, **kwargs))
 
     def archive(self, container: str, path: str, limit: int) -> bytes:
         """The tar archive of ``path`` in the container (a file or a directory; ``docker cp``'s read, which

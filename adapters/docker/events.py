@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.docker.engine import API_VERSION, HostSpec
+from adapters.docker.engine import HostSpec, api_client
 from adapters.docker.labels import JOB
 
 log = logging.getLogger("flowplan.docker.events")
@@ -100,13 +100,11 @@ class EngineEvents:
             t.join(timeout=2)
 
     def _follow(self, spec: HostSpec) -> None:
-        import docker
-
         failed = False
         while not self._stop.is_set():
             api: Any = None
             try:
-                api = docker.APIClient(base_url=spec.url, version=API_VERSION, timeout=10)
+                api = api_client(spec.url, timeout=10)
                 filters = {"type": "container", "label": [JOB], "event": list(WATCHED)}
                 stream = api.events(decode=True, filters=filters)
                 with self._lock:
