@@ -162,11 +162,15 @@ def run_e2e(
         if all(states):
             break
         time.sleep(1)
+    daemon_cpu = None
     if daemon is not None:
+        daemon_cpu = _proc_cpu(daemon.pid)  # before it stops: its own CPU over the batch, start-up included
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=60)
     starts.close()
     result: dict[str, Any] = {"mode": mode, "jobs": {}, "load_average": os.getloadavg()[0], "cpuset": cpuset, "cpu": cpu}
+    if daemon_cpu is not None:
+        result["daemon_cpu_s"] = daemon_cpu
     for job in ids:
         (c,) = client.containers(all=True, filters={"label": f"flowplan.job={job}"})
         arrival = arrivals[job]  # a re-created container is younger than its job: count from the submission
@@ -256,6 +260,8 @@ def _print_e2e(res: dict[str, Any], tight: float) -> None:
         lat = [j["start_latency_s"] for j in res["jobs"].values()]
         shown = ", ".join("-" if x is None else f"{x:.2f} s" for x in lat)
         print(f"  created -> first started, per job: {shown}")
+        if res.get("daemon_cpu_s") is not None:
+            print(f"  the daemon's own CPU: {res['daemon_cpu_s']:.2f} s (start-up included)")
         print(f"  daemon log: {res.get('daemon_log')}")
 
 
@@ -302,11 +308,13 @@ def summarize(runs: list[dict[str, dict[str, Any]]], tight: float) -> list[str]:
     head = f"  {'run':>3}  {'makespan':>22}  {'mean JCT':>22}"
     head += f"  {'to 0.93 default / daemon':>24}" if deadline else ""
     lines.append(head + f"  {'pauses':>6}")
-    spans, jcts, met, kept, paused = [], [], {"default": 0, "daemon": 0}, 0, 0
+    spans, jcts, met, kept, paused, cpus = [], [], {"default": 0, "daemon": 0}, 0, 0, []
     for k, r in enumerate(both, 1):
         d, f = r["default"], r["daemon"]
         pauses = int((f.get("actions") or {}).get("pause/done", 0))
         paused += pauses
+        if f.get("daemon_cpu_s") is not None and f["makespan_s"]:
+            cpus.append((f["daemon_cpu_s"], 100 * f["daemon_cpu_s"] * 1000 / (f["cpu"] * f["makespan_s"])))
         done = all(x["makespan_s"] and x["mean_jct_s"] for x in (d, f))
         span = 100 * (f["makespan_s"] / d["makespan_s"] - 1) if done else None
         jct = 100 * (f["mean_jct_s"] / d["mean_jct_s"] - 1) if done else None
@@ -339,6 +347,12 @@ def summarize(runs: list[dict[str, dict[str, Any]]], tight: float) -> list[str]:
             f"({min(spans):+.1f} to {max(spans):+.1f}), mean JCT {statistics.mean(jcts):+.1f}% "
             f"({min(jcts):+.1f} to {max(jcts):+.1f}); pauses {paused / len(both):.1f} a run"
         )
+    if cpus:
+        lines.append(
+            f"the daemon's own CPU: {statistics.mean(c for c, _ in cpus):.2f} s a run "
+            f"({min(c for c, _ in cpus):.2f} to {max(c for c, _ in cpus):.2f}), "
+            f"{statistics.mean(p for _, p in cpus):.1f}% of its node's CPU over the makespan"
+        )
     if deadline:
         lines.append(
             f"deadline ({tight:g} s) met: default {met['default']} of {len(both)}, "
@@ -350,14 +364,23 @@ def summarize(runs: list[dict[str, dict[str, Any]]], tight: float) -> list[str]:
     return lines
 
 
+def _proc_cpu(pid: int) -> float | None:
+    """The CPU seconds process ``pid`` used so far (user + system, every thread), from /proc; ``None``
+    if it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _dockerd_cpu() -> float:
     """dockerd's CPU seconds so far (user + system), from /proc; 0 if it cannot be read."""
     try:
         pid = int(Path("/var/run/docker.pid").read_text())
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):
         return 0.0
+    return _proc_cpu(pid) or 0.0
 
 
 def cmd_overhead(args: argparse.Namespace) -> None:

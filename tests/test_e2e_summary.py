@@ -55,3 +55,16 @@ def test_without_a_deadline_the_mean_jct_is_the_condition() -> None:
     lines = e2e_docker.summarize(_by_mode(runs), 25.0)
     assert not any("deadline" in x for x in lines)
     assert lines[-1] == "mean JCT no worse than the default's: 1 of 2"
+
+
+def test_the_daemons_own_cpu_is_summed_where_the_runs_recorded_it() -> None:
+    """Runs recorded before the benchmark read the daemon's CPU have no such line; with it, the
+    mean, the range and the share of the daemon's node over the makespan (1000m here)."""
+    assert not any("own CPU" in x for x in e2e_docker.summarize(_by_mode(RUNS), 25.0))
+    runs = copy.deepcopy(RUNS)
+    runs[0][1]["daemon_cpu_s"] = 3.0
+    runs[1][1]["daemon_cpu_s"] = 2.0
+    by = _by_mode(runs)
+    share = [100 * c * 1000 / (r["daemon"]["cpu"] * r["daemon"]["makespan_s"]) for c, r in zip((3.0, 2.0), by, strict=True)]
+    want = f"the daemon's own CPU: 2.50 s a run (2.00 to 3.00), {sum(share) / 2:.1f}% of its node's CPU over the makespan"
+    assert want in e2e_docker.summarize(by, 25.0)
