@@ -23,7 +23,9 @@ then weighs on both alike; run one after the other, the two modes see different 
 Printed per run: each job's time to tier 1 and to finish (from its arrival), the prioritised job's
 time to target, the makespan (first arrival to last finish), the mean completion time (JCT), the
 daemon's actions, and under the daemon how long each job waited from its container's creation to
-its first start (from the engine's own ``create`` and ``start`` event times).
+its first start (from the engine's own ``create`` and ``start`` event times) and the CPU the daemon
+itself used (from /proc, start-up included: side by side it is taken from its jobs' core).
+``--repeat N`` adds a summary of the N runs (``summarize``).
 
 ``overhead``: ``--containers`` light containers that print a JSON progress line each second; the
 adapter's observe and apply (a CPU change for every container) are timed: wall time, this process's
