@@ -121,6 +121,25 @@ def test_a_blocked_jobs_share_goes_to_the_others(library: TraceLibrary) -> None:
     assert c.used_cpu_seconds == pytest.approx(10 * 4.0 + 20 * 4.0)
 
 
+def test_with_startup_cpu_a_starting_job_takes_one_core_from_the_others(library: TraceLibrary) -> None:
+    """The scenario's ``startup_cpu``: ``b``'s 10-s start-up runs on one core (at most), so ``a`` has
+    the other three; then they split the node equally. ``b`` makes no progress while it starts, and
+    the core it used counts as used."""
+    doc = scenario([{"id": "a"}, {"id": "b", "restart_seconds": 10}], replan_on_events=False, startup_cpu=True)
+    c = cluster_of(doc, library)
+    c.apply([Change("a", "start", "n", 2000, 0), Change("b", "start", "n", 2000, 0)])
+    assert (c.jobs["a"].effective, c.jobs["b"].effective) == pytest.approx((3000, 1000))
+    c.sleep(30)
+    assert c.jobs["a"].progress == pytest.approx(10 * rate(library, 3000) + 20 * rate(library, 2000))
+    assert c.jobs["b"].progress == pytest.approx(20 * rate(library, 2000))
+    assert c.used_cpu_seconds == pytest.approx(10 * 4.0 + 20 * 4.0)
+    # A start-up below one core gets its guarantee's share of a busy node: weights 1:3 on 2 cores.
+    doc = scenario([{"id": "a"}, {"id": "b", "restart_seconds": 10}], cpu=2000, replan_on_events=False, startup_cpu=True)
+    c = cluster_of(doc, library)
+    c.apply([Change("a", "start", "n", 1500, 0), Change("b", "start", "n", 500, 0)])
+    assert (c.jobs["a"].effective, c.jobs["b"].effective) == pytest.approx((1500, 500))
+
+
 @pytest.mark.parametrize("wake", [False, True])
 def test_when_one_job_finishes_the_other_gets_the_node_at_once(library: TraceLibrary, wake: bool) -> None:
     """cifar10 (1 epoch, ends after one epoch at 2 cores) and yolov3 share 4 cores equally; from the

@@ -10,7 +10,8 @@ among cgroups (work-conserving shares):
 - the node's CPU goes to its running jobs by weighted max-min water-filling (:func:`share_cpu`):
   weight = guarantee × replicas, cap = replicas × min(limit, ``max_cpu_millis``); what a capped job
   leaves goes to the others in proportion to their weights, at once. GPU jobs' speed does not depend
-  on CPU in the truth: they use exactly their guarantee. A job starting or restarting uses no CPU;
+  on CPU in the truth: they use exactly their guarantee. A job starting or restarting uses no CPU
+  (with the scenario's ``startup_cpu``, a CPU job then uses its share, at most one core a replica);
 - the split is recomputed at every event (a job finishes, a blocked job resumes, the loop applies a
   change), so rates are piecewise constant between events and progress is exact.
 
@@ -375,10 +376,17 @@ class SimCluster(Adapter):
                 self._advance(j, self.t)  # at the old rates, up to now
             jobs = list(self.on[name].values())
             active = [j for j in jobs if j.blocked_until <= self.t + EPS]
-            shares = share_cpu(self.nodes[name].cpu_millis, [j.weight_on(name) for j in active], [j.cap_on(name) for j in active])
+            # Checkpointing or starting up (scenario ``startup_cpu``): a CPU job's process is busy
+            # on one core a replica, and makes no progress.
+            warming = [j for j in jobs if j.blocked_until > self.t + EPS and self.scenario.startup_cpu and j.spec.kind == "cpu"]
+            busy = active + warming
+            caps = [j.cap_on(name) for j in active] + [min(j.cap_on(name), 1000.0 * j.here(name)) for j in warming]
+            shares = share_cpu(self.nodes[name].cpu_millis, [j.weight_on(name) for j in busy], caps)
             for j in jobs:
                 j.effective, j.rate = 0.0, 0.0
-            for j, s in zip(active, shares, strict=True):
+            for j, s in zip(warming, shares[len(active) :], strict=True):
+                j.effective = s / j.here(name)
+            for j, s in zip(active, shares[: len(active)], strict=True):
                 # A gang spans nodes only on GPUs, whose speed does not depend on CPU: it uses its
                 # guarantee on every node, so any of its nodes gives the same share per replica.
                 j.effective = max(s - j.server_cpu(name), 0.0) / j.here(name)
@@ -399,8 +407,9 @@ class SimCluster(Adapter):
             return
         j.t_adv = t
         rate = j.rate
-        if rate <= 0:  # blocked (or cannot run): holds its GPUs, uses no CPU
-            self._hold(j, t - t0, 0.0)
+        if rate <= 0:  # blocked (or cannot run): holds its GPUs, uses no CPU but a start-up's (``_refresh``)
+            warm = j.blocked_until > t0 + EPS and self.scenario.startup_cpu and j.spec.kind == "cpu"
+            self._hold(j, t - t0, (t - t0) * j.effective * j.replicas / 1000.0 if warm else 0.0)
             return
         p0 = j.progress
         stop = j.stop_epoch

@@ -145,6 +145,10 @@ class Scenario:
     checkpoint_every_seconds: float = 600.0
     #: The control loop wakes at every arrival and finish, besides every interval (``SimCluster.sleep``).
     replan_on_events: bool = True
+    #: A CPU job checkpointing or starting up uses CPU (its water-fill share, at most one core a
+    #: replica), as a process does that saves its state or imports its libraries and loads its
+    #: data: the jobs beside it get that much less. Off: such a job uses none.
+    startup_cpu: bool = False
 
     # ------------------------------------------------------------------------------------------
     def draw(self, seed: int, library: TraceLibrary, data: Path | None = None) -> list[JobSpec]:
@@ -585,7 +589,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
     known = {
         "name", "description", "paper", "metric", "baseline", "headline", "headline_text", "interval_seconds",
         "migration_budget", "deadline_confidence", "noise", "stop_at_target", "max_hours", "nodes", "jobs", "trace",
-        "policies", "checkpoint_every_seconds", "replan_on_events",
+        "policies", "checkpoint_every_seconds", "replan_on_events", "startup_cpu",
     }  # fmt: skip
     for key in doc:
         if key not in known:
@@ -660,6 +664,7 @@ def parse_scenario(doc: dict[str, Any], path: str = "") -> Scenario:
         policies=policies,
         checkpoint_every_seconds=_num(doc.get("checkpoint_every_seconds", 600.0), "checkpoint_every_seconds", lo=1, hi=10**6),
         replan_on_events=_flag(doc.get("replan_on_events", True), "replan_on_events"),
+        startup_cpu=_flag(doc.get("startup_cpu", False), "startup_cpu"),
     )
 
 
