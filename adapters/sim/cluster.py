@@ -378,7 +378,7 @@ class SimCluster(Adapter):
             active = [j for j in jobs if j.blocked_until <= self.t + EPS]
             # Checkpointing or starting up (scenario ``startup_cpu``): a CPU job's process is busy
             # on one core a replica, and makes no progress.
-            warming = [j for j in jobs if j.blocked_until > self.t + EPS and self.scenario.startup_cpu and j.spec.kind == "cpu"]
+            warming = [j for j in jobs if self._warming(j, self.t)]
             busy = active + warming
             caps = [j.cap_on(name) for j in active] + [min(j.cap_on(name), 1000.0 * j.here(name)) for j in warming]
             shares = share_cpu(self.nodes[name].cpu_millis, [j.weight_on(name) for j in busy], caps)
@@ -400,6 +400,10 @@ class SimCluster(Adapter):
                 else:
                     j.next_event = math.inf
 
+    def _warming(self, j: SimJob, t: float) -> bool:
+        """Whether ``j`` is checkpointing or starting up at ``t`` and uses CPU meanwhile (``startup_cpu``)."""
+        return self.scenario.startup_cpu and j.spec.kind == "cpu" and j.blocked_until > t + EPS
+
     def _advance(self, j: SimJob, t: float) -> None:
         """Account ``j`` from ``j.t_adv`` to ``t`` at its current (constant) rate."""
         t0 = j.t_adv
@@ -408,8 +412,7 @@ class SimCluster(Adapter):
         j.t_adv = t
         rate = j.rate
         if rate <= 0:  # blocked (or cannot run): holds its GPUs, uses no CPU but a start-up's (``_refresh``)
-            warm = j.blocked_until > t0 + EPS and self.scenario.startup_cpu and j.spec.kind == "cpu"
-            self._hold(j, t - t0, (t - t0) * j.effective * j.replicas / 1000.0 if warm else 0.0)
+            self._hold(j, t - t0, (t - t0) * j.effective * j.replicas / 1000.0 if self._warming(j, t0) else 0.0)
             return
         p0 = j.progress
         stop = j.stop_epoch
