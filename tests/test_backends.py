@@ -119,6 +119,22 @@ def test_cpsat_model_written_directly_is_the_expression_built_one(seed: int, bud
         moves = np.zeros(problem.n_options, dtype=bool)
         moves[::3] = True
         problem = replace(problem, moves=moves, migration_budget=budget)
-    model, makespan = CpSatBackend()._model(problem)
+    proto, makespan = CpSatBackend()._model(problem)
     assert makespan == problem.n_options
-    assert str(model.proto) == str(_model_through_expressions(problem).proto)
+    assert str(proto) == str(_model_through_expressions(problem).proto)
+
+
+def test_planning_imports_no_pandas() -> None:
+    """OR-Tools' ``cp_model`` imports pandas (0.2-0.4 s of a process's start); the backend goes to the
+    compiled helper under it, so a process that plans (the daemon, a service worker, the CLI) never
+    loads pandas. Run in a fresh interpreter: this test session has imported it already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, planner.core, planner.policies.flowplan\n"
+        "from planner.backends import CpSatBackend\n"
+        "print(sorted(m for m in ('pandas', 'ortools.sat.python.cp_model') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -12,6 +12,12 @@ snapshots it proved all 15 optimal within a 1 s limit, where seed 0 stalled on t
 With ``workers > 1`` the search workers run interleaved in one thread (``interleave_search``),
 still deterministic; one worker is the default because on two cores the single LP-guided search
 closes small gaps fastest.
+
+The backend talks to ``ortools.sat.python.cp_model_helper``, the compiled module under OR-Tools'
+``cp_model`` (its ``CpModelProto``, ``SatParameters`` and ``SolveWrapper`` are what ``CpModel`` and
+``CpSolver`` hold and call), not to ``cp_model`` itself: that module imports pandas for its
+Series helpers, 0.2-0.4 s of every process that plans (the daemon, each service worker, the CLI),
+and the backend uses none of them. The proto is the same (``tests/test_backends.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model_helper as cmh
 
 from planner.backends.base import SolveResult, capacity_rows
 from planner.problem import Problem
@@ -42,12 +48,13 @@ def _linear(linear: object, variables: list[int], coeffs: list[int], lo: int, hi
     linear.domain.extend((lo, hi))  # type: ignore[attr-defined]
 
 
+_S = cmh.CpSolverStatus
 _STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.MODEL_INVALID: "unknown",
-    cp_model.UNKNOWN: "unknown",
+    _S.OPTIMAL: "optimal",
+    _S.FEASIBLE: "feasible",
+    _S.INFEASIBLE: "infeasible",
+    _S.MODEL_INVALID: "unknown",
+    _S.UNKNOWN: "unknown",
 }
 
 
@@ -58,14 +65,13 @@ class CpSatBackend:
         self.workers = workers
         self.seed = seed
 
-    def _model(self, problem: Problem) -> tuple[cp_model.CpModel, int]:
+    def _model(self, problem: Problem) -> tuple[cmh.CpModelProto, int]:
         """The model, written into its proto directly (option ``i`` is variable ``i``; the makespan is
         the variable whose index comes back): the same proto, constraint for constraint, as building
         it through ``new_bool_var`` and linear expressions (``tests/test_backends.py`` holds them equal),
         in 2.8 ms where that took 4.5 ms for a problem of ~1,100 options (`docs/benchmarks.md`, "Warm
         plans over HTTP: less work per request (session 19)")."""
-        model = cp_model.CpModel()
-        proto = model.proto
+        proto = cmh.CpModelProto()
         n = problem.n_options
         variables, constraints = proto.variables, proto.constraints
         for _ in range(n):
@@ -83,7 +89,10 @@ class CpSatBackend:
         floor = int(np.minimum.reduceat(fq, problem.job_start[:-1]).max()) if problem.n_jobs else 0
         floor = max(floor, problem.makespan_floor)
         top = max(int(fq.max()) if n else 0, floor)
-        makespan = model.new_int_var(floor, top, "makespan").index
+        makespan = n  # the variable after the options, as ``CpModel.new_int_var`` would add it
+        var = variables.add()
+        var.name = "makespan"
+        var.domain.extend((floor, top))
         finish = fq.tolist()
         for j in range(problem.n_jobs):
             s, e = starts[j], starts[j + 1]
@@ -98,13 +107,12 @@ class CpSatBackend:
         hint = proto.solution_hint
         hint.vars.extend([*problem.hint.tolist(), makespan])
         hint.values.extend([1] * problem.n_jobs + [max(int(fq[problem.hint].max()) if problem.n_jobs else 0, floor)])
-        return model, makespan
+        return proto, makespan
 
     def solve(self, problem: Problem, *, time_limit: float, wall_limit: float) -> SolveResult:
         t0 = time.perf_counter()
-        model, _ = self._model(problem)
-        solver = cp_model.CpSolver()
-        p = solver.parameters
+        proto, _ = self._model(problem)
+        p = cmh.SatParameters()
         p.max_deterministic_time = max(time_limit * DETERMINISTIC_UNITS_PER_SECOND, 0.005)
         p.max_time_in_seconds = max(wall_limit, 0.05)
         p.num_workers = self.workers
@@ -115,24 +123,27 @@ class CpSatBackend:
             p.cp_model_presolve = False
         p.log_search_progress = False
         t_search = time.perf_counter()
-        status = solver.solve(model)
+        solver = cmh.SolveWrapper()
+        solver.set_parameters(p)
+        response = solver.solve(proto)
+        status = response.status
         search_wall = time.perf_counter() - t_search
         name = _STATUS.get(status, "unknown")
         choice = None
         obj = bound = None
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            vals = np.array(list(solver.response_proto.solution)[: problem.n_options], dtype=bool)
+        if status in (_S.OPTIMAL, _S.FEASIBLE):
+            vals = np.array(list(response.solution)[: problem.n_options], dtype=bool)
             choice = np.zeros(problem.n_jobs, dtype=np.int64)
             sel = np.flatnonzero(vals)
             choice[problem.opt_job[sel]] = sel
             obj = float(problem.objective(choice))  # exact: the solver reports a double
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+        if status in (_S.OPTIMAL, _S.FEASIBLE, _S.UNKNOWN):
             # Even without a solution the search may have proved a lower bound (the LP relaxation).
-            b = float(solver.best_objective_bound)
+            b = float(response.best_objective_bound)
             bound = b if b > 0 or obj is not None else None
-        det = solver.deterministic_time
-        cut = status != cp_model.OPTIMAL and search_wall >= 0.95 * p.max_time_in_seconds and det < 0.95 * p.max_deterministic_time
-        msg = f"{solver.status_name(status)}; deterministic time {det:.3f} of {p.max_deterministic_time:.3f}"
+        det = response.deterministic_time
+        cut = status != _S.OPTIMAL and search_wall >= 0.95 * p.max_time_in_seconds and det < 0.95 * p.max_deterministic_time
+        msg = f"{status.name}; deterministic time {det:.3f} of {p.max_deterministic_time:.3f}"
         if cut:
             msg += "; stopped by the wall-clock guard, so this answer may differ between runs"
         return SolveResult(
