@@ -147,11 +147,57 @@ def planned_outlooks(
     taken off at the snapshot's time (:func:`planner.outlook.with_progress`), except where the
     oracle knows the epochs left. Rebuilding a plan's integer program takes these, not the fits."""
     known = truth or {}
-    return [
+    settled = _settled_nodes(snapshot)
+    fitted = (
         outlooks[j.id][1] if j.id in known and known[j.id].knows != "speed" else with_progress(outlooks[j.id][1], snapshot.time)
         for j in snapshot.jobs
         if j.status != "finished"
-    ]
+    )
+    return [_ended_stays(o, settled) for o in fitted]
+
+
+def _ended_stays(outlook: JobOutlook, settled: set[str]) -> JobOutlook:
+    """A running job that has reported its last epoch (``max_epochs``) is planned as one that cannot
+    checkpoint: it keeps its node and at least its minimum until its process exits by itself. Past
+    its last epoch a training script evaluates, saves and uploads its model; a pause (a checkpoint
+    request, then the engine's stop) would cut that short and leave a job with nothing to resume.
+    Its share can still shrink to its minimum (`planner.share`); a job that waits for the room waits
+    the moment it takes to exit, and the daemon re-plans when it does (`docs/planner.md`).
+
+    Only where it can stay as it is: one replica, its allocation within its bounds, on a node of the
+    snapshot that its running jobs do not overfill (``settled``). Otherwise something must give, and
+    it may be paused as before (nothing is left to train)."""
+    job = outlook.job
+    if job.status != "running" or not job.migratable or job.target is None or job.target.max_epochs is None:
+        return outlook
+    if outlook.epoch < job.target.max_epochs or job.replicas != 1 or job.node not in settled or job.allocation is None:
+        return outlook
+    a = job.allocation
+    if not (job.min_cpu_millis <= a.cpu_millis <= job.max_cpu_millis and job.min_gpus <= a.gpus <= job.max_gpus):
+        return outlook
+    return replace(outlook, job=job.model_copy(update={"migratable": False}))
+
+
+def _settled_nodes(snapshot: Snapshot) -> set[str]:
+    """The snapshot's nodes whose running jobs (their allocations, memory and parameter servers as
+    they run now) fit their capacity. A fractional GPU job counts a whole GPU, so fractions sharing
+    a device make a node look fuller than it is: a job past its last epoch there may still be paused."""
+    use: dict[str, list[int]] = {n.name: [0, 0, 0] for n in snapshot.nodes}
+    for j in snapshot.jobs:
+        if j.status != "running" or j.allocation is None:
+            continue
+        for name, count in j.shares():
+            if name not in use:
+                continue
+            u = use[name]
+            u[0] += j.allocation.cpu_millis * count + (j.running_servers * j.servers.cpu_millis if j.servers else 0)
+            u[1] += j.allocation.gpus * count
+            u[2] += j.memory_mib * count + (j.running_servers * j.servers.memory_mib if j.servers else 0)
+    return {
+        n.name
+        for n in snapshot.nodes
+        if use[n.name][0] <= n.cpu_millis and use[n.name][1] <= n.gpus and use[n.name][2] <= n.memory_mib
+    }
 
 
 #: Problems up to this many options are solved whole by the integer backend; larger ones go

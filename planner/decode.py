@@ -144,7 +144,10 @@ def explain(
             each = f", {per} on each node" if len(shares) > 1 else ""
             parts.append(f"{per * len(shares)} parameter server(s) of {cores(job.servers.cpu_millis)}{each}")
         if m.outlook.remaining_finish <= 0:
-            parts.append("has nothing left to learn (" + _done_reason(m) + ")")
+            done = _done_reason(m)
+            parts.append(f"has nothing left to learn ({done})")
+            if job.status == "running" and done.startswith("reached max_epochs"):
+                parts.append("left to end by itself (what a script does after its last epoch is not cut short)")
         elif pred.eta_finish is not None:
             parts.append(f"finishes in {duration(pred.eta_finish - now)}")
         if m.outlook.speed_basis in ("assumed", "borrowed"):

@@ -515,3 +515,67 @@ def test_status_live_plans_the_engine_now_and_changes_nothing(docker_engines: An
     assert api(main.url).inspect_container(cid)["State"]["Status"] == "created" and not (tmp_path / "none.db").exists()
     table = flowplan("status", "--live", "--hosts", f"main={main.url},cpu=2000", "--state", str(tmp_path / "none.db"))
     assert table.stdout.startswith("live plan (nothing applied): 1 job(s)"), table.stdout
+
+
+#: A job that reports its three epochs at once, then spends 15 s after the last one (a test-set
+#: evaluation, a save, an upload) before it exits 0; a SIGTERM there (the adapter's pause) is
+#: answered as a checkpointing job answers it: "TERM" and exit 75.
+EPILOGUE = (
+    "trap 'echo TERM; exit 75' TERM; "
+    'for e in 1 2 3; do echo "{\\"epoch\\": $e, \\"metric\\": 0.$((5 + e)), \\"time\\": $(date +%s)}"; done; '
+    "i=0; while [ $i -lt 15 ]; do sleep 1 & wait $!; i=$((i + 1)); done; echo 'epilogue done'"
+)
+
+
+def test_a_job_past_its_last_epoch_ends_by_itself_before_a_waiting_one_starts(docker_engines: Any, tmp_path: Path) -> None:
+    """One 1-CPU host; the daemon starts two jobs of 0.5 CPU at least (the host full). ``ending``
+    reports its last epoch (``max_epochs`` 3) at once and is then busy for 15 s with what its script
+    does after it; a third job is created meanwhile and waits for room. The daemon leaves ``ending``
+    to exit by itself (no pause; exit 0 after its epilogue) and starts the waiting job once it has.
+    Before session 43 the daemon paused it for the waiting job (nothing left to learn, its CPU worth
+    more to a job still learning): its script was cut short (exit 75)."""
+    from docker_env import api, create_job
+
+    main = docker_engines.engines[0]
+    bounds = {"flowplan.min_cpu_millis": "500", "flowplan.max_cpu_millis": "1000"}
+    target = {"flowplan.target.metric": "accuracy", "flowplan.target.direction": "higher", "flowplan.target.tier1": "0.99"}
+    labels = {**bounds, **target, "flowplan.target.max_epochs": "3"}
+    ending = create_job(
+        main.url, "fp-ending", "ending", docker_engines.ckpt, labels=labels, command=["/bin/sh", "-c", EPILOGUE], start=False
+    )
+    busy = create_job(main.url, "fp-busy", "busy", docker_engines.ckpt, args=JOB_ARGS, labels=bounds, start=False)
+    client = api(main.url)
+    state = tmp_path / "epilogue.db"
+    cmd = [sys.executable, "-m", "flowplan", "daemon", "--hosts", f"main={main.url},cpu=1000", "--state", str(state)]
+    proc = subprocess.Popen(
+        [*cmd, "--interval", "1", "--time-limit", "0.3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = Lines(proc)
+    waiting = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (
+            client.inspect_container(busy)["State"]["Running"] and b'"epoch": 3' in client.logs(ending)
+        ):
+            time.sleep(0.2)
+        assert b'"epoch": 3' in client.logs(ending), [line for _, line in out.lines]
+        waiting = create_job(main.url, "fp-waiting", "waiting", docker_engines.ckpt, args=JOB_ARGS, labels=bounds, start=False)
+        while time.time() < deadline and client.inspect_container(waiting)["State"]["Status"] == "created":
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    done, started = client.inspect_container(ending)["State"], client.inspect_container(waiting)["State"]
+    logs = client.logs(ending).decode()
+    printed = [line for _, line in out.lines]
+    assert done["Status"] == "exited" and done["ExitCode"] == 0, (done, logs, printed)
+    assert "epilogue done" in logs and "TERM" not in logs, (logs, printed)
+    assert started["Status"] != "created", (started, printed)
+    assert _engine_time(started["StartedAt"]) >= _engine_time(done["FinishedAt"]) - 0.5, (done, started)
+    with sqlite3.connect(state) as db:
+        kinds = {k for (k,) in db.execute("SELECT kind FROM actions WHERE job = 'ending'")}
+    assert "pause" not in kinds, kinds
