@@ -137,7 +137,12 @@ BAD = [
     ("inf", {"flowplan.max_cpu_millis": "inf"}, "flowplan.max_cpu_millis", "inf"),
     ("out-of-range", {"flowplan.priority": "1000"}, "flowplan.priority", "1000"),
     ("fraction", {"flowplan.max_gpus": "1.5"}, "flowplan.max_gpus", "1.5"),
-    ("min-above-max", {"flowplan.min_cpu_millis": "3000", "flowplan.max_cpu_millis": "1000"}, "min_cpu_millis", "3000"),
+    (
+        "min-above-max",
+        {"flowplan.min_cpu_millis": "3000", "flowplan.max_cpu_millis": "1000"},
+        "labels flowplan.min_cpu_millis and flowplan.max_cpu_millis",
+        "3000",
+    ),
     ("unknown-key", {"flowplan.cpus": "2"}, "flowplan.cpus", "2"),
     ("bad-bool", {"flowplan.migratable": "maybe"}, "flowplan.migratable", "maybe"),
     ("zero-steps-per-epoch", {"flowplan.steps_per_epoch": "0"}, "flowplan.steps_per_epoch", "0"),

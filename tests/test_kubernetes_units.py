@@ -75,7 +75,10 @@ def test_annotations_mirror_docker_labels_with_spec_defaults() -> None:
         ({"flowplan.io/max_cpu_millis": "lots"}, "annotation flowplan.io/max_cpu_millis: not a number ('lots')"),
         ({"flowplan.io/colour": "blue"}, "annotation flowplan.io/colour: unknown FlowPlan label"),
         ({"flowplan.io/target.tier2": "0.5"}, "annotation flowplan.io/target.tier1: missing (other flowplan.io/target.*"),
-        ({"flowplan.io/min_cpu_millis": "900", "flowplan.io/max_cpu_millis": "100"}, "annotation flowplan.io/"),
+        (
+            {"flowplan.io/min_cpu_millis": "900", "flowplan.io/max_cpu_millis": "100"},
+            "annotations flowplan.io/min_cpu_millis and flowplan.io/max_cpu_millis: min_cpu_millis 900 exceeds",
+        ),
     ],
     ids=["not-a-number", "unknown-key", "target-without-tier1", "min-above-max"],
 )

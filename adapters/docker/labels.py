@@ -58,6 +58,7 @@ its value. FlowPlan then leaves it alone rather than guessing.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -222,6 +223,11 @@ def parse_labels(labels: Mapping[str, str], created: float | None = None) -> Job
         field, _, rest = msg.partition(": ")
         if where == "labels" and field in own:  # a rule across fields names the one it is about
             raise LabelError(f"label {PREFIX}{field}: {rest} ({own[field]!r})") from None
+        if where == "labels":  # a rule across fields that names them in its message: those labels
+            named = [k for k in own if re.search(rf"\b{re.escape(k)}\b", msg)]
+            if named:
+                said = " and ".join(f"{PREFIX}{k}" for k in named)
+                raise LabelError(f"label{'s' if len(named) > 1 else ''} {said}: {msg}") from None
         raise LabelError(f"label {PREFIX}{'job' if where == 'id' else where}: {msg} ({own.get(where, job_id)!r})") from None
     steps = _ranged("steps_per_epoch", own["steps_per_epoch"], 1.0, 1e9) if "steps_per_epoch" in own else None
     rendezvous = own.get("rendezvous", "torch").strip().lower()

@@ -185,9 +185,13 @@ def parse_annotations(
     try:
         parsed = parse_labels(renamed, created=created)
     except LabelError as exc:
-        text = str(exc)
-        if text.startswith("label " + DOCKER_PREFIX):
-            text = "annotation " + PREFIX + text[len("label " + DOCKER_PREFIX) :]
+        # "label flowplan.x: ..." (or "labels flowplan.x and flowplan.y: ...") names annotations here.
+        subject, sep, rest = str(exc).partition(": ")
+        for word, here in (("labels ", "annotations "), ("label ", "annotation ")):
+            if subject.startswith(word + DOCKER_PREFIX):
+                subject = here + subject[len(word) :].replace(DOCKER_PREFIX, PREFIX)
+                break
+        text = subject + sep + rest
         raise AnnotationError(text.replace("other " + DOCKER_PREFIX, "other " + PREFIX)) from None
     assert parsed is not None  # the job key is always there
     return parsed
