@@ -504,7 +504,10 @@ def test_a_deliver_waits_for_a_line_since_the_containers_start(docker_engines: A
 
 def test_a_deliver_that_comes_after_the_last_epoch_records_the_final_model(docker_engines: Any) -> None:
     """Issue 15: tier 1 reached at the last epoch, the container exits 0 before the daemon's deliver
-    arrives. That is a delivery (the final model), not a conflict; a failed job's is still refused."""
+    arrives. That is a delivery (the final model), not a conflict; a failed job's is still refused.
+    Likewise a resize or a move planned while a job printed its last epoch, applied after it exited
+    0, changes nothing and is no failure (session 43: the engine run's one failed action); a failed
+    job's is still a conflict."""
     from docker_env import api, create_job
 
     main = docker_engines.engines[0]
@@ -518,6 +521,16 @@ def test_a_deliver_that_comes_after_the_last_epoch_records_the_final_model(docke
     assert ok.ok and "final model" in ok.message, ok
     assert not refused.ok and refused.error == "conflict" and "exited" in refused.message, refused
     assert next(j for j in ad.observe().jobs if j.id == "done").delivered
+    moot = ad.apply(
+        [
+            Change("done", "resize", "main", 500, 0, from_node="main"),
+            Change("done", "migrate", "extra0", 500, 0, from_node="main"),
+            Change("failed", "resize", "main", 500, 0, from_node="main"),
+        ]
+    )
+    assert [(o.ok, o.error) for o in moot] == [(True, None), (True, None), (False, "conflict")], moot
+    assert "finished before the resize" in moot[0].message and "finished before the move" in moot[1].message
+    assert [c["Id"] for c in api(main.url).containers(all=True, filters={"label": "flowplan.job=done"})] == [done]
     for c in (done, failed):
         api(main.url).remove_container(c, force=True)
 

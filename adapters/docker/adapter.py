@@ -22,7 +22,9 @@ What it assumes (read before relying on it):
   observes the result and plans again. Changes are idempotent: repeating one that already took
   effect is a no-op that reports ``ok``. A change for a job in another state than its action
   starts from (a start of a running container, a migration or resize of a stopped one) is a
-  ``conflict`` and changes nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``).
+  ``conflict`` and changes nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``); a
+  resize or move of a job that finished (exited 0) since the observe is moot, ok with nothing
+  changed, as a deliver then records its final model.
 
 Migration (and every re-create: a GPU change, a start on another host): SIGTERM asks the job to
 checkpoint and exit; the adapter waits up to ``checkpoint_timeout`` seconds. If the job does not exit
@@ -148,6 +150,13 @@ class Observation:
     failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
     broken: dict[str, str] = field(default_factory=dict)  # gang job -> why it is not whole (left out; reconciled)
     orphans: dict[str, list[tuple[str, ContainerView]]] = field(default_factory=dict)  # job -> replicas, no rank 0 seen
+
+
+def _ended_ok(c: ContainerView) -> bool:
+    """The container exited 0 (the job finished) since the observe the change was planned from: a
+    resize or a move of it is moot, not a conflict (the plan was made while it printed its last
+    epoch; the next observe sees it finished). A deliver is handled alike (``_deliver``)."""
+    return c.state == "exited" and c.exit_code == 0
 
 
 class DockerAdapter(Adapter):
@@ -743,6 +752,8 @@ class DockerAdapter(Adapter):
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
+        if _ended_ok(c):
+            return "finished before the resize: nothing to change"
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not resized")
         if ch.node != placed.host:
@@ -815,6 +826,8 @@ class DockerAdapter(Adapter):
     def _migrate(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
         c = self._fresh(placed)
+        if _ended_ok(c):
+            return "finished before the move: nothing to move"
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not migrated")
         if self._running_as_asked(ch, placed, c):  # migrated already (a repeated change): nothing to do
