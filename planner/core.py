@@ -9,9 +9,10 @@ change (same digest); they never change the answer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -147,7 +148,7 @@ def planned_outlooks(
     taken off at the snapshot's time (:func:`planner.outlook.with_progress`), except where the
     oracle knows the epochs left. Rebuilding a plan's integer program takes these, not the fits."""
     known = truth or {}
-    settled = _settled_nodes(snapshot)
+    settled = functools.cache(lambda: _settled_nodes(snapshot))  # read only where a job has ended
     fitted = (
         outlooks[j.id][1] if j.id in known and known[j.id].knows != "speed" else with_progress(outlooks[j.id][1], snapshot.time)
         for j in snapshot.jobs
@@ -156,7 +157,7 @@ def planned_outlooks(
     return [_ended_stays(o, settled) for o in fitted]
 
 
-def _ended_stays(outlook: JobOutlook, settled: set[str]) -> JobOutlook:
+def _ended_stays(outlook: JobOutlook, settled: Callable[[], set[str]]) -> JobOutlook:
     """A running job that has reported its last epoch (``max_epochs``) is planned as one that cannot
     checkpoint: it keeps its node and at least its minimum until its process exits by itself. Past
     its last epoch a training script evaluates, saves and uploads its model; a pause (a checkpoint
@@ -165,12 +166,12 @@ def _ended_stays(outlook: JobOutlook, settled: set[str]) -> JobOutlook:
     the moment it takes to exit, and the daemon re-plans when it does (`docs/planner.md`).
 
     Only where it can stay as it is: one replica, its allocation within its bounds, on a node of the
-    snapshot that its running jobs do not overfill (``settled``). Otherwise something must give, and
+    snapshot that its running jobs do not overfill (``settled()``). Otherwise something must give, and
     it may be paused as before (nothing is left to train)."""
     job = outlook.job
     if job.status != "running" or not job.migratable or job.target is None or job.target.max_epochs is None:
         return outlook
-    if outlook.epoch < job.target.max_epochs or job.replicas != 1 or job.node not in settled or job.allocation is None:
+    if outlook.epoch < job.target.max_epochs or job.replicas != 1 or job.allocation is None or job.node not in settled():
         return outlook
     a = job.allocation
     if not (job.min_cpu_millis <= a.cpu_millis <= job.max_cpu_millis and job.min_gpus <= a.gpus <= job.max_gpus):
