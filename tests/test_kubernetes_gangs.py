@@ -23,7 +23,8 @@ Case matrix:
 - a migration binds no replacement while an old pod of the gang still terminates (its checkpoint):
   one old pod with a 30 s grace period (kwok removes a deleted pod at its deletionTimestamp, as a
   kubelet whose container takes its whole grace period to checkpoint would) against the adapter's
-  1 s wait leaves every replacement unbound, and a start once that pod has ended binds them all.
+  1 s wait leaves every replacement unbound, and a start once that pod has ended binds them all;
+- a gang one of whose pods Succeeded since the observe is not moved (ok, nothing re-created).
 """
 
 from __future__ import annotations
@@ -252,6 +253,27 @@ def test_a_gang_migrates_whole_and_an_interrupted_one_is_settled(k8s_sandbox: An
     done = ad.reconcile()
     assert done == ["mig: deleted superseded gang pod mig-0-r1"], done
     wait_for(lambda: get_pod(api, "mig-0-r1") is None, 30, "superseded pod deleted")
+
+
+@pytest.mark.slow
+def test_a_gang_that_ended_since_the_observe_is_not_moved(k8s_sandbox: Any, api: Any) -> None:
+    n0, n1, _ = k8s_sandbox.nodes
+    for i in range(2):
+        create_pod(api, gang_pod(f"end-{i}", "end", node=n0))
+    wait_for(
+        lambda: all((get_pod(api, f"end-{i}") or {}).get("status", {}).get("phase") == "Running" for i in range(2)), 30, "Running"
+    )
+    ad = adapter_for(k8s_sandbox)
+    ad.observe()
+    # Rank 0 ends (as a kubelet writes it) after the observe, before the plan's move reaches the server.
+    api.patch_namespaced_pod_status(
+        "end-0", NAMESPACE, {"status": {"phase": "Succeeded"}}, _preload_content=False, _content_type=MERGE
+    )
+    wait_for(lambda: (get_pod(api, "end-0") or {}).get("status", {}).get("phase") == "Succeeded", 10, "end-0 Succeeded")
+    [outcome] = ad.apply([Change("end", "migrate", n1, 1500, 0, replicas=2, from_node=n0)])
+    assert (outcome.ok, outcome.message) == (True, "finished before the move: nothing to move"), outcome
+    assert [p["metadata"]["name"] for p in members(api, "end")] == ["end-0", "end-1"]  # nothing re-created
+    assert nodes_of(api, "end") == [n0, n0]
 
 
 @pytest.mark.slow

@@ -23,6 +23,8 @@ Case matrix:
   ``not_found`` (pod deleted after observe), ``conflict`` (the replacement's name is taken; the old
   pod is left running), ``invalid`` (a replacement name over 253 characters), ``forbidden`` (a token
   RBAC grants nothing), ``engine_down`` (nothing listens where the server should be);
+- a pod that ended since the observe: a resize, move or pause of one that Succeeded is ok with
+  nothing changed, of one that Failed a ``conflict``; neither is re-created nor patched;
 - ``flowplan snapshot --adapter kubernetes`` writes a snapshot that ``flowplan plan`` and
   ``flowplan check`` accept; ``flowplan daemon --adapter kubernetes`` (a process) binds pending pods;
   a missing kubeconfig, a server that is down and a port in use are one line and exit code 2.
@@ -307,6 +309,51 @@ def test_pause_leaves_one_pending_pod_for_flowplan(k8s_sandbox: Any) -> None:
     assert new["spec"].get("nodeName") is None and new["spec"]["schedulerName"] == "flowplan"
     [job] = adapter.observe().jobs
     assert (job.id, job.status, job.node) == ("napper", "pending", None)
+
+
+def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any) -> None:
+    """A plan made while a job printed its last epoch reaches the server after its pod ended (its
+    phase written as a kubelet writes it): a resize, move or pause of a pod that Succeeded is moot,
+    ok with nothing changed; of a pod that Failed, a ``conflict``. Neither is re-created (a
+    replacement would run a finished job again) nor patched."""
+    api = core(k8s_sandbox)
+    n0, n1 = k8s_sandbox.nodes[0], k8s_sandbox.nodes[1]
+    names = ("done-resize", "done-move", "done-pause", "failed-move", "failed-resize")
+    for name in names:
+        create_pod(api, pod_body(name, node=n0, labels={"flowplan.io/job": name}))
+    for name in names:
+        running(api, name)
+    adapter = adapter_for(k8s_sandbox)
+    adapter.observe()
+    for name in names:  # as a kubelet writes it
+        status = {"status": {"phase": "Failed" if name.startswith("failed") else "Succeeded"}}
+        api.patch_namespaced_pod_status(name, "default", status, _preload_content=False, _content_type=MERGE)
+
+    def ended() -> bool:
+        return all((get_pod(api, n) or {}).get("status", {}).get("phase") in ("Succeeded", "Failed") for n in names)
+
+    wait_for(ended, 10, "the pods ended")
+    before = {n: get_pod(api, n) for n in names}
+
+    outcomes = adapter.apply(
+        [
+            Change(job="done-resize", kind="resize", node=n0, cpu_millis=1500, gpus=0, from_node=n0),
+            Change(job="done-move", kind="migrate", node=n1, cpu_millis=500, gpus=0, from_node=n0),
+            Change(job="done-pause", kind="pause", node=None, cpu_millis=500, gpus=0, from_node=n0),
+            Change(job="failed-move", kind="migrate", node=n1, cpu_millis=500, gpus=0, from_node=n0),
+            Change(job="failed-resize", kind="resize", node=n0, cpu_millis=1500, gpus=0, from_node=n0),
+        ]
+    )
+    print("\n".join(f"{o.change.job}: {o.ok} {o.error} {o.message}" for o in outcomes))
+    assert [(o.ok, o.error) for o in outcomes] == [(True, None)] * 3 + [(False, "conflict")] * 2, outcomes
+    assert [o.message.startswith("finished before the") for o in outcomes] == [True] * 3 + [False] * 2
+    assert all("Failed" in o.message for o in outcomes[3:]), outcomes
+    assert sorted(p["metadata"]["name"] for p in pods(api)) == sorted(names)  # no replacement made
+    for name in names:
+        after = get_pod(api, name)
+        assert after is not None and after["metadata"].get("deletionTimestamp") is None
+        assert after["spec"] == before[name]["spec"]  # not resized
+        assert "flowplan.io/checkpoint-requested" not in (after["metadata"].get("annotations") or {})
 
 
 def test_failures_are_outcomes_of_each_kind(k8s_sandbox: Any) -> None:

@@ -62,7 +62,9 @@ What it assumes (read before relying on it):
   ``transient``, ``engine_down``), never an exception. Repeating a change that already took effect
   is a no-op that reports ``ok``; a change for a job in another state than its action starts from
   (a start of a bound pod, a migration or resize of an unbound one) is a ``conflict`` and changes
-  nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``). ``observe`` raises
+  nothing (the contract: :mod:`adapters.base`, ``docs/adapters.md``); a resize, move or pause of a
+  job whose pod ``Succeeded`` since the observe is ok with nothing changed, of one that ``Failed`` a
+  ``conflict``: an ended pod is never re-created (that would run the job again). ``observe`` raises
   :class:`KubernetesAdapterError` when the server cannot be listed at all (the loop logs the
   interval as failed and tries again).
 
@@ -118,7 +120,7 @@ from adapters.kubernetes.annotations import (
     parse_annotations,
 )
 from adapters.kubernetes.errors import KubernetesAdapterError, translate
-from adapters.kubernetes.gang_changes import GangChanges, planned
+from adapters.kubernetes.gang_changes import GangChanges, ended_since, planned
 from adapters.kubernetes.gangs import Gang, GangOps
 from adapters.kubernetes.logs import PodLogs
 from adapters.kubernetes.owners import OwnerCount
@@ -664,6 +666,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
                 if exc.kind != "conflict" or attempt == CONFLICT_RETRIES - 1:
                     raise
                 pod = self._fresh(pod)
+                moot = ended_since(ch, [pod])  # it ended since it was observed (its status changed)
+                if moot is not None:
+                    return moot
                 if self._in_effect(ch, placed, pod):
                     return f"{pod.namespace}/{pod.name} already at {ch.cpu_millis}m"
                 if pending and pod.node is not None:
@@ -701,6 +706,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         """Checkpoint request → replacement created unbound → old pod deleted → once the old pod is
         gone (its checkpoint written), the replacement bound to ``target`` (none for a pause)."""
         old = self._fresh(placed.pod)
+        moot = ended_since(ch, [old])
+        if moot is not None:
+            return moot
         if target is None and old.node is None:
             return "already pending"
         if ch.kind == "migrate" and old.node is None:

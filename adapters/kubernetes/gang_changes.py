@@ -106,6 +106,9 @@ class GangChanges:
         if placing and (ch.replicas != gang.size or (gang.servers and server_total(ch) != len(gang.servers))):
             return self._gang_rescale(ch, gang, self._gang_now(ch, gang))
         pods = self._gang_now(ch, gang)
+        moot = ended_since(ch, pods)
+        if moot is not None:
+            return moot
         servers = self._servers_now(ch, gang) if gang.servers else []
         if ch.kind == "start":
             return self._gang_start(ch, gang, pods, servers)
@@ -409,6 +412,28 @@ class GangChanges:
             ) from exc
         at = placement_text(planned(ch))
         return f"{made}; the old pods ended within {waited:.1f} s (checkpoint), then the {len(news)} were bound at {at}"
+
+
+#: What each change that acts on a running job is called in an outcome's message.
+_DOING = {"resize": ("resize", "change"), "migrate": ("move", "move"), "pause": ("pause", "pause")}
+
+
+def ended_since(ch: Change, pods: list[PodView]) -> str | None:
+    """Whether the job's pods (as read now) ended since the observe the change was planned from: a
+    resize, move or pause of a job one of whose pods ``Succeeded`` is moot (the plan was made while
+    it printed its last epoch; the next observe sees it finished): the message saying so, for an
+    ``ok`` outcome. A pod that ``Failed`` is a ``conflict``. Neither is re-created or patched: a
+    replacement would run the job again from its checkpoint. ``None``: none has ended."""
+    if ch.kind not in _DOING:
+        return None
+    failed = [p.name for p in pods if p.phase == "Failed"]
+    noun, verb = _DOING[ch.kind]
+    if failed:
+        why = f"job {ch.job}: {', '.join(failed)} Failed since it was observed: no {noun} (a failed job is not run again)"
+        raise KubernetesAdapterError("conflict", why)
+    if any(p.phase == "Succeeded" for p in pods):
+        return f"finished before the {noun}: nothing to {verb}"
+    return None
 
 
 def planned(ch: Change) -> Shares:
