@@ -14,6 +14,8 @@ reachable from the other engine's containers at 127.0.0.1. Case matrix:
   are gone, the history is epochs 1..n with no gap, and the final loss equals that of the same job
   run unscaled (one process, no container) to 1e-9;
 - a pause checkpoints rank 0 and removes the other replicas: the job is pending;
+- a gang that finished (rank 0 exited 0) after the observe a plan was made from: its move and its
+  resize are ok and change nothing (no container made);
 - a gang's template started by hand (rank 0 alone, no rendezvous) is broken: left out of the
   snapshot, and ``reconcile`` stops it with a checkpoint, so it is pending for the next plan;
 - a rescale whose new replica cannot be created (its host lacks the image) fails with ``not_found``:
@@ -368,6 +370,33 @@ def test_pause_checkpoints_rank_0_and_removes_the_others(docker_engines: Any) ->
     (left,) = containers(e0, "pause")
     assert left["Labels"][RANK] == "0" and left["State"] == "exited"
     assert job_of(ad, "pause").status == "pending"
+
+
+def test_a_gang_that_finished_since_the_observe_is_not_moved_or_resized(docker_engines: Any) -> None:
+    main, e0, _ = docker_engines.engines
+    template(docker_engines, "fp-ends", "ends", args=["--epochs", "3", "--work", "30", "--checkpoint-every", "0"])
+    ad = adapter_for(docker_engines)
+    ad.observe()
+    (out,) = ad.apply([Change("ends", "start", "extra0", 500, 0, replicas=2)])
+    assert out.ok, out
+    assert job_of(ad, "ends").status == "running"  # the plan below is made from this observe
+
+    def rank0() -> dict[str, Any]:
+        return next(c for c in containers(e0, "ends") if c["Labels"][RANK] == "0")
+
+    wait_for(lambda: rank0()["State"] == "exited", 90, "the gang to finish", explain=logs(docker_engines, "ends"))
+    before = sorted(c["Id"] for c in containers(e0, "ends") + containers(main, "ends"))
+    moot = ad.apply(
+        [
+            Change("ends", "migrate", "main", 500, 0, replicas=2, from_node="extra0"),
+            Change("ends", "resize", "extra0", 900, 0, replicas=2, from_node="extra0"),
+        ]
+    )
+    assert [(o.ok, o.message) for o in moot] == [
+        (True, "finished before the move: nothing to move"),
+        (True, "finished before the resize: nothing to change"),
+    ], moot
+    assert sorted(c["Id"] for c in containers(e0, "ends") + containers(main, "ends")) == before  # nothing made
 
 
 def test_a_rank_0_running_without_its_gang_is_stopped_with_a_checkpoint(docker_engines: Any) -> None:

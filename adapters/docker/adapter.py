@@ -66,6 +66,7 @@ from adapters.docker.engine import (
     Host,
     HostSpec,
     effective_cap,
+    ended_ok,
     recreate_spec,
     shares_for,
     view,
@@ -150,13 +151,6 @@ class Observation:
     failed: dict[str, int] = field(default_factory=dict)  # job -> exit code
     broken: dict[str, str] = field(default_factory=dict)  # gang job -> why it is not whole (left out; reconciled)
     orphans: dict[str, list[tuple[str, ContainerView]]] = field(default_factory=dict)  # job -> replicas, no rank 0 seen
-
-
-def _ended_ok(c: ContainerView) -> bool:
-    """The container exited 0 (the job finished) since the observe the change was planned from: a
-    resize or a move of it is moot, not a conflict (the plan was made while it printed its last
-    epoch; the next observe sees it finished). A deliver is handled alike (``_deliver``)."""
-    return c.state == "exited" and c.exit_code == 0
 
 
 class DockerAdapter(Adapter):
@@ -752,7 +746,7 @@ class DockerAdapter(Adapter):
 
     def _resize(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
-        if _ended_ok(c):
+        if ended_ok(c):
             return "finished before the resize: nothing to change"
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not resized")
@@ -826,7 +820,7 @@ class DockerAdapter(Adapter):
     def _migrate(self, ch: Change, placed: Placed) -> str:
         assert ch.node is not None
         c = self._fresh(placed)
-        if _ended_ok(c):
+        if ended_ok(c):
             return "finished before the move: nothing to move"
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not migrated")

@@ -501,3 +501,11 @@ def recreate_spec(
         "user": cfg.get("User") or None,
     }
     return {"config": config, "host_config": {k: v for k, v in host_config.items() if v is not None}}
+
+
+def ended_ok(c: ContainerView) -> bool:
+    """The container exited 0 (the job finished) since the observe the change was planned from: a
+    resize or a move of it (of a gang: of its rank 0) is moot, not a conflict (the plan was made
+    while it printed its last epoch; the next observe sees it finished). A deliver is handled alike
+    (``DockerAdapter._deliver``)."""
+    return c.state == "exited" and c.exit_code == 0

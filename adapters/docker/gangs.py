@@ -78,7 +78,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Change, Shares, change_shares
-from adapters.docker.engine import DEFAULT_SHARES, ContainerView, effective_cap, recreate_spec, shares_for
+from adapters.docker.engine import DEFAULT_SHARES, ContainerView, effective_cap, ended_ok, recreate_spec, shares_for
 from adapters.docker.errors import DockerAdapterError
 from adapters.docker.gpu import gpu_request
 from adapters.docker.ranks import (
@@ -176,17 +176,20 @@ class GangOps:
         self._stop_members(members)  # left by an earlier start: they wait for a rank 0 that is gone
         return self._launch(ch, placed, rank0, members, restart_old=False)
 
-    def _running(self, ch: Change, placed: Placed, verb: str) -> tuple[ContainerView, list[tuple[str, ContainerView]]]:
-        """Rank 0 and the members now; a ``conflict`` when rank 0 is not running (a pending job is started)."""
-        rank0 = self.ad._fresh(placed)
+    def _running(self, ch: Change, placed: Placed, rank0: ContainerView, verb: str) -> list[tuple[str, ContainerView]]:
+        """The members now, given rank 0 as read now; a ``conflict`` when rank 0 is not running (a
+        pending job is started; a gang that finished since the observe is moot, before this)."""
         if rank0.state not in ("running", "paused", "restarting"):
             raise DockerAdapterError(
                 "conflict", f"job {ch.job}: not running ({rank0.state}): a pending job is started, not {verb}"
             )
-        return rank0, self._members_now(placed)
+        return self._members_now(placed)
 
     def migrate(self, ch: Change, placed: Placed) -> str:
-        rank0, members = self._running(ch, placed, "migrated")
+        rank0 = self.ad._fresh(placed)
+        if ended_ok(rank0):
+            return "finished before the move: nothing to move"
+        members = self._running(ch, placed, rank0, "migrated")
         if self._as_asked(ch, placed, rank0, members):
             return f"already running: {_where(change_shares(ch))} at {ch.cpu_millis}m/{ch.gpus}g"
         return self._restart(ch, placed, rank0, members)
@@ -204,7 +207,10 @@ class GangOps:
         return self._launch(ch, placed, rank0, members, restart_old=True)
 
     def resize(self, ch: Change, placed: Placed) -> str:
-        rank0, members = self._running(ch, placed, "resized")
+        rank0 = self.ad._fresh(placed)
+        if ended_ok(rank0):
+            return "finished before the resize: nothing to change"
+        members = self._running(ch, placed, rank0, "resized")
         now = shares_of(placed.host, members)
         if ch.node != placed.host or now != change_shares(ch):
             raise DockerAdapterError(
