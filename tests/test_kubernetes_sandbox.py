@@ -24,7 +24,9 @@ Case matrix:
   pod is left running), ``invalid`` (a replacement name over 253 characters), ``forbidden`` (a token
   RBAC grants nothing), ``engine_down`` (nothing listens where the server should be);
 - a pod that ended since the observe: a resize, move or pause of one that Succeeded is ok with
-  nothing changed, of one that Failed a ``conflict``; neither is re-created nor patched;
+  nothing changed, of one that Failed a ``conflict``; neither is re-created nor patched; a deliver
+  of one that Succeeded is ok (its final model; the job then reads delivered), of one that Failed a
+  ``conflict`` (never delivered);
 - ``flowplan snapshot --adapter kubernetes`` writes a snapshot that ``flowplan plan`` and
   ``flowplan check`` accept; ``flowplan daemon --adapter kubernetes`` (a process) binds pending pods;
   a missing kubeconfig, a server that is down and a port in use are one line and exit code 2.
@@ -344,6 +346,16 @@ def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any
             Change(job="failed-resize", kind="resize", node=n0, cpu_millis=1500, gpus=0, from_node=n0),
         ]
     )
+    delivered, refused = adapter.apply(
+        [
+            Change(job="done-resize", kind="deliver", node=n0, cpu_millis=0, gpus=0),
+            Change(job="failed-move", kind="deliver", node=n0, cpu_millis=0, gpus=0),
+        ]
+    )
+    assert delivered.ok and "final model" in delivered.message, delivered
+    assert (refused.ok, refused.error) == (False, "conflict") and "nothing to deliver" in refused.message, refused
+    jobs = {j.id: j for j in adapter.observe().jobs}
+    assert jobs["done-resize"].delivered and not jobs["failed-move"].delivered
     print("\n".join(f"{o.change.job}: {o.ok} {o.error} {o.message}" for o in outcomes))
     assert [(o.ok, o.error) for o in outcomes] == [(True, None)] * 3 + [(False, "conflict")] * 2, outcomes
     assert [o.message.startswith("finished before the") for o in outcomes] == [True] * 3 + [False] * 2

@@ -533,9 +533,14 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         if ch.kind == "pause":
             return self._recreate(ch, placed, None)
         if ch.kind == "deliver":
-            if DELIVER_REQUESTED in self._fresh(placed.pod).annotations:
+            pod = self._fresh(placed.pod)
+            if DELIVER_REQUESTED in pod.annotations:
                 return "already asked to deliver"
+            if pod.phase == "Failed":  # as on Docker: a failed job has no model to deliver
+                raise KubernetesAdapterError("conflict", f"job {ch.job}: {pod.name} Failed: nothing to deliver")
             self._annotate(placed.pod, {DELIVER_REQUESTED: _now_text()})
+            if pod.phase == "Succeeded":  # tier 1 at its last epoch, ended before the ask: the final model
+                return "finished before the deliver: its final model is the delivery (annotation flowplan.io/deliver-requested)"
             return "asked to deliver (annotation flowplan.io/deliver-requested)"
         raise KubernetesAdapterError("invalid", f"job {ch.job}: unknown change kind {ch.kind!r}")
 
