@@ -24,7 +24,8 @@ Case matrix:
   one old pod with a 30 s grace period (kwok removes a deleted pod at its deletionTimestamp, as a
   kubelet whose container takes its whole grace period to checkpoint would) against the adapter's
   1 s wait leaves every replacement unbound, and a start once that pod has ended binds them all;
-- a gang one of whose pods Succeeded since the observe is not moved (ok, nothing re-created).
+- a gang one of whose pods Succeeded since the observe is not moved (ok, nothing re-created); one
+  with a Failed pod is not delivered (a ``conflict``, no annotation).
 """
 
 from __future__ import annotations
@@ -274,6 +275,12 @@ def test_a_gang_that_ended_since_the_observe_is_not_moved(k8s_sandbox: Any, api:
     assert (outcome.ok, outcome.message) == (True, "finished before the move: nothing to move"), outcome
     assert [p["metadata"]["name"] for p in members(api, "end")] == ["end-0", "end-1"]  # nothing re-created
     assert nodes_of(api, "end") == [n0, n0]
+    status = {"status": {"phase": "Failed"}}
+    api.patch_namespaced_pod_status("end-1", NAMESPACE, status, _preload_content=False, _content_type=MERGE)
+    wait_for(lambda: (get_pod(api, "end-1") or {}).get("status", {}).get("phase") == "Failed", 10, "end-1 Failed")
+    [refused] = ad.apply([Change("end", "deliver", n0, 0, 0, replicas=2)])
+    assert (refused.ok, refused.error) == (False, "conflict") and "end-1 Failed: nothing to deliver" in refused.message
+    assert not any("flowplan.io/deliver-requested" in (p["metadata"].get("annotations") or {}) for p in members(api, "end"))
 
 
 @pytest.mark.slow

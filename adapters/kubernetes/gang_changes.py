@@ -137,6 +137,9 @@ class GangChanges:
             missing = [p for p in pods if DELIVER_REQUESTED not in p.annotations]
             if not missing:
                 return "already asked to deliver"
+            failed = [p.name for p in pods if p.phase == "Failed"]
+            if failed:  # as for one pod: a failed job has no model to deliver
+                raise KubernetesAdapterError("conflict", f"job {ch.job}: {', '.join(failed)} Failed: nothing to deliver")
             for p in missing:
                 self._annotate(p, {DELIVER_REQUESTED: _now_text()})
             return f"asked to deliver (annotation flowplan.io/deliver-requested on {len(missing)} pods)"
