@@ -313,7 +313,7 @@ def test_pause_leaves_one_pending_pod_for_flowplan(k8s_sandbox: Any) -> None:
     assert (job.id, job.status, job.node) == ("napper", "pending", None)
 
 
-def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any) -> None:
+def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any, caplog: Any) -> None:
     """A plan made while a job printed its last epoch reaches the server after its pod ended (its
     phase written as a kubelet writes it): a resize, move or pause of a pod that Succeeded is moot,
     ok with nothing changed; of a pod that Failed, a ``conflict``. Neither is re-created (a
@@ -354,7 +354,11 @@ def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any
     )
     assert delivered.ok and "final model" in delivered.message, delivered
     assert (refused.ok, refused.error) == (False, "conflict") and "nothing to deliver" in refused.message, refused
-    jobs = {j.id: j for j in adapter.observe().jobs}
+    with caplog.at_level("WARNING", logger="flowplan.kubernetes"):
+        jobs = {j.id: j for j in adapter.observe().jobs}
+        adapter.observe()  # a failed pod is said once, not at every observe while it stays
+    said = sorted(r.getMessage() for r in caplog.records if "(counted as finished)" in r.getMessage())
+    assert said == [f"job {n}: pod {n} failed (counted as finished)" for n in ("failed-move", "failed-resize")], said
     assert jobs["done-resize"].delivered and not jobs["failed-move"].delivered
     print("\n".join(f"{o.change.job}: {o.ok} {o.error} {o.message}" for o in outcomes))
     assert [(o.ok, o.error) for o in outcomes] == [(True, None)] * 3 + [(False, "conflict")] * 2, outcomes

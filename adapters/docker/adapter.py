@@ -184,6 +184,7 @@ class DockerAdapter(Adapter):
         #: the others belong to another daemon and are left alone (not observed, never changed).
         self.scope = dict(scope or {})
         self._unmanaged_said: dict[str, str] = {}  # "host/container" -> the reason already logged
+        self._failed_said: dict[str, str] = {}  # job -> the failed container already logged
         self.last = Observation()
         self._info: dict[str, dict[str, Any]] = {}
         self._down_since: dict[str, float] = {}
@@ -321,7 +322,9 @@ class DockerAdapter(Adapter):
         shares = shares_of(host, placed.members) if gang and status == "running" else None
         if status == "finished" and c.exit_code != 0:
             obs.failed[job_id] = c.exit_code
-            log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
+            if self._failed_said.get(job_id) != c.id:  # once per container, not at every observe while it stays
+                self._failed_said[job_id] = c.id
+                log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
         self._remember(job_id, host, c)
         self._read_progress(job_id, host, c, placed.labels.steps_per_epoch)
         self._read_tensorboard(job_id, host, c, placed.labels)

@@ -233,6 +233,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         self.progress = LogProgress(self.store, "k8s", log)
         #: Finished jobs whose run this adapter recorded for the curve prior (once each).
         self._runs_recorded: set[str] = set()
+        self._failed_said: dict[str, str] = {}  # job -> the UID of the failed pod already logged
         #: Reads each FlowPlan pod's log every observe (:mod:`adapters.kubernetes.logs`); None: not read.
         self.logs = PodLogs(self.api, self.progress, timeout=REQUEST_TIMEOUT, pool=self.pool) if read_logs else None
         #: An MLflow tracking server whose runs tagged ``flowplan.job=<job id>`` add to the jobs' progress
@@ -425,7 +426,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
         status = _status(pod)
         if pod.phase == "Failed":
             obs.failed[job_id] = str((pod.raw.get("status") or {}).get("reason") or "Failed")
-            log.warning("job %s: pod %s failed (counted as finished)", job_id, pod.name)
+            if self._failed_said.get(job_id) != pod.uid:  # once per pod, not at every observe while it stays
+                self._failed_said[job_id] = pod.uid
+                log.warning("job %s: pod %s failed (counted as finished)", job_id, pod.name)
         allocation = None
         if status == "running":
             fields = parsed.fields
