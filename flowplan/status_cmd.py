@@ -47,6 +47,12 @@ def register(sub: Any) -> None:
     st.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table", help="output format (default: table)")
     st.add_argument("--watch", type=positive, metavar="S", help="reprint every S seconds until interrupted")
     st.add_argument("--plan", type=whole(1), metavar="ID", help="show this plan instead of the latest")
+    st.add_argument(
+        "-a",
+        "--all",
+        action="store_true",
+        help="also the finished jobs the cluster still shows (like docker ps -a): Succeeded, or Failed and how",
+    )
     st.set_defaults(func=run_status)
 
     ev = sub.add_parser(
@@ -132,9 +138,41 @@ def _bands(job: Any, settings: Any, tiers: list[tuple[str, float, float | None]]
     return out
 
 
-def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[str, Any]]:
+def _ended_row(job: Any) -> dict[str, Any]:
+    """The row of a finished job of the snapshot (``--all``): ``Succeeded``, or ``Failed`` and how."""
+    epoch = max((p.epoch for p in job.history), default=0.0)
+    return {
+        "job": job.id,
+        "state": "Failed" if job.failure is not None else "Succeeded",
+        "action": None,
+        "node": None,
+        "replicas": job.replicas,
+        "placement": None,
+        "servers": None,
+        "cpu_millis": None,
+        "cpu_limit_millis": None,
+        "cpu_used_millis": None,
+        "gpus": None,
+        "epoch": epoch,
+        "epochs_total": None,
+        "eta_tier1_s": None,
+        "tier1_reached": None,
+        "tier1_deadline_s": None,
+        "tier1_met": None,
+        "eta_tier2_s": None,
+        "eta_finish_s": None,
+        "reason": f"failed: {job.failure}" if job.failure is not None else "finished",
+        "basis": None,
+        "failure": job.failure,
+        "eta_tier1_band_s": None,
+        "eta_tier2_band_s": None,
+    }
+
+
+def status_rows(plan: Any, snapshot: Any, *, bands: bool = True, ended: bool = False) -> list[dict[str, Any]]:
     """One dict per job of ``plan`` (the JSON output's rows); ``bands``: with the 80% band of the
-    time to each open tier (curves fitted again from the snapshot)."""
+    time to each open tier (curves fitted again from the snapshot); ``ended``: then a row for each
+    finished job of the snapshot (``--all``)."""
     jobs = {j.id: j for j in snapshot.jobs} if snapshot is not None else {}
     unserved = {u.job: u.reason for u in plan.unserved}
     rows = []
@@ -165,6 +203,7 @@ def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[st
                 "eta_finish_s": None if p.eta_finish is None else p.eta_finish - plan.time,
                 "reason": unserved.get(a.job) or _reason(a.explanation),
                 "basis": p.basis,
+                "failure": None,
             }
         )
         row = rows[-1]
@@ -176,6 +215,9 @@ def status_rows(plan: Any, snapshot: Any, *, bands: bool = True) -> list[dict[st
         found = _bands(job, snapshot.settings, open_tiers) if bands and snapshot is not None else {}
         row["eta_tier1_band_s"] = found.get("tier1")
         row["eta_tier2_band_s"] = found.get("tier2")
+    if ended:
+        planned = {a.job for a in plan.assignments}
+        rows += [_ended_row(j) for j in jobs.values() if j.status == "finished" and j.id not in planned]
     return rows
 
 
@@ -207,6 +249,20 @@ def _where(r: dict[str, Any]) -> str:
 
 
 def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
+    if r["action"] is None:  # a finished job (--all)
+        return [
+            r["job"],
+            r["state"],
+            "-",
+            "-",
+            "-",
+            f"{r['epoch']:.4g}",
+            "-",
+            "-",
+            *(["-", "-"] if wide else []),
+            r["reason"],
+            *(["-"] if wide else []),
+        ]
     cpu = "-" if r["cpu_millis"] is None else f"{r['cpu_millis'] / 1000:g}" + (f"+{r['gpus']}g" if r["gpus"] else "")
     progress = f"{r['epoch']:.4g}" + (f"/{r['epochs_total']:.4g}" if r["epochs_total"] is not None else "")
     if r["tier1_reached"]:
@@ -227,12 +283,15 @@ def _fmt_row(r: dict[str, Any], wide: bool) -> list[str]:
     return row
 
 
-def render_status(plan_id: int, plan: Any, snapshot: Any, output: str, stream: Any = None, *, live: bool = False) -> None:
-    """Write the status to ``stream`` (standard output): JSON, or the table (rich on a terminal)."""
+def render_status(
+    plan_id: int, plan: Any, snapshot: Any, output: str, stream: Any = None, *, live: bool = False, ended: bool = False
+) -> None:
+    """Write the status to ``stream`` (standard output): JSON, or the table (rich on a terminal);
+    ``ended``: the finished jobs too (``--all``)."""
     from flowplan.tables import emit
 
     out = stream if stream is not None else sys.stdout
-    rows = status_rows(plan, snapshot)
+    rows = status_rows(plan, snapshot, ended=ended)
     if output == "json":
         out.write(json.dumps({"plan_id": plan_id, "time": plan.time, "jobs": rows}, indent=1) + "\n")
         return
@@ -266,7 +325,7 @@ def _live(args: argparse.Namespace) -> int:
             result = plan(snapshot, PlannerConfig(time_limit=1.0))
             if args.watch is not None and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
-            render_status(0, result.plan, snapshot, args.output, live=True)
+            render_status(0, result.plan, snapshot, args.output, live=True, ended=args.all)
             sys.stdout.flush()
             if args.watch is None:
                 return 0
@@ -301,7 +360,7 @@ def run_status(args: argparse.Namespace) -> int:
                 sys.stdout.write(f"{shown(args.state)}: {missing}\n")
             else:
                 plan_id, plan = latest
-                render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output)
+                render_status(plan_id, plan, store.plan_snapshot(plan_id), args.output, ended=args.all)
             sys.stdout.flush()
             if args.watch is None:
                 return 0 if latest is not None else 1

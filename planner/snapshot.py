@@ -618,6 +618,14 @@ class Job(Input):
         "cosine, warmup_cosine, warmup_linear (these three need target.max_epochs), plateau.",
     )
     delivered: bool = Field(False, description="The tier-1 model was already handed over.")
+    failure: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="How a finished job failed, as the cluster reports it (Docker: 'exit 3', 'exit 137 (OOMKilled)'; "
+        "Kubernetes: the pod's reason, e.g. 'OOMKilled (exit 137)'); null: it did not fail, or has not ended. "
+        "Only with status finished. Informational: flowplan status --all shows it; a failed job is planned as finished.",
+    )
     servers: ServerRole | None = Field(
         None,
         description="Parameter servers beside the workers (null: none, a data-parallel job). The planner then "
@@ -684,6 +692,8 @@ class Job(Input):
             raise ValueError(f"min_cpu_millis {self.min_cpu_millis} exceeds max_cpu_millis {self.max_cpu_millis}")
         if self.min_gpus > self.max_gpus:
             raise ValueError(f"min_gpus {self.min_gpus} exceeds max_gpus {self.max_gpus}")
+        if self.failure is not None and self.status != "finished":
+            raise ValueError(f"failure: set, but the job is {self.status} (only a finished job has failed)")
         if self.status == "running":
             if self.node is None:
                 raise ValueError("a running job needs 'node'")

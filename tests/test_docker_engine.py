@@ -521,6 +521,10 @@ def test_a_deliver_that_comes_after_the_last_epoch_records_the_final_model(docke
     said = [r.getMessage() for r in caplog.records if "exited with 3" in r.getMessage()]
     assert said == ["job failed: container fp-failed exited with 3 (counted as finished)"], said
     assert {j.id: j.status for j in snap.jobs if j.id in ("done", "failed")} == {"done": "finished", "failed": "finished"}
+    assert {j.id: j.failure for j in snap.jobs if j.id in ("done", "failed")} == {
+        "done": None,
+        "failed": "exit 3",
+    }  # status --all
     ok, refused = ad.apply([Change("done", "deliver", "main", 0, 0), Change("failed", "deliver", "main", 0, 0)])
     assert ok.ok and "final model" in ok.message, ok
     assert not refused.ok and refused.error == "conflict" and "exited" in refused.message, refused

@@ -329,6 +329,8 @@ def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any
     adapter.observe()
     for name in names:  # as a kubelet writes it
         status = {"status": {"phase": "Failed" if name.startswith("failed") else "Succeeded"}}
+        if name == "failed-resize":
+            status["status"]["reason"] = "Evicted"  # the pod's own reason, as the kubelet writes it on an eviction
         api.patch_namespaced_pod_status(name, "default", status, _preload_content=False, _content_type=MERGE)
 
     def ended() -> bool:
@@ -360,6 +362,14 @@ def test_a_pod_that_ended_since_the_observe_is_not_brought_back(k8s_sandbox: Any
     said = sorted(r.getMessage() for r in caplog.records if "(counted as finished)" in r.getMessage())
     assert said == [f"job {n}: pod {n} failed (counted as finished)" for n in ("failed-move", "failed-resize")], said
     assert jobs["done-resize"].delivered and not jobs["failed-move"].delivered
+    # How each failed, for flowplan status --all: the pod's reason, else its container's, else "Failed".
+    assert {n: jobs[n].failure for n in names} == {
+        "done-resize": None,
+        "done-move": None,
+        "done-pause": None,
+        "failed-move": "Failed",
+        "failed-resize": "Evicted",
+    }
     print("\n".join(f"{o.change.job}: {o.ok} {o.error} {o.message}" for o in outcomes))
     assert [(o.ok, o.error) for o in outcomes] == [(True, None)] * 3 + [(False, "conflict")] * 2, outcomes
     assert [o.message.startswith("finished before the") for o in outcomes] == [True] * 3 + [False] * 2

@@ -289,3 +289,20 @@ def test_a_pods_current_run_started_when_its_container_did(status: dict[str, obj
     the pod's ``startTime``; none before either."""
     view = pod_view({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "status": status})
     assert view.started == started
+
+
+def test_how_a_failed_pod_failed_is_read_from_its_status() -> None:
+    """``Job.failure`` (``flowplan status --all``): the pod's own reason first (an eviction), else its
+    first container's termination (reason and exit code), else ``Failed``."""
+    from adapters.kubernetes.adapter import _failure
+    from adapters.kubernetes.pods import pod_view
+
+    def failed(status: dict[str, object]) -> str:
+        raw = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": {"containers": [{"name": "train"}]}}
+        return _failure(pod_view({**raw, "status": {"phase": "Failed", **status}}))
+
+    assert failed({"reason": "Evicted", "message": "low on memory"}) == "Evicted"
+    oom = {"containerStatuses": [{"name": "train", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}
+    assert failed(oom) == "OOMKilled (exit 137)"
+    assert failed({"containerStatuses": [{"name": "train", "state": {"terminated": {"exitCode": 3}}}]}) == "exited (exit 3)"
+    assert failed({}) == "Failed"

@@ -304,3 +304,43 @@ def test_the_node_column_shows_a_gangs_spread_and_servers() -> None:
     assert _where({"node": "n0", "replicas": 2, "placement": None, "servers": 1}) == "n0x2 +1ps"
     assert _where({"node": "n0", "replicas": 1, "placement": None, "servers": None}) == "n0"
     assert _where({"node": None, "replicas": 4, "placement": None, "servers": None}) == "-"
+
+
+def test_all_shows_the_finished_jobs_and_how_a_failed_one_failed(state: Path, tmp_path: Path) -> None:
+    """``--all`` (like ``docker ps -a``): the finished jobs of the plan's snapshot after the planned
+    ones, ``Succeeded``, or ``Failed`` with the cluster's reason (``Job.failure``: a Docker exit code,
+    a pod's reason). Without it they are not shown. The simulated run ends with all six finished;
+    a snapshot whose failed job is put into a store by hand shows it ``Failed``."""
+    last = run("status", "--state", str(state), "-a", "-o", "json")
+    assert last.returncode == 0, last.stderr
+    rows = json.loads(last.stdout)["jobs"]
+    assert sorted(r["job"] for r in rows) == sorted(["yolov3", "deepspeech2", "cifar10", "cifar10-urgent", "ncf-0", "ncf-1"])
+    assert {r["state"] for r in rows} == {"Succeeded"} and all(r["failure"] is None for r in rows)
+    assert "no active jobs" in run("status", "--state", str(state)).stdout  # without --all, as before
+
+    from planner import load_snapshot, plan
+    from store import StateStore
+
+    snap = load_snapshot(str(Path(__file__).resolve().parent.parent / "examples" / "snapshots" / "qoe-deadlines.json"))
+    ended = snap.jobs[0].model_copy(
+        update={"status": "finished", "node": None, "allocation": None, "failure": "exit 137 (OOMKilled)"}
+    )
+    snap = snap.model_copy(update={"jobs": [ended, *snap.jobs[1:]]})
+    path = tmp_path / "failed.db"
+    with StateStore(path) as store:
+        store.save_plan(plan(snap).plan, snap)
+    table = run("status", "--state", str(path), "--all")
+    assert table.returncode == 0, table.stderr
+    line = next(x for x in table.stdout.splitlines() if x.startswith(ended.id + " "))
+    assert "Failed" in line and "failed: exit 137 (OOMKilled)" in line, table.stdout
+    assert ended.id not in run("status", "--state", str(path)).stdout
+
+
+def test_a_failure_belongs_to_a_finished_job_only() -> None:
+    from planner import SnapshotError, parse_snapshot
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "examples" / "snapshots" / "qoe-deadlines.json").read_text())
+    running = next(j for j in doc["jobs"] if j["status"] == "running")
+    running["failure"] = "exit 3"
+    with pytest.raises(SnapshotError, match=r"failure: set, but the job is running \(only a finished job has failed\)"):
+        parse_snapshot(json.dumps(doc))

@@ -320,8 +320,11 @@ class DockerAdapter(Adapter):
                     log.warning("job %s: its gang is broken (%s): left out, stopped with a checkpoint", job_id, why)
                 return None
         shares = shares_of(host, placed.members) if gang and status == "running" else None
+        failure = None
         if status == "finished" and c.exit_code != 0:
             obs.failed[job_id] = c.exit_code
+            oom = bool((c.raw.get("State") or {}).get("OOMKilled"))
+            failure = f"exit {c.exit_code}" + (" (OOMKilled)" if oom else "")
             if self._failed_said.get(job_id) != c.id:  # once per container, not at every observe while it stays
                 self._failed_said[job_id] = c.id
                 log.warning("job %s: container %s exited with %d (counted as finished)", job_id, c.name, c.exit_code)
@@ -358,6 +361,7 @@ class DockerAdapter(Adapter):
             speed=speed,
             speed_prior=self._speed_prior(job_id, fields.get("task"), image) if not speed and status != "finished" else None,
             delivered=delivered,
+            failure=failure,
             placement=_placement(shares, fields.get("replicas", 1)),
             **fields,
         )

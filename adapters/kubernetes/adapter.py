@@ -424,8 +424,9 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
 
     def _job(self, job_id: str, pod: PodView, parsed: JobLabels, obs: Observation) -> Job:
         status = _status(pod)
+        failure = None
         if pod.phase == "Failed":
-            obs.failed[job_id] = str((pod.raw.get("status") or {}).get("reason") or "Failed")
+            obs.failed[job_id] = failure = _failure(pod)
             if self._failed_said.get(job_id) != pod.uid:  # once per pod, not at every observe while it stays
                 self._failed_said[job_id] = pod.uid
                 log.warning("job %s: pod %s failed (counted as finished)", job_id, pod.name)
@@ -457,6 +458,7 @@ class KubernetesAdapter(GangOps, GangChanges, Adapter):
             history=history,
             # asked to deliver (the annotation: asked once), or the job's log says it delivered
             delivered=DELIVER_REQUESTED in pod.annotations or self.progress.delivered(job_id),
+            failure=failure,
             **fields,
         )
 
@@ -850,6 +852,22 @@ def _status(pod: PodView) -> Literal["pending", "running", "finished"]:
     if pod.phase in ("Succeeded", "Failed"):
         return "finished"
     return "running" if pod.node is not None else "pending"
+
+
+def _failure(pod: PodView) -> str:
+    """How a Failed pod failed: the pod's reason (``Evicted``, ``DeadlineExceeded``), else its first
+    container's termination reason and exit code (``OOMKilled (exit 137)``, ``Error (exit 3)``), else
+    ``Failed``; at most 200 characters."""
+    status = pod.raw.get("status") or {}
+    if status.get("reason"):
+        return str(status["reason"])[:200]
+    for cs in status.get("containerStatuses") or []:
+        done = (cs.get("state") or {}).get("terminated") or {}
+        if done:
+            code = done.get("exitCode")
+            text = str(done.get("reason") or "exited") + (f" (exit {code})" if code is not None else "")
+            return text[:200]
+    return "Failed"
 
 
 def _rank(pod: PodView) -> tuple[int, int, float]:
