@@ -5,7 +5,8 @@ with the service's (``api/metrics.py``).
 Per interval, from what the daemon saw and planned:
 
 - ``flowplan_daemon_jobs{state}``: jobs by state this interval (running, starting, waiting, paused,
-  migrating, resizing), from the plan's actions;
+  migrating, resizing), from the plan's actions; and the finished ones the cluster still shows,
+  succeeded or failed (``Job.failure``: alert on a rise of ``state="failed"``);
 - ``flowplan_daemon_deadlines_at_risk``: jobs whose tier-1 deadline the plan predicts missed;
 - ``flowplan_daemon_nodes{state}``: nodes schedulable or not (down, cordoned);
 - ``flowplan_daemon_cpu_millis{kind}``: capacity and guaranteed CPU over the schedulable nodes;
@@ -31,6 +32,9 @@ STATES = {
     "pause": "paused",
 }
 
+#: The states of finished jobs the cluster still shows (exited containers, ended pods).
+ENDED = ("succeeded", "failed")
+
 
 class DaemonMetrics:
     def __init__(self) -> None:
@@ -47,7 +51,7 @@ class DaemonMetrics:
         self.actions = Counter("flowplan_daemon_actions", "Changes applied, by kind and result.", ["kind", "result"], registry=r)
         self.intervals = Counter("flowplan_daemon_intervals", "Intervals run.", registry=r)
         self.failures = Counter("flowplan_daemon_interval_failures", "Intervals that raised (nothing applied).", registry=r)
-        for state in sorted(set(STATES.values())):
+        for state in sorted({*STATES.values(), *ENDED}):
             self.jobs.labels(state=state).set(0)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
@@ -56,9 +60,12 @@ class DaemonMetrics:
     def tick(self, tick: Any, dry_run: bool) -> None:
         self.intervals.inc()
         self.plan_seconds.observe(tick.plan_seconds)
-        counts = dict.fromkeys(set(STATES.values()), 0)
+        counts = dict.fromkeys({*STATES.values(), *ENDED}, 0)
         for a in tick.plan.assignments:
             counts[STATES.get(a.action, "running")] += 1
+        for job in tick.snapshot.jobs:
+            if job.status == "finished":
+                counts["failed" if job.failure is not None else "succeeded"] += 1
         for state, n in counts.items():
             self.jobs.labels(state=state).set(n)
         self.at_risk.set(sum(1 for a in tick.plan.assignments if a.predictions.tier1_satisfied is False))

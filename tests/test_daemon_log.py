@@ -60,3 +60,25 @@ def test_a_dry_run_prints_would_for_every_change() -> None:
     changes = [Change("job1", "deliver", "local", 250, 0), Change("job2", "pause", None, 0, 0)]
     _, lines = _describe(_tick(changes, []), dry_run=True)
     assert [line.split(" ", 1)[1] for line in lines] == ["would deliver job1 on local 250m", "would pause job2"]
+
+
+def test_the_jobs_gauge_counts_finished_jobs_succeeded_or_failed() -> None:
+    """``flowplan_daemon_jobs{state}``: the plan's jobs by action, and the snapshot's finished ones
+    the cluster still shows, ``failed`` when the adapter said how (``Job.failure``), else
+    ``succeeded``; both states exist (at 0) before any job ends. Scraped from the registry as text."""
+    from prometheus_client import generate_latest
+
+    from flowplan.daemon_metrics import DaemonMetrics
+    from planner import plan
+
+    metrics = DaemonMetrics()
+    assert b'flowplan_daemon_jobs{state="failed"} 0.0' in generate_latest(metrics.registry)
+    snap = load_snapshot(SNAPSHOT)
+    ended = [
+        snap.jobs[0].model_copy(update={"status": "finished", "node": None, "allocation": None, "failure": "exit 3"}),
+        snap.jobs[1].model_copy(update={"status": "finished", "node": None, "allocation": None}),
+    ]
+    snap = snap.model_copy(update={"jobs": [*ended, *snap.jobs[2:]]})
+    metrics.tick(SimpleNamespace(plan=plan(snap).plan, snapshot=snap, plan_seconds=0.05, changes=[], outcomes=[]), dry_run=False)
+    text = generate_latest(metrics.registry).decode()
+    assert 'flowplan_daemon_jobs{state="failed"} 1.0' in text and 'flowplan_daemon_jobs{state="succeeded"} 1.0' in text, text
