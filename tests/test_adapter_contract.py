@@ -21,6 +21,8 @@ scheduler; the simulator has none, so there a name it does not run stands in). C
   them still applied;
 - restart safety: a fresh adapter observes the same nodes, jobs and allocations, and re-applying
   the changes through it changes nothing;
+- a job that ended since the observe (each backend ends it as its workload would): its resize, move
+  and pause are ``ok``, change nothing, and the next observe says ``finished``;
 - foreign workloads: never a job, a change naming one is ``not_found``, and after changes and a
   control-loop interval with the real planner it is exactly as it was;
 - gangs (where a backend's users can declare one: Kubernetes, ``flowplan.io/gang``; Docker,
@@ -49,6 +51,7 @@ from planner.snapshot import Snapshot
 
 JOBS = ("ca", "cb")
 FOREIGN = "foreign"
+MERGE = "application/merge-patch+json"
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Backend:
     gang: Callable[[str, int], None] | None = None
     #: A pending gang's workloads are all its replicas (Kubernetes' pods), not only its rank 0 (Docker's template).
     gang_waits_whole: bool = True
+    #: Ends a running job as its own workload would (finished: its last epoch done), behind the adapter's back.
+    end: Callable[[str], None] | None = None
 
     def adapter(self) -> Adapter:
         ad = self.fresh()
@@ -111,12 +116,16 @@ def sim_backend() -> Iterator[Backend]:
         j = cluster.jobs[job]
         return (j.node, j.migrations, j.pauses, j.in_place, j.resizes)
 
-    yield Backend("sim", ("n0", "n1"), fresh, workload, lambda: None)
+    def end(job: str) -> None:
+        j = cluster.jobs[job]
+        cluster._finish(j, cluster.t)  # its last epoch done now, as the cluster's own clock would end it
+
+    yield Backend("sim", ("n0", "n1"), fresh, workload, lambda: None, end=end)
 
 
 # -- Docker: three private engines --------------------------------------------------------------
 
-LOOP = "trap 'exit 75' TERM; while :; do sleep 0.2; done"  # checkpoints (exits 75) on SIGTERM
+LOOP = "trap 'exit 75' TERM; trap 'exit 0' USR2; while :; do sleep 0.2; done"  # checkpoints (exits 75) on SIGTERM; USR2 ends it
 
 
 def docker_backend(engines: Any) -> Iterator[Backend]:
@@ -163,7 +172,16 @@ def docker_backend(engines: Any) -> Iterator[Backend]:
         gang_labels = {**labels, "flowplan.replicas": str(n)}
         create_job(urls["main"], f"fp-{job}", job, engines.ckpt, labels=gang_labels, command=["/bin/sh", "-c", LOOP], start=False)
 
-    backend = Backend("docker", names, fresh, workload, foreign_state, gang=gang, gang_waits_whole=False)
+    def end(job: str) -> None:
+        import time
+
+        for url in urls.values():
+            for c in api(url).containers(filters={"label": f"flowplan.job={job}"}):
+                api(url).kill(c["Id"], "SIGUSR2")
+                api(url).wait(c["Id"], timeout=20)
+        time.sleep(0.2)
+
+    backend = Backend("docker", names, fresh, workload, foreign_state, gang=gang, gang_waits_whole=False, end=end)
     try:
         yield backend
     finally:
@@ -219,7 +237,15 @@ def k8s_backend(info: Any) -> Iterator[Backend]:
             body["metadata"]["annotations"]["flowplan.io/gang-size"] = str(size)
             create_pod(api, body)
 
-    backend = Backend("kubernetes", (n0, n1), fresh, workload, foreign_state, gang=gang)
+    def end(job: str) -> None:
+        from k8s_env import wait_for
+
+        for name, _, _ in workload(job):  # as a kubelet writes it
+            status = {"status": {"phase": "Succeeded"}}
+            api.patch_namespaced_pod_status(name, NAMESPACE, status, _preload_content=False, _content_type=MERGE)
+        wait_for(lambda: all((get_pod(api, n) or {})["status"]["phase"] == "Succeeded" for n, _, _ in workload(job)), 10, "ended")
+
+    backend = Backend("kubernetes", (n0, n1), fresh, workload, foreign_state, gang=gang, end=end)
     try:
         yield backend
     finally:
@@ -323,6 +349,37 @@ def test_failures_are_outcomes_with_a_kind(backend: Backend) -> None:
     assert all(o.message for o in outcomes if not o.ok)
     snap = ad.observe()
     assert state(snap, "cb") == ("running", n0, (500, 0, None)) and state(snap, "ca")[0] == "pending"
+
+
+def test_a_job_that_ended_since_the_observe_is_left_as_it_ended(backend: Backend) -> None:
+    """A plan made while a job ran its last epoch reaches the cluster after the job ended (its
+    workload ended as its own would: the simulator's clock, a container's exit 0, a pod's
+    ``Succeeded``): a resize, a move and a pause of it are each ``ok`` and change nothing, the
+    workload is not re-created or restarted, and the next observe says ``finished``."""
+    assert backend.end is not None
+    ad = backend.adapter()
+    a, b = backend.nodes
+    ad.observe()
+    ok(ad.apply([Change("ca", "start", a, 500, 0)]))
+    ad.observe()  # what the plan below is made from: ca running on a
+    backend.end("ca")
+    before = backend.workload("ca")
+    outcomes = ok(
+        ad.apply(
+            [
+                Change("ca", "resize", a, 1000, 0, from_node=a),
+                Change("ca", "migrate", b, 500, 0, from_node=a),
+                Change("ca", "pause", None, 0, 0, from_node=a),
+            ]
+        )
+    )
+    assert [o.message for o in outcomes] == [
+        "finished before the resize: nothing to change",
+        "finished before the move: nothing to move",
+        "finished before the pause: nothing to pause",
+    ], outcomes
+    assert backend.workload("ca") == before
+    assert state(ad.observe(), "ca")[0] == "finished"
 
 
 def test_a_fresh_adapter_observes_the_same_cluster(backend: Backend) -> None:

@@ -819,6 +819,8 @@ class DockerAdapter(Adapter):
 
     def _pause(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
+        if ended_ok(c):
+            return "finished before the pause: nothing to pause"
         if c.state not in RUNNING_STATES:
             return f"already stopped ({c.state})"
         code = self._checkpoint_stop(self.hosts[placed.host], c)

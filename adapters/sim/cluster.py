@@ -40,7 +40,9 @@ What it does (``apply``):
 
 As every adapter (:mod:`adapters.base`), it treats a change already in effect as an ``ok`` no-op
 (nothing placed again, nothing counted) and a change for a job in another state than its action
-starts from (a start of a running job, a migration or resize of a pending one) as a ``conflict``.
+starts from (a start of a running job, a migration or resize of a pending one) as a ``conflict``;
+a resize, move or pause of a job that has finished is ``ok`` with nothing changed, as on Docker and
+Kubernetes (there, the job ended between the observe and the change).
 
 ``sleep`` (the clock) ends early at the first arrival or finish (``replan_on_events``), so the loop
 re-plans at once. A job finishes at its last epoch (``epochs``), or, with ``stop_at_target``, at the
@@ -81,6 +83,8 @@ from store import task_curves_from
 
 #: A finished job stays in the snapshot this long after it ended (module docstring).
 FINISHED_SHOWN_SECONDS = 3600.0
+#: A change of a finished job that is moot, not a failure (the adapters' rule): its kind's name in the message.
+_ENDED = {"resize": ("resize", "change"), "migrate": ("move", "move"), "pause": ("pause", "pause")}
 #: Least progress at one allocation (in epochs) before its speed is reported.
 MIN_SPEED_EPOCHS = 0.02
 #: Seconds per epoch reported by the truth's speed where a job cannot run (finite, for the solvers).
@@ -793,6 +797,11 @@ class SimCluster(Adapter):
 
     def _apply_one(self, c: Change, lifted: dict[str, tuple[Shares, int, int, int | None, int | None, int]]) -> Outcome:
         j = self.jobs.get(c.job)
+        if j is not None and j.status == "finished" and c.kind in _ENDED:
+            # As on Docker and Kubernetes: a plan made while the job ran its last epoch, applied after
+            # it ended, changes nothing (adapters/base.py); no such race arises inside one simulated instant.
+            noun, verb = _ENDED[c.kind]
+            return Outcome(c, True, message=f"finished before the {noun}: nothing to {verb}")
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
         now = self.t
