@@ -166,6 +166,18 @@ class Outcome:
     message: str = ""
 
 
+#: The changes that are moot, not failures, for a job that finished since the observe they were planned
+#: from (a plan made while it ran its last epoch): what each is called in the ok message.
+MOOT_WHEN_ENDED = {"resize": ("resize", "change"), "migrate": ("move", "move"), "pause": ("pause", "pause")}
+
+
+def finished_before(kind: str) -> str:
+    """The ``ok`` message of a ``kind`` change (one of :data:`MOOT_WHEN_ENDED`) of a job that
+    finished since the observe ("finished before the move: nothing to move"), every adapter's."""
+    noun, verb = MOOT_WHEN_ENDED[kind]
+    return f"finished before the {noun}: nothing to {verb}"
+
+
 def refuse_fractions(changes: Sequence[Change], adapter: str, why: str, log: logging.Logger) -> list[Outcome] | None:
     """For an adapter that cannot enforce a GPU fraction: ``None`` when no change places one, else
     every change refused as ``invalid`` before anything is applied (the plan is refused whole), each

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, refuse_fractions
+from adapters.base import Adapter, Change, Clock, Outcome, WallClock, apply_each, finished_before, refuse_fractions
 from adapters.docker.engine import (
     DEFAULT_SHARES,
     ContainerView,
@@ -754,7 +754,7 @@ class DockerAdapter(Adapter):
     def _resize(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
         if ended_ok(c):
-            return "finished before the resize: nothing to change"
+            return finished_before(ch.kind)
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not resized")
         if ch.node != placed.host:
@@ -820,7 +820,7 @@ class DockerAdapter(Adapter):
     def _pause(self, ch: Change, placed: Placed) -> str:
         c = self._fresh(placed)
         if ended_ok(c):
-            return "finished before the pause: nothing to pause"
+            return finished_before(ch.kind)
         if c.state not in RUNNING_STATES:
             return f"already stopped ({c.state})"
         code = self._checkpoint_stop(self.hosts[placed.host], c)
@@ -830,7 +830,7 @@ class DockerAdapter(Adapter):
         assert ch.node is not None
         c = self._fresh(placed)
         if ended_ok(c):
-            return "finished before the move: nothing to move"
+            return finished_before(ch.kind)
         if c.state not in RUNNING_STATES:
             raise DockerAdapterError("conflict", f"job {ch.job}: not running ({c.state}): a pending job is started, not migrated")
         if self._running_as_asked(ch, placed, c):  # migrated already (a repeated change): nothing to do

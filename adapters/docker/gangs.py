@@ -77,7 +77,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Change, Shares, change_shares
+from adapters.base import Change, Shares, change_shares, finished_before
 from adapters.docker.engine import DEFAULT_SHARES, ContainerView, effective_cap, ended_ok, recreate_spec, shares_for
 from adapters.docker.errors import DockerAdapterError
 from adapters.docker.gpu import gpu_request
@@ -188,7 +188,7 @@ class GangOps:
     def migrate(self, ch: Change, placed: Placed) -> str:
         rank0 = self.ad._fresh(placed)
         if ended_ok(rank0):
-            return "finished before the move: nothing to move"
+            return finished_before(ch.kind)
         members = self._running(ch, placed, rank0, "migrated")
         if self._as_asked(ch, placed, rank0, members):
             return f"already running: {_where(change_shares(ch))} at {ch.cpu_millis}m/{ch.gpus}g"
@@ -209,7 +209,7 @@ class GangOps:
     def resize(self, ch: Change, placed: Placed) -> str:
         rank0 = self.ad._fresh(placed)
         if ended_ok(rank0):
-            return "finished before the resize: nothing to change"
+            return finished_before(ch.kind)
         members = self._running(ch, placed, rank0, "resized")
         now = shares_of(placed.host, members)
         if ch.node != placed.host or now != change_shares(ch):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Shares
+from adapters.base import MOOT_WHEN_ENDED, Shares, finished_before
 from adapters.kubernetes.annotations import CHECKPOINT_REQUESTED, DELIVER_REQUESTED, GANG_LABEL
 from adapters.kubernetes.errors import KubernetesAdapterError
 from adapters.kubernetes.gangs import Gang, gang_status, is_server, ranked_servers, split_superseded
@@ -417,26 +417,20 @@ class GangChanges:
         return f"{made}; the old pods ended within {waited:.1f} s (checkpoint), then the {len(news)} were bound at {at}"
 
 
-#: What each change that acts on a running job is called in an outcome's message.
-_DOING = {"resize": ("resize", "change"), "migrate": ("move", "move"), "pause": ("pause", "pause")}
-
-
 def ended_since(ch: Change, pods: list[PodView]) -> str | None:
     """Whether the job's pods (as read now) ended since the observe the change was planned from: a
     resize, move or pause of a job one of whose pods ``Succeeded`` is moot (the plan was made while
     it printed its last epoch; the next observe sees it finished): the message saying so, for an
     ``ok`` outcome. A pod that ``Failed`` is a ``conflict``. Neither is re-created or patched: a
     replacement would run the job again from its checkpoint. ``None``: none has ended."""
-    if ch.kind not in _DOING:
+    if ch.kind not in MOOT_WHEN_ENDED:
         return None
     failed = [p.name for p in pods if p.phase == "Failed"]
-    noun, verb = _DOING[ch.kind]
     if failed:
+        noun = MOOT_WHEN_ENDED[ch.kind][0]
         why = f"job {ch.job}: {', '.join(failed)} Failed since it was observed: no {noun} (a failed job is not run again)"
         raise KubernetesAdapterError("conflict", why)
-    if any(p.phase == "Succeeded" for p in pods):
-        return f"finished before the {noun}: nothing to {verb}"
-    return None
+    return finished_before(ch.kind) if any(p.phase == "Succeeded" for p in pods) else None
 
 
 def planned(ch: Change) -> Shares:

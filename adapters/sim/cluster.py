@@ -59,7 +59,7 @@ from typing import cast
 
 import numpy as np
 
-from adapters.base import Adapter, Change, Outcome, Shares, change_shares
+from adapters.base import MOOT_WHEN_ENDED, Adapter, Change, Outcome, Shares, change_shares, finished_before
 from adapters.sim.gangs import could_start, shares_problem, snapshot_placement
 from adapters.sim.scenario import JobSpec, Scenario
 from adapters.sim.truth import METRICS, GroundTruth, TraceLibrary, task_name
@@ -83,8 +83,6 @@ from store import task_curves_from
 
 #: A finished job stays in the snapshot this long after it ended (module docstring).
 FINISHED_SHOWN_SECONDS = 3600.0
-#: A change of a finished job that is moot, not a failure (the adapters' rule): its kind's name in the message.
-_ENDED = {"resize": ("resize", "change"), "migrate": ("move", "move"), "pause": ("pause", "pause")}
 #: Least progress at one allocation (in epochs) before its speed is reported.
 MIN_SPEED_EPOCHS = 0.02
 #: Seconds per epoch reported by the truth's speed where a job cannot run (finite, for the solvers).
@@ -797,11 +795,10 @@ class SimCluster(Adapter):
 
     def _apply_one(self, c: Change, lifted: dict[str, tuple[Shares, int, int, int | None, int | None, int]]) -> Outcome:
         j = self.jobs.get(c.job)
-        if j is not None and j.status == "finished" and c.kind in _ENDED:
+        if j is not None and j.status == "finished" and c.kind in MOOT_WHEN_ENDED:
             # As on Docker and Kubernetes: a plan made while the job ran its last epoch, applied after
             # it ended, changes nothing (adapters/base.py); no such race arises inside one simulated instant.
-            noun, verb = _ENDED[c.kind]
-            return Outcome(c, True, message=f"finished before the {noun}: nothing to {verb}")
+            return Outcome(c, True, message=finished_before(c.kind))
         if j is None or j.status in ("future", "finished"):
             return Outcome(c, False, "not_found", f"job {c.job} is not active")
         now = self.t
