@@ -180,7 +180,7 @@ class PriorFit:
         return np.interp(k, self.epochs, self.z)
 
 
-def _new_draw_factor(n: int) -> float:
+def new_draw_factor(n: int) -> float:
     """What turns the spread of ``n`` references (their standard deviation about their mean) into the
     band of one more run from the same population, as the band is read (``±1.2816 sd``, 80 %): the
     sample's standard deviation (``n - 1``), the mean's own error (``1 + 1/n``) and Student's ``t``
@@ -259,7 +259,7 @@ def fit_prior(k: Arr, z: Arr, W: Arr, prior: CurvePrior, sign: float) -> list[Pr
         if few:
             # The job is one more run like the references, which its points cannot tell apart: its
             # spread is a prediction interval's, a new draw from the population they sample.
-            spread = pool.std(axis=0) * _new_draw_factor(pool.shape[0])
+            spread = pool.std(axis=0) * new_draw_factor(pool.shape[0])
         else:
             spread = pool.std(axis=0)
         fitted = np.interp(kk, grid, curve)

@@ -77,7 +77,7 @@ from scipy.special import stdtrit
 
 from models.changepoint import detect_drops
 from models.curve_families import FAMILIES, Fitted
-from models.curve_prior import BAND_QUANTILE, CurvePrior, PriorFit, fit_prior
+from models.curve_prior import BAND_QUANTILE, CurvePrior, PriorFit, fit_prior, new_draw_factor
 from models.schedule import LRSchedule
 
 Direction = Literal["higher", "lower"]
@@ -738,8 +738,13 @@ def _fit(
     if family in forecast:
         err, h = forecast[family]
         drift = scale * horizon_drift(err, h, sd_u)
-    elif not isinstance(chosen_fit, PriorFit) and family in fitters and n > MIN_POINTS:
-        drift = scale * _short_drift(fitters[family], family, k, z, w, c_floor, sd_u)
+    elif not isinstance(chosen_fit, PriorFit) and family in fitters:
+        # Too short to cross-validate: the forecasts of its prefixes, or at three points (no prefix
+        # to forecast from) how far the families part.
+        if n > MIN_POINTS:
+            drift = scale * _short_drift(fitters[family], family, k, z, w, c_floor, sd_u)
+        else:
+            drift = scale * _family_drift(fitters, k, z, w, c_floor)
         # As the averaged curve's (models.curve_ensemble): never wider than what the job has shown.
         cap = max(scale, scale * sd_u)
     elif isinstance(chosen_fit, PriorFit):
@@ -809,6 +814,41 @@ def _short_drift(
         return 0.0
     err, h = err[ok], h[ok]
     return horizon_drift(err, h, sd_u) * float(stdtrit(err.size, BAND_QUANTILE)) / INTERVAL_Z
+
+
+def _family_drift(
+    fitters: dict[str, Callable[[Arr, Arr, Arr, float], list[Fitted]]],
+    k: Arr,
+    z: Arr,
+    w: Arr,
+    c_floor: float,
+) -> float:
+    """How fast the band widens (standardised units per epoch) for a history of :data:`MIN_POINTS`
+    points: no prefix is left to forecast from (:func:`_short_drift`), and every family fits the
+    three points about as well, so the only word on the horizon is how far the families part after
+    them. Each is read at the next ``n`` report steps (as far ahead as the history reaches back); the
+    true curve is taken as one more draw from the ``m`` members (their deviations about their mean,
+    :func:`models.curve_prior.new_draw_factor`, as for a prior's references), and the drift is what
+    those deviations give over their horizons (:func:`horizon_drift`). 0 when fewer than two fit.
+    Before, the band at three points was the residual alone, which three points all but interpolate:
+    it held 8-28 % of the future points (``docs/models.md``, "Three points")."""
+    n = int(k.size)
+    step = max(float(k[-1] - k[0]) / max(n - 1, 1), 1e-9)
+    h = step * np.arange(1, n + 1)
+    ahead = []
+    for name, fitter in fitters.items():
+        got = fitter(k, z, w[None, :], c_floor)[0]
+        if got is None:
+            continue
+        p = FAMILIES[name].z(got[0], k[-1] + h)
+        if np.all(np.isfinite(p)):
+            ahead.append(p)
+    m = len(ahead)
+    if m < 2:
+        return 0.0
+    members = np.array(ahead)
+    deviation = (members - members.mean(axis=0)).ravel()
+    return horizon_drift(deviation, np.tile(h, m), 0.0) * new_draw_factor(m)
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:

@@ -283,7 +283,7 @@ def test_the_band_of_a_prior_alone_is_that_of_one_more_run(monkeypatch: pytest.M
     With FIT_POINTS points or more the kept references' spread is the band as it was."""
     import models.curve_prior as cp
 
-    factor = cp._new_draw_factor
+    factor = cp.new_draw_factor
     assert factor(5) == pytest.approx(1.2247 * 1.5332 / 1.2816, rel=1e-3)
     assert factor(1) == 1.0
     assert factor(2) > factor(5) > factor(50) > 1.0
@@ -299,7 +299,7 @@ def test_the_band_of_a_prior_alone_is_that_of_one_more_run(monkeypatch: pytest.M
         return one.spread, three.spread
 
     widened, kept = spreads()
-    monkeypatch.setattr(cp, "_new_draw_factor", lambda n: 1.0)
+    monkeypatch.setattr(cp, "new_draw_factor", lambda n: 1.0)
     plain, kept_plain = spreads()
     assert plain[-1] > 0.0
     np.testing.assert_allclose(widened, plain * factor(len(refs)))

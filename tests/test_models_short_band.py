@@ -1,9 +1,13 @@
-"""The band of a history too short to cross-validate (4-5 points, no prior).
+"""The band of a history too short to cross-validate (3-5 points, no prior).
 
 Cases:
 - a 5-point fit's band widens with the horizon (it was the residual spread at every epoch: a
   3-parameter family through 4-5 points has next to none), and never beyond the observed range;
-- 3 points (no prefix to forecast from) keep the residual band;
+- 3 points (no prefix to forecast from): the band widens as far as the families part after them
+  (it was the residual spread, which three points all but interpolate), never beyond the observed
+  range; restricted to one family there is no parting and the band stays the residual's; on the
+  held-out schedule runs fitted on their first 3 points it holds most of the future points
+  (measured when written: 89.8 % on average; 8.1 % before);
 - the predictions are those of before: only the band changes;
 - on the held-out schedule runs whose 10 % is 4 points (``benchmarks/data/schedules``, task
   ``digits_conv``, no hint), the 80 % interval holds most of the true target epochs (measured when
@@ -36,12 +40,35 @@ def test_a_five_point_band_widens_with_the_horizon_up_to_the_observed_range() ->
     assert far <= max(float(np.ptp(v)), fit.residual_std) + 1e-12
 
 
-def test_three_points_keep_the_residual_band() -> None:
+def test_three_points_widen_as_far_as_the_families_part() -> None:
     k, v = _points(3)
     fit = fit_learning_curve(k, v, "lower")
     assert isinstance(fit, CurveFit)
-    assert fit.drift_std == 0.0
-    assert np.allclose(fit.band(np.array([4.0, 40.0])), fit.residual_std)
+    near, far = fit.band(np.array([4.0, 500.0]))
+    assert fit.drift_std > 0.0
+    assert far > near > fit.residual_std
+    assert far <= max(float(np.ptp(v)), fit.residual_std) + 1e-12
+    # The median is the family's own, as before: only the band changes.
+    alone = fit_learning_curve(k, v, "lower", families=(fit.family,))
+    assert isinstance(alone, CurveFit)
+    assert np.array_equal(alone.predict(np.array([4.0, 40.0])), fit.predict(np.array([4.0, 40.0])))
+    # One family: nothing to part from, the residual band.
+    assert alone.drift_std == 0.0
+    assert np.allclose(alone.band(np.array([4.0, 40.0])), alone.residual_std)
+
+
+def test_three_point_histories_of_held_out_runs_are_covered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # it imports bench_curves
+    bench = benchmark_module("schedule_curves.py")
+    runs = [r for r in bench.load(bench.DATA, "train_loss") if r["split"] == "holdout"]
+    cover = []
+    for r in runs:
+        k, v = r["epochs_arr"], r["values"]
+        fit = fit_learning_curve(k[:3], v[:3], "lower")
+        assert isinstance(fit, CurveFit)
+        cover.append(float(np.mean(np.abs(v[3:] - fit.predict(k[3:])) <= 1.2816 * fit.band(k[3:]))))
+    assert len(cover) == 63
+    assert np.mean(cover) >= 0.7, np.mean(cover)
 
 
 def test_four_point_histories_of_held_out_runs_are_covered(monkeypatch: pytest.MonkeyPatch) -> None:
