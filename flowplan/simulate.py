@@ -42,9 +42,10 @@ def register(sub: Any) -> None:
         "--policy",
         action="append",
         metavar="NAME",
-        help="policy to run (repeat; 'all' = the scenario's list and the oracle, FlowPlan fed the simulator's ground "
-        "truth; 'oracle-speed' / 'oracle-epochs': the oracle given only the true speeds / only the true epochs left, "
-        "which split FlowPlan's gap to the oracle in two). Default: flowplan and the scenario's baseline",
+        help="policy to run (repeat, or comma-separated: flowplan,tiresias; 'all' = the scenario's list and the "
+        "oracle, FlowPlan fed the simulator's ground truth; 'oracle-speed' / 'oracle-epochs': the oracle given only "
+        "the true speeds / only the true epochs left, which split FlowPlan's gap to the oracle in two). "
+        "Default: flowplan and the scenario's baseline",
     )
     from flowplan.cli import objective_help
 
@@ -141,7 +142,12 @@ def _resolve(args: argparse.Namespace) -> tuple[Scenario, list[str], TraceLibrar
         raise UsageError(f"--data {args.data}: {e}") from None
     from planner.policies import POLICIES
 
-    names = args.policy or ["flowplan", scenario.baseline]
+    names = ["flowplan", scenario.baseline]
+    if args.policy:  # repeated, or comma-separated
+        names = [n.strip() for value in args.policy for n in value.split(",")]
+        empty = next((value for value in args.policy if "" in (n.strip() for n in value.split(","))), None)
+        if empty is not None:
+            raise UsageError(f"--policy {empty!r}: an empty policy name (give NAME or NAME,NAME)")
     if "all" in names:
         names = with_oracle(scenario.policies)
     out: list[str] = []

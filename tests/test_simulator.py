@@ -433,6 +433,8 @@ def test_simulate_cli_writes_results_and_plots(tmp_path: Path) -> None:
     [
         (["simulate", "no-such.toml"], "no-such.toml: file not found"),
         (["simulate", "--policy", "slurm"], "--policy: unknown policy 'slurm'"),
+        (["simulate", "--policy", "flowplan,slurm"], "--policy: unknown policy 'slurm'"),  # a comma-separated list
+        (["simulate", "--policy", "flowplan,"], "--policy 'flowplan,': an empty policy name"),
         (["simulate", "--seeds", "0"], "--seeds"),
         (["simulate", "--out", "README.md"], "--out README.md: is a file, not a directory"),  # was "File exists"
     ],
