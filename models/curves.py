@@ -812,8 +812,34 @@ def _short_drift(
     ok = np.isfinite(err)
     if not ok.any():
         return 0.0
-    err, h = err[ok], h[ok]
-    return horizon_drift(err, h, sd_u) * float(stdtrit(err.size, BAND_QUANTILE)) / INTERVAL_Z
+    return few_errors_drift(err[ok], h[ok], sd_u)
+
+
+def few_errors_drift(err: Arr, h: Arr, sd: float) -> float:
+    """:func:`horizon_drift` of a handful of forecast errors (a history too short to cross-validate),
+    scaled by Student's ``t`` with as many degrees of freedom as errors over the normal quantile (a
+    variance read off ``m`` errors)."""
+    return horizon_drift(err, h, sd) * float(stdtrit(err.size, BAND_QUANTILE)) / INTERVAL_Z
+
+
+def parting_horizons(k: Arr) -> Arr:
+    """Where :func:`parting_drift` reads the curves: the next ``n`` report steps after the ``n``
+    points ``k``, as far ahead as the history reaches back."""
+    n = int(k.size)
+    step = max(float(k[-1] - k[0]) / max(n - 1, 1), 1e-9)
+    return step * np.arange(1, n + 1, dtype=np.float64)
+
+
+def parting_drift(ahead: Arr, h: Arr) -> float:
+    """The drift that the parting of ``m`` curves that fit the same few points gives (``ahead``:
+    ``m`` rows, each curve read at horizons ``h``): the true curve taken as one more draw from them,
+    their deviations about their mean times :func:`models.curve_prior.new_draw_factor`. 0 for fewer
+    than two."""
+    m = int(ahead.shape[0])
+    if m < 2:
+        return 0.0
+    deviation = (ahead - ahead.mean(axis=0)).ravel()
+    return horizon_drift(deviation, np.tile(h, m), 0.0) * new_draw_factor(m)
 
 
 def _family_drift(
@@ -826,15 +852,11 @@ def _family_drift(
     """How fast the band widens (standardised units per epoch) for a history of :data:`MIN_POINTS`
     points: no prefix is left to forecast from (:func:`_short_drift`), and every family fits the
     three points about as well, so the only word on the horizon is how far the families part after
-    them. Each is read at the next ``n`` report steps (as far ahead as the history reaches back); the
-    true curve is taken as one more draw from the ``m`` members (their deviations about their mean,
-    :func:`models.curve_prior.new_draw_factor`, as for a prior's references), and the drift is what
-    those deviations give over their horizons (:func:`horizon_drift`). 0 when fewer than two fit.
+    them. Each is read at the next ``n`` report steps (as far ahead as the history reaches back), and
+    the drift is what their parting gives (:func:`parting_drift`; 0 when fewer than two fit).
     Before, the band at three points was the residual alone, which three points all but interpolate:
     it held 8-28 % of the future points (``docs/models.md``, "Three points")."""
-    n = int(k.size)
-    step = max(float(k[-1] - k[0]) / max(n - 1, 1), 1e-9)
-    h = step * np.arange(1, n + 1)
+    h = parting_horizons(k)
     ahead = []
     for name, fitter in fitters.items():
         got = fitter(k, z, w[None, :], c_floor)[0]
@@ -843,12 +865,7 @@ def _family_drift(
         p = FAMILIES[name].z(got[0], k[-1] + h)
         if np.all(np.isfinite(p)):
             ahead.append(p)
-    m = len(ahead)
-    if m < 2:
-        return 0.0
-    members = np.array(ahead)
-    deviation = (members - members.mean(axis=0)).ravel()
-    return horizon_drift(deviation, np.tile(h, m), 0.0) * new_draw_factor(m)
+    return parting_drift(np.array(ahead).reshape(len(ahead), h.size), h)
 
 
 def _to_value_units(family: str, p: dict[str, float], shift: float, scale: float) -> dict[str, float]:

@@ -66,8 +66,11 @@ from models.curves import (
     CurveFit,
     Direction,
     clean_points,
+    few_errors_drift,
     horizon_drift,
     natural_range,
+    parting_drift,
+    parting_horizons,
     recency_weights,
 )
 from models.schedule import LRSchedule, plateau_drops
@@ -302,6 +305,35 @@ def _roll_plateau(schedule: LRSchedule, shape: dict[str, float], beta: Arr, k: A
     return sched
 
 
+def _short_drift(
+    schedule: LRSchedule,
+    picks: list[int | None],
+    prefixes: list[int],
+    beta: Arr,
+    h: Arr,
+    r: Arr,
+    z: Arr,
+    k: Arr,
+    sd_u: float,
+) -> float:
+    """The drift (standardised units per epoch) of a history too short to cross-validate: the chosen
+    shape fitted on each prefix (``picks``: its best grid point per prefix row) forecasts the points
+    after it (:func:`models.curves.few_errors_drift`). 0 without a prefix."""
+    errs: list[Arr] = []
+    hs: list[Arr] = []
+    for j, (o, g) in enumerate(zip(prefixes, picks, strict=True)):
+        if g is None:
+            continue
+        pred = beta[j, g, 0] + beta[j, g, 1] * h[g] + beta[j, g, 2] * r[g]
+        errs.append(z[o:] - pred[o:])
+        hs.append(k[o:] - k[o - 1])
+    if not errs:
+        return 0.0
+    err, hz = np.concatenate(errs), np.concatenate(hs)
+    ok = np.isfinite(err)
+    return few_errors_drift(err[ok], hz[ok], sd_u) if ok.any() else 0.0
+
+
 def fit_schedule_curve(
     epochs: ArrayLike, values: ArrayLike, direction: Direction, schedule: LRSchedule
 ) -> CurveFit | CannotPredict:
@@ -333,7 +365,10 @@ def fit_schedule_curve(
     h, grid_params, r, shape_id = _design(schedule, k, max(S_last, 1.0))
     origins = [o for o in sorted({int(round(n * f)) for f in CV_ORIGINS}) if MIN_POINTS + 1 <= o < n]
     cross = n >= MIN_POINTS_FOR_HOLDOUT and bool(origins)
-    rows_at = [*origins, n] if cross else [n]
+    # Too short to cross-validate: each prefix of at least MIN_POINTS points forecasts the points
+    # after it (the band's drift), as for the families (models.curves._short_drift).
+    prefixes = [] if cross else list(range(MIN_POINTS, n))
+    rows_at = [*origins, n] if cross else [*prefixes, n]
     W = np.where(np.arange(n)[None, :] < np.array(rows_at)[:, None], w, 0.0)
     with np.errstate(all="ignore"):
         beta, sse = _solve(h, r, z, W, c_floor)
@@ -381,9 +416,19 @@ def fit_schedule_curve(
     resid = z - (beta[-1, g, 0] + beta[-1, g, 1] * h[g] + beta[-1, g, 2] * r[g])
     sd_u = math.sqrt(float((w * resid**2).sum()) / float(w.sum()) * n / dof)
     drift = 0.0
+    cap: float | None = None
     if name in forecast:
         err, hz = forecast[name]
         drift = scale * horizon_drift(err, hz, sd_u)
+    elif not cross:
+        # A short history: what its prefixes' forecasts missed by, or at three points (no prefix) how
+        # far the shapes that fit them part; the band never wider than what the job has shown.
+        drift = scale * _short_drift(schedule, best[name][:-1], prefixes, beta, h, r, z, k, sd_u)
+        if not prefixes:
+            ahead = parting_horizons(k)
+            members = [_curve(schedule, grid_params[gi], beta[-1, gi], k[-1] + ahead) for gi in full.values() if gi is not None]
+            drift = scale * parting_drift(np.array(members).reshape(len(members), ahead.size), ahead)
+        cap = max(scale, scale * sd_u)
 
     def build(row: int, gi: int, upto: int) -> CurveFit:
         shape, b = grid_params[gi], beta[row, gi]
@@ -419,6 +464,7 @@ def fit_schedule_curve(
             if schedule.kind == "plateau"
             else tuple(float(m) for m in schedule.milestones),
             table=(tuple(float(x) for x in grid), tuple(float(x) for x in zz)),
+            band_cap=cap,
         )
 
     main = build(len(rows_at) - 1, g, n)
